@@ -1,0 +1,75 @@
+#include "arena.h"
+
+#include <stdint.h>
+#include <sys/mman.h>
+
+#define ARENA_CHUNK_BYTES ((size_t)1 << 20)
+
+struct arena_chunk {
+    arena_chunk *older;
+    size_t size; /* bytes mapped for this chunk, header included */
+    size_t used;
+};
+
+void *region_map(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void region_unmap(void *p, size_t size)
+{
+    if (p != NULL) {
+        munmap(p, size);
+    }
+}
+
+void arena_init(arena *a)
+{
+    a->head = NULL;
+    a->bytes_mapped = 0;
+}
+
+static size_t round_up(size_t n, size_t to)
+{
+    return (n + to - 1) / to * to;
+}
+
+void *arena_alloc(arena *a, size_t size)
+{
+    size_t header = round_up(sizeof(arena_chunk), 16);
+    size = round_up(size == 0 ? 1 : size, 16);
+    if (size > SIZE_MAX / 2) {
+        return NULL;
+    }
+    arena_chunk *c = a->head;
+    if (c == NULL || c->size - c->used < size) {
+        size_t want = header + size;
+        want = want < ARENA_CHUNK_BYTES ? ARENA_CHUNK_BYTES : round_up(want, 4096);
+        arena_chunk *fresh = region_map(want);
+        if (fresh == NULL) {
+            return NULL;
+        }
+        fresh->older = c;
+        fresh->size = want;
+        fresh->used = header;
+        a->head = fresh;
+        a->bytes_mapped += want;
+        c = fresh;
+    }
+    void *p = (char *)c + c->used;
+    c->used += size;
+    return p; /* fresh mmap pages are already zero and never reused */
+}
+
+void arena_release(arena *a)
+{
+    arena_chunk *c = a->head;
+    while (c != NULL) {
+        arena_chunk *older = c->older;
+        region_unmap(c, c->size);
+        c = older;
+    }
+    a->head = NULL;
+    a->bytes_mapped = 0;
+}

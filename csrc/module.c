@@ -1,0 +1,209 @@
+/* pyrometer._core: the Python boundary of the measuring core.
+ *
+ * Turns Python arguments into C options, C status codes into exceptions, and the
+ * C aggregates into plain Python data for the profile model.  No measuring
+ * happens here.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "profile/codes.h"
+#include "profile/filter.h"
+#include "profile/line_stats.h"
+#include "sampler/sampler.h"
+
+#include <unistd.h>
+
+/* A list of str as a NULL-terminated array of UTF-8 pointers that stay valid while
+ * the list lives (PyUnicode_AsUTF8 caches the encoding in the str object). */
+static const char **utf8_list(PyObject *seq, const char *what)
+{
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    const char **out = PyMem_Calloc((size_t)n + 1, sizeof *out);
+    if (out == NULL) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        out[i] = PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
+        if (out[i] == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_TypeError, "%s must contain only str", what);
+            }
+            PyMem_Free(out);
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    Py_DECREF(fast); /* the items are kept alive by the caller's list */
+    return out;
+}
+
+static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    (void)module;
+    static char *keywords[] = {"interval", "virtual_time", "include", "exclude", "own",
+                               "only", "exclude_substrings", "profile_all", NULL};
+    double interval;
+    int virtual_time, profile_all;
+    PyObject *lists[5];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "dpOOOOOp:start", keywords, &interval,
+                                     &virtual_time, &lists[0], &lists[1], &lists[2], &lists[3],
+                                     &lists[4], &profile_all)) {
+        return NULL;
+    }
+    if (!(interval >= 1e-5 && interval <= 10.0)) {
+        PyErr_SetString(PyExc_ValueError, "sampling interval must be between 1e-5 and 10 seconds");
+        return NULL;
+    }
+    static const char *names[] = {"include", "exclude", "own", "only", "exclude_substrings"};
+    const char **arrays[5] = {NULL};
+    int ok = 1;
+    for (int i = 0; i < 5 && ok; i++) {
+        arrays[i] = utf8_list(lists[i], names[i]);
+        ok = arrays[i] != NULL;
+    }
+    if (ok) {
+        filter_rules rules = {arrays[0], arrays[1], arrays[2], arrays[3], arrays[4], profile_all};
+        if (filter_configure(&rules) != 0) {
+            PyErr_NoMemory();
+            ok = 0;
+        }
+    }
+    for (int i = 0; i < 5; i++) {
+        PyMem_Free(arrays[i]);
+    }
+    if (!ok) {
+        return NULL;
+    }
+    sampler_options options = {(uint64_t)(interval * 1e9), virtual_time};
+    if (sampler_start(&options) != 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_stop(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    sampler_stop();
+    Py_RETURN_NONE;
+}
+
+static PyObject *sums_tuple(const cpu_sums *s)
+{
+    return Py_BuildValue("(KKKdK)", (unsigned long long)s->python_ns,
+                         (unsigned long long)s->native_ns, (unsigned long long)s->system_ns,
+                         s->busy_core_ns, (unsigned long long)s->samples);
+}
+
+static PyObject *collect_records(void)
+{
+    PyObject *records = PyList_New(0);
+    if (records == NULL) {
+        return NULL;
+    }
+    size_t cursor = 0;
+    PyCodeObject *code;
+    int lasti;
+    line_record *rec;
+    while ((rec = line_stats_next(&cursor, &code, &lasti)) != NULL) {
+        int lineno = PyCode_Addr2Line(code, lasti < 0 ? 0 : lasti * 2);
+        PyObject *cpu = sums_tuple(&rec->cpu);
+        PyObject *item = cpu == NULL ? NULL
+                                     : Py_BuildValue("(OiOiN)", code->co_filename, lineno,
+                                                     code->co_qualname, code->co_firstlineno, cpu);
+        if (item == NULL || PyList_Append(records, item) != 0) {
+            Py_XDECREF(item);
+            Py_DECREF(records);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    return records;
+}
+
+static PyObject *core_collect(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    sampler_totals t;
+    sampler_get_totals(&t);
+    PyObject *records = collect_records();
+    if (records == NULL) {
+        return NULL;
+    }
+    PyObject *unattributed = sums_tuple(&t.unattributed);
+    if (unattributed == NULL) {
+        Py_DECREF(records);
+        return NULL;
+    }
+    return Py_BuildValue(
+        "{s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n}", "records", records,
+        "unattributed", unattributed, "start_wall_ns", (unsigned long long)t.start_wall_ns,
+        "stop_wall_ns", (unsigned long long)t.stop_wall_ns, "snapshots",
+        (unsigned long long)t.snapshots, "main_snapshots", (unsigned long long)t.main_snapshots,
+        "threads_seen", (unsigned long long)t.threads_seen, "process_cpu_ns",
+        (unsigned long long)t.process_cpu_ns, "sampler_cpu_ns", (unsigned long long)t.sampler_cpu_ns,
+        "untracked_native_ns", (unsigned long long)t.untracked_native_ns, "mean_interval_ns",
+        t.mean_interval_ns, "n_cpus", sysconf(_SC_NPROCESSORS_ONLN), "code_objects",
+        (Py_ssize_t)codes_count());
+}
+
+static PyObject *core_reset(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    if (sampler_running()) {
+        PyErr_SetString(PyExc_RuntimeError, "stop the sampler before resetting the profile");
+        return NULL;
+    }
+    line_stats_release();
+    codes_release();
+    sampler_release();
+    filter_release();
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_running(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(sampler_running());
+}
+
+static PyMethodDef core_methods[] = {
+    {"start", (PyCFunction)(void (*)(void))core_start, METH_VARARGS | METH_KEYWORDS,
+     "start(interval, virtual_time, include, exclude, own, only, exclude_substrings, "
+     "profile_all)\nStart the CPU sampler with the given file filter."},
+    {"stop", core_stop, METH_NOARGS, "Stop the CPU sampler and join its thread."},
+    {"collect", core_collect, METH_NOARGS, "The aggregates measured so far, as plain data."},
+    {"reset", core_reset, METH_NOARGS, "Forget every aggregate (the sampler must be stopped)."},
+    {"running", core_running, METH_NOARGS, "Whether the sampler is running."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyModuleDef_Slot core_slots[] = {
+    {0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "pyrometer._core",
+    .m_doc = "pyrometer's measuring core (C).",
+    .m_size = 0,
+    .m_methods = core_methods,
+    .m_slots = core_slots,
+};
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    return PyModuleDef_Init(&core_module);
+}

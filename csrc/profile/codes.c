@@ -1,0 +1,134 @@
+#include "codes.h"
+#include "filter.h"
+#include "../common/arena.h"
+#include "../common/table.h"
+
+#include <string.h>
+
+static table code_table; /* code address -> code_info */
+static arena code_arena; /* per-code instruction maps */
+static int initialised;
+
+/* Opcodes at which the eval loop checks its eval breaker and so may hand over the
+ * GIL while running Python: function entry and loop back-edges.  A thread parked
+ * anywhere else released the GIL from inside a call into C (or is waiting to take
+ * it back after one), i.e. it was running native code.  Numbers come from the
+ * running interpreter's `opcode` module, so they follow the version. */
+static int op_resume = -1, op_jump_backward = -1;
+
+static int opcode_number(PyObject *opmap, const char *name)
+{
+    PyObject *v = PyDict_GetItemString(opmap, name);
+    return v == NULL ? -1 : (int)PyLong_AsLong(v);
+}
+
+int codes_init(void)
+{
+    if (initialised) {
+        return 0;
+    }
+    PyObject *mod = PyImport_ImportModule("opcode");
+    if (mod == NULL) {
+        return -1;
+    }
+    PyObject *opmap = PyObject_GetAttrString(mod, "opmap");
+    Py_DECREF(mod);
+    if (opmap == NULL) {
+        return -1;
+    }
+    op_resume = opcode_number(opmap, "RESUME");
+    op_jump_backward = opcode_number(opmap, "JUMP_BACKWARD");
+    Py_DECREF(opmap);
+    if (table_init(&code_table, sizeof(code_info), 1024) != 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    arena_init(&code_arena);
+    initialised = 1;
+    return 0;
+}
+
+static int file_is_reported(PyCodeObject *code)
+{
+    const char *name = PyUnicode_AsUTF8(code->co_filename);
+    if (name == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    return filter_reports(name);
+}
+
+/* PyCode_GetCode gives the unspecialised bytecode, so adaptive (quickened)
+ * instructions map back to the opcodes looked up in codes_init. */
+static int map_instructions(PyCodeObject *code, code_info *info)
+{
+    PyObject *bytes = PyCode_GetCode(code);
+    if (bytes == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(bytes) / 2;
+    const unsigned char *raw = (const unsigned char *)PyBytes_AS_STRING(bytes);
+    uint8_t *map = arena_alloc(&code_arena, (size_t)n + 1);
+    if (map == NULL) {
+        Py_DECREF(bytes);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int op = raw[2 * i];
+        map[i] = (op == op_resume || op == op_jump_backward);
+    }
+    Py_DECREF(bytes);
+    info->n_units = (int)n;
+    info->python_parked = map;
+    return 0;
+}
+
+const code_info *codes_lookup(PyCodeObject *code)
+{
+    table_key key = {(uint64_t)(uintptr_t)code, 0};
+    code_info *info = table_find(&code_table, key);
+    if (info != NULL) {
+        return info;
+    }
+    int created;
+    info = table_upsert(&code_table, key, &created);
+    if (info == NULL) {
+        return NULL;
+    }
+    Py_INCREF(code);
+    info->reported = file_is_reported(code);
+    if (map_instructions(code, info) != 0) {
+        info->n_units = 0;
+        info->python_parked = NULL;
+    }
+    return info;
+}
+
+int codes_python_at(const code_info *info, int lasti)
+{
+    if (lasti < 0 || lasti >= info->n_units) {
+        return 1; /* before the first instruction: the frame is just starting */
+    }
+    return info->python_parked[lasti];
+}
+
+size_t codes_count(void)
+{
+    return initialised ? code_table.count : 0;
+}
+
+void codes_release(void)
+{
+    if (!initialised) {
+        return;
+    }
+    size_t cursor = 0;
+    table_key key;
+    while (table_next(&code_table, &cursor, &key) != NULL) {
+        Py_DECREF((PyObject *)(uintptr_t)key.k1);
+    }
+    table_release(&code_table);
+    arena_release(&code_arena);
+    initialised = 0;
+}

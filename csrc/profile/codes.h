@@ -1,0 +1,32 @@
+/* codes: what the profiler knows about each code object it has met.
+ *
+ * A code object is looked up on every sample, so the per-code facts are computed
+ * once, at first sight: whether its file is reported (filter.h), and for each
+ * instruction whether a thread parked there was running Python or native code.
+ * Every registered code object is kept alive (one reference) until codes_release(),
+ * so that samples keyed by code address stay valid for the report.
+ * Callers hold the GIL.
+ */
+#ifndef PYROMETER_CODES_H
+#define PYROMETER_CODES_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+typedef struct {
+    int reported;
+    int n_units;                  /* length of the bytecode in code units */
+    const uint8_t *python_parked; /* per unit: 1 at an eval-breaker point that is not a call */
+} code_info;
+
+/* Reads the opcode numbers the classification needs; -1 with an exception set. */
+int codes_init(void);
+/* NULL when memory runs out (the sample is then dropped, never raised). */
+const code_info *codes_lookup(PyCodeObject *code);
+/* Whether a thread stopped at this instruction was executing Python bytecode. */
+int codes_python_at(const code_info *info, int lasti);
+size_t codes_count(void);
+void codes_release(void);
+
+#endif

@@ -1,0 +1,102 @@
+#include "filter.h"
+#include "../common/arena.h"
+
+#include <string.h>
+
+static arena filter_arena;
+static filter_rules active;
+static int configured;
+
+static const char *const empty_list[] = {NULL};
+
+static const char *const *copy_list(const char *const *list)
+{
+    if (list == NULL) {
+        return empty_list;
+    }
+    size_t n = 0;
+    while (list[n] != NULL) {
+        n++;
+    }
+    const char **out = arena_alloc(&filter_arena, (n + 1) * sizeof *out);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(list[i]);
+        char *s = arena_alloc(&filter_arena, len + 1);
+        if (s == NULL) {
+            return NULL;
+        }
+        memcpy(s, list[i], len + 1);
+        out[i] = s;
+    }
+    out[n] = NULL;
+    return out;
+}
+
+int filter_configure(const filter_rules *rules)
+{
+    filter_release();
+    arena_init(&filter_arena);
+    active.include_prefixes = copy_list(rules->include_prefixes);
+    active.exclude_prefixes = copy_list(rules->exclude_prefixes);
+    active.own_prefixes = copy_list(rules->own_prefixes);
+    active.only_substrings = copy_list(rules->only_substrings);
+    active.exclude_substrings = copy_list(rules->exclude_substrings);
+    active.profile_all = rules->profile_all;
+    if (!active.include_prefixes || !active.exclude_prefixes || !active.own_prefixes ||
+        !active.only_substrings || !active.exclude_substrings) {
+        filter_release();
+        return -1;
+    }
+    configured = 1;
+    return 0;
+}
+
+void filter_release(void)
+{
+    if (configured) {
+        arena_release(&filter_arena);
+        configured = 0;
+    }
+}
+
+static int has_prefix(const char *s, const char *const *prefixes)
+{
+    for (; *prefixes != NULL; prefixes++) {
+        if (strncmp(s, *prefixes, strlen(*prefixes)) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int has_substring(const char *s, const char *const *needles)
+{
+    for (; *needles != NULL; needles++) {
+        if (strstr(s, *needles) != NULL) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int filter_reports(const char *filename)
+{
+    if (!configured || filename[0] == '<' || filename[0] == '\0') {
+        return 0;
+    }
+    if (has_prefix(filename, active.own_prefixes) ||
+        has_substring(filename, active.exclude_substrings)) {
+        return 0;
+    }
+    if (active.only_substrings[0] != NULL) {
+        return has_substring(filename, active.only_substrings);
+    }
+    if (active.profile_all) {
+        return 1;
+    }
+    return has_prefix(filename, active.include_prefixes) &&
+           !has_prefix(filename, active.exclude_prefixes);
+}

@@ -1,0 +1,412 @@
+#include "sampler.h"
+#include "clock.h"
+#include "pyframe.h"
+#include "../common/table.h"
+#include "../profile/codes.h"
+#include "../profile/line_stats.h"
+
+#include <errno.h>
+#include <string.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The main thread reaches a bytecode boundary within microseconds while it runs
+ * Python (the eval loop checks for pending calls at every call and loop back-edge).
+ * Answering later than this means it was inside one call into C the whole time. */
+#define NATIVE_DELAY_NS 100000ULL
+
+enum snapshot_source { ANSWERED_BY_MAIN, TAKEN_BY_SAMPLER };
+
+typedef struct {
+    uint64_t last_wall_ns;
+    uint64_t last_cpu_ns;
+    uint64_t seen_in; /* serial of the last snapshot that met the thread */
+    pid_t tid;
+} thread_track;
+
+static struct {
+    atomic_int running;         /* the sampler thread keeps going while set */
+    atomic_int request_pending; /* a snapshot request waits for the main thread */
+    _Atomic uint64_t request_wall_ns;
+    atomic_int sampler_tid;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t wake_lock;
+    pthread_cond_t wake;
+
+    /* Everything below is touched only with the GIL held. */
+    sampler_options options;
+    PyInterpreterState *interp;
+    PyThreadState *main_ts;
+    PyThreadState *sampler_ts;
+    pid_t owner_pid;
+    long n_cpus;
+    table threads; /* thread serial -> thread_track */
+    uint64_t serial;
+    uint64_t last_wall_ns, last_process_cpu_ns, last_sampler_cpu_ns;
+    sampler_totals totals;
+} S = {.wake_lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* ---- snapshot (GIL held) ---------------------------------------------------- */
+
+/* Charges one thread's window to the nearest reported frame on its stack.  The
+ * kind of the time is decided at the innermost frame, reported or not, so time in
+ * the standard library keeps its kind when it is charged to the user's line. */
+static line_record *charge_thread(PyThreadState *ts, int answered_by_it, uint64_t delay_ns,
+                                  uint64_t wall_ns, uint64_t cpu_ns, double core_fraction)
+{
+    uint64_t off_cpu = S.options.virtual_time ? 0 : wall_ns - cpu_ns;
+    pyframe f = pyframe_innermost(ts);
+    if (f == NULL) {
+        cpu_sums_add(&S.totals.unattributed, 0, cpu_ns, off_cpu, core_fraction);
+        return NULL;
+    }
+    const code_info *info = codes_lookup(pyframe_code(f));
+    if (info == NULL) {
+        return NULL;
+    }
+    int native = answered_by_it ? delay_ns > NATIVE_DELAY_NS
+                                : !codes_python_at(info, pyframe_lasti(f));
+    while (!info->reported) {
+        f = pyframe_caller(f);
+        if (f == NULL) {
+            break;
+        }
+        info = codes_lookup(pyframe_code(f));
+        if (info == NULL) {
+            return NULL;
+        }
+    }
+    uint64_t python = native ? 0 : cpu_ns, nat = native ? cpu_ns : 0;
+    if (f == NULL) {
+        cpu_sums_add(&S.totals.unattributed, python, nat, off_cpu, core_fraction);
+        return NULL;
+    }
+    line_record *rec = line_stats_at(pyframe_code(f), pyframe_lasti(f));
+    if (rec != NULL) {
+        cpu_sums_add(&rec->cpu, python, nat, off_cpu, core_fraction);
+    }
+    return rec;
+}
+
+/* Threads come and go; drop the tracks of those that are gone once they outnumber
+ * the living, so the table follows the number of live threads. */
+static void prune_threads(size_t live)
+{
+    if (S.threads.count < 64 || S.threads.count < 2 * live) {
+        return;
+    }
+    table fresh;
+    if (table_init(&fresh, sizeof(thread_track), live * 2) != 0) {
+        return;
+    }
+    size_t cursor = 0;
+    table_key key;
+    thread_track *t;
+    while ((t = table_next(&S.threads, &cursor, &key)) != NULL) {
+        if (t->seen_in == S.serial) {
+            int created;
+            thread_track *copy = table_upsert(&fresh, key, &created);
+            if (copy != NULL) {
+                *copy = *t;
+            }
+        }
+    }
+    table_release(&S.threads);
+    S.threads = fresh;
+}
+
+static uint64_t delta(uint64_t now, uint64_t before)
+{
+    return now > before ? now - before : 0;
+}
+
+static void snapshot(enum snapshot_source source, uint64_t main_delay_ns)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback); /* the snapshot must not disturb a pending error */
+
+    uint64_t now = clock_wall_ns();
+    uint64_t process_cpu = clock_process_cpu_ns();
+    pid_t sampler_tid = atomic_load(&S.sampler_tid);
+    uint64_t sampler_cpu = sampler_tid ? clock_thread_cpu_ns(sampler_tid) : CLOCK_UNAVAILABLE;
+    if (sampler_cpu == CLOCK_UNAVAILABLE) {
+        sampler_cpu = S.last_sampler_cpu_ns;
+    }
+    uint64_t window = delta(now, S.last_wall_ns);
+    uint64_t process_used = delta(process_cpu, S.last_process_cpu_ns);
+    uint64_t sampler_used = delta(sampler_cpu, S.last_sampler_cpu_ns);
+    uint64_t program_used = delta(process_used, sampler_used);
+    double core_fraction = 0.0;
+    if (window > 0) {
+        core_fraction = (double)program_used / ((double)window * (double)S.n_cpus);
+        core_fraction = core_fraction > 1.0 ? 1.0 : core_fraction;
+    }
+    S.serial++;
+
+    uint64_t threads_used = 0;
+    size_t live = 0;
+    line_record *main_record = NULL;
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
+         ts = PyThreadState_Next(ts)) {
+        pid_t tid = pyframe_thread_tid(ts);
+        if (ts == S.sampler_ts || tid == sampler_tid) {
+            continue; /* by tid too: its state exists before it first holds the GIL */
+        }
+        uint64_t cpu = clock_thread_cpu_ns(tid);
+        if (cpu == CLOCK_UNAVAILABLE) {
+            continue; /* the thread has exited and its state is being torn down */
+        }
+        int created;
+        table_key key = {pyframe_thread_serial(ts), 0};
+        thread_track *t = table_upsert(&S.threads, key, &created);
+        if (t == NULL) {
+            continue;
+        }
+        uint64_t wall, used;
+        if (created || t->tid != tid) {
+            /* First sight: the thread started within this window at the earliest
+             * known point, so all of its CPU so far (at most the window) is new. */
+            wall = window;
+            used = cpu < window ? cpu : window;
+            S.totals.threads_seen++;
+        } else {
+            wall = delta(now, t->last_wall_ns);
+            used = delta(cpu, t->last_cpu_ns);
+        }
+        if (used > wall) {
+            used = wall; /* clocks of different resolution; never more CPU than wall */
+        }
+        t->last_wall_ns = now;
+        t->last_cpu_ns = cpu;
+        t->seen_in = S.serial;
+        t->tid = tid;
+        threads_used += used;
+        live++;
+        int answered_by_it = source == ANSWERED_BY_MAIN && ts == S.main_ts;
+        line_record *rec = charge_thread(ts, answered_by_it, main_delay_ns, wall, used, core_fraction);
+        if (ts == S.main_ts) {
+            main_record = rec;
+        }
+    }
+
+    /* CPU used by threads that have no Python state (native thread pools, threads
+     * started from C) is native time of the program; it is charged to the line the
+     * main thread is running, which is the line that is waiting for that work. */
+    uint64_t untracked = delta(program_used, threads_used);
+    if (untracked > 0) {
+        S.totals.untracked_native_ns += untracked;
+        cpu_sums *into = main_record != NULL ? &main_record->cpu : &S.totals.unattributed;
+        into->native_ns += untracked;
+        into->busy_core_ns += core_fraction * (double)untracked;
+    }
+
+    prune_threads(live);
+    S.last_wall_ns = now;
+    S.last_process_cpu_ns = process_cpu;
+    S.last_sampler_cpu_ns = sampler_cpu;
+    S.totals.snapshots++;
+    if (source == ANSWERED_BY_MAIN) {
+        S.totals.main_snapshots++;
+    }
+    PyErr_Restore(type, value, traceback);
+}
+
+/* A pending call: runs on the main thread, with the GIL, at a bytecode boundary. */
+static int answer_request(void *unused)
+{
+    (void)unused;
+    if (atomic_load(&S.running) && getpid() == S.owner_pid) {
+        uint64_t now = clock_wall_ns();
+        uint64_t delay = delta(now, atomic_load(&S.request_wall_ns));
+        snapshot(PyThreadState_Get() == S.main_ts ? ANSWERED_BY_MAIN : TAKEN_BY_SAMPLER, delay);
+    }
+    atomic_store(&S.request_pending, 0);
+    return 0;
+}
+
+/* ---- the sampler thread ------------------------------------------------------- */
+
+/* Sleeps for ns unless sampler_stop() wakes it; returns whether to keep going. */
+static int wait_for_next_sample(uint64_t ns)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    uint64_t nsec = (uint64_t)deadline.tv_nsec + ns;
+    deadline.tv_sec += (time_t)(nsec / 1000000000ULL);
+    deadline.tv_nsec = (long)(nsec % 1000000000ULL);
+    pthread_mutex_lock(&S.wake_lock);
+    while (atomic_load(&S.running)) {
+        int rc = pthread_cond_timedwait(&S.wake, &S.wake_lock, &deadline);
+        if (rc == ETIMEDOUT) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&S.wake_lock);
+    return atomic_load(&S.running);
+}
+
+static void *sampler_main(void *unused)
+{
+    (void)unused;
+    atomic_store(&S.sampler_tid, (int)gettid());
+    uint64_t rng = clock_wall_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9E3779B97F4A7C15ULL;
+    uint64_t interval = S.options.interval_ns;
+    int have_thread_state = 0;
+    PyGILState_STATE gil_state = PyGILState_UNLOCKED;
+
+    while (wait_for_next_sample(clock_random_interval_ns(interval, &rng))) {
+        if (!atomic_load(&S.request_pending)) {
+            atomic_store(&S.request_wall_ns, clock_wall_ns());
+            atomic_store(&S.request_pending, 1);
+            if (Py_AddPendingCall(answer_request, NULL) != 0) {
+                atomic_store(&S.request_pending, 0); /* queue full: try at the next tick */
+            } else {
+                pyframe_wake_main_thread(S.interp);
+            }
+            continue;
+        }
+        if (delta(clock_wall_ns(), atomic_load(&S.request_wall_ns)) < interval) {
+            continue;
+        }
+        /* The main thread has not answered for a whole interval: it is blocked or
+         * in a long call that released the GIL.  Take the GIL and look ourselves.
+         * The request stays queued, so the main thread's own answer, when it
+         * comes, still measures how long it was away. */
+        if (!have_thread_state) {
+            gil_state = PyGILState_Ensure();
+            S.sampler_ts = PyThreadState_Get();
+            have_thread_state = 1;
+        } else {
+            PyEval_RestoreThread(S.sampler_ts);
+        }
+        if (atomic_load(&S.running) && atomic_load(&S.request_pending)) {
+            snapshot(TAKEN_BY_SAMPLER, 0);
+        }
+        PyEval_SaveThread();
+    }
+    if (have_thread_state) {
+        PyEval_RestoreThread(S.sampler_ts);
+        S.sampler_ts = NULL;
+        PyGILState_Release(gil_state);
+    }
+    return NULL;
+}
+
+/* In a forked child only the forking thread exists: the sampler is gone, and its
+ * thread state is deleted by CPython.  The child starts unprofiled. */
+static void forget_sampler_in_child(void)
+{
+    atomic_store(&S.running, 0);
+    atomic_store(&S.request_pending, 0);
+    atomic_store(&S.sampler_tid, 0);
+    S.thread_started = 0;
+    S.sampler_ts = NULL;
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    S.wake_lock = fresh;
+}
+
+int sampler_start(const sampler_options *options)
+{
+    static int atfork_registered;
+    if (S.thread_started) {
+        PyErr_SetString(PyExc_RuntimeError, "the CPU sampler is already running");
+        return -1;
+    }
+    if (!atfork_registered) {
+        if (pthread_atfork(NULL, NULL, forget_sampler_in_child) != 0) {
+            PyErr_SetString(PyExc_OSError, "cannot register the fork handler");
+            return -1;
+        }
+        atfork_registered = 1;
+    }
+    if (codes_init() != 0) {
+        return -1;
+    }
+    if (line_stats_init() != 0 ||
+        (S.threads.slots == NULL && table_init(&S.threads, sizeof(thread_track), 64) != 0)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&S.wake, &attr);
+    pthread_condattr_destroy(&attr);
+
+    S.options = *options;
+    S.interp = PyInterpreterState_Get();
+    S.main_ts = PyThreadState_Get();
+    S.sampler_ts = NULL;
+    S.owner_pid = getpid();
+    S.n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (S.n_cpus < 1) {
+        S.n_cpus = 1;
+    }
+    memset(&S.totals, 0, sizeof S.totals);
+    S.last_wall_ns = S.totals.start_wall_ns = clock_wall_ns();
+    S.last_process_cpu_ns = S.totals.process_cpu_ns = clock_process_cpu_ns();
+    S.last_sampler_cpu_ns = 0;
+    atomic_store(&S.sampler_tid, 0);
+    atomic_store(&S.request_pending, 0);
+    atomic_store(&S.running, 1);
+
+    /* The sampler thread blocks every signal, so signals meant for the program are
+     * never delivered to it and it never interrupts the program's system calls. */
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    int rc = pthread_create(&S.thread, NULL, sampler_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    if (rc != 0) {
+        atomic_store(&S.running, 0);
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    S.thread_started = 1;
+    return 0;
+}
+
+void sampler_stop(void)
+{
+    if (!S.thread_started) {
+        return;
+    }
+    pthread_mutex_lock(&S.wake_lock);
+    atomic_store(&S.running, 0);
+    pthread_cond_signal(&S.wake);
+    pthread_mutex_unlock(&S.wake_lock);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(S.thread, NULL);
+    Py_END_ALLOW_THREADS
+    S.thread_started = 0;
+    pthread_cond_destroy(&S.wake);
+    S.totals.stop_wall_ns = clock_wall_ns();
+    S.totals.process_cpu_ns = delta(clock_process_cpu_ns(), S.totals.process_cpu_ns);
+    S.totals.sampler_cpu_ns = S.last_sampler_cpu_ns;
+}
+
+int sampler_running(void)
+{
+    return S.thread_started;
+}
+
+void sampler_get_totals(sampler_totals *out)
+{
+    *out = S.totals;
+    uint64_t end = S.thread_started ? clock_wall_ns() : S.totals.stop_wall_ns;
+    out->stop_wall_ns = end;
+    out->mean_interval_ns =
+        S.totals.snapshots ? (double)delta(end, S.totals.start_wall_ns) / (double)S.totals.snapshots : 0.0;
+}
+
+void sampler_release(void)
+{
+    if (S.threads.slots != NULL) {
+        table_release(&S.threads);
+    }
+}

@@ -1,0 +1,49 @@
+/* sampler: CPU time per thread and per line, measured from inside the process.
+ *
+ * A sampler thread (plain C, no signals) wakes at exponentially distributed
+ * intervals and asks the main thread, through Py_AddPendingCall, to take a
+ * snapshot at its next bytecode boundary.  The snapshot reads every thread's frames
+ * with the GIL held and each thread's own CPU clock, and charges the window since
+ * that thread's previous snapshot to the nearest reported line on its stack.
+ * How long the main thread took to answer is how long it spent inside native code:
+ * that delay, measured on both ends, is what tells native time from Python time.
+ * When the main thread cannot answer (blocked in join(), a read, a GIL-free
+ * native call) the sampler thread takes the GIL itself and snapshots all threads.
+ * See docs/how-it-works.md for the accounting rules and why no signals are used.
+ */
+#ifndef PYROMETER_SAMPLER_H
+#define PYROMETER_SAMPLER_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "../profile/line_stats.h"
+
+typedef struct {
+    uint64_t interval_ns; /* mean time between samples */
+    int virtual_time;     /* count CPU time only: no system (off-CPU) time */
+} sampler_options;
+
+typedef struct {
+    uint64_t start_wall_ns, stop_wall_ns;
+    uint64_t snapshots;          /* samples taken */
+    uint64_t main_snapshots;     /* of which answered by the main thread */
+    uint64_t threads_seen;       /* distinct Python threads sampled */
+    uint64_t process_cpu_ns;     /* CPU of the whole process over the run */
+    uint64_t sampler_cpu_ns;     /* CPU the sampler thread itself used */
+    uint64_t untracked_native_ns;/* CPU of threads without Python state, charged as native */
+    double mean_interval_ns;     /* achieved time between samples */
+    cpu_sums unattributed;       /* threads with no reported frame on their stack */
+} sampler_totals;
+
+/* Called with the GIL held, on the main thread.  0, or -1 with an exception set. */
+int sampler_start(const sampler_options *options);
+/* Stops and joins the sampler thread; GIL held (released while joining). */
+void sampler_stop(void);
+int sampler_running(void);
+void sampler_get_totals(sampler_totals *out);
+/* Per-thread bookkeeping and counters; the line records stay in line_stats. */
+void sampler_release(void);
+
+#endif

@@ -1,0 +1,3 @@
+from pyrometer.cli import main
+
+raise SystemExit(main())

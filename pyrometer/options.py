@@ -1,0 +1,178 @@
+"""Command-line options: one table that drives parsing, validation, --help and the
+profile header, so every option has exactly one definition."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from typing import Any
+
+
+class UsageError(Exception):
+    """A bad command line: reported as one line on stderr with exit status 2."""
+
+
+@dataclasses.dataclass
+class Options:
+    outfile: str | None = None
+    json: bool = False
+    cli: bool = False
+    cpu_only: bool = False
+    profile_all: bool = False
+    profile_only: list[str] = dataclasses.field(default_factory=list)
+    profile_exclude: list[str] = dataclasses.field(default_factory=list)
+    use_virtual_time: bool = False
+    cpu_percent_threshold: float = 1.0
+    cpu_sampling_rate: float = 0.01
+    reduced_profile: bool = False
+    module: str | None = None
+    program: list[str] = dataclasses.field(default_factory=list)
+
+    def as_profile_options(self) -> dict[str, Any]:
+        """What the profile records about how it was taken."""
+        return {
+            "cpu_only": self.cpu_only,
+            "profile_all": self.profile_all,
+            "profile_only": self.profile_only,
+            "profile_exclude": self.profile_exclude,
+            "use_virtual_time": self.use_virtual_time,
+            "cpu_percent_threshold": self.cpu_percent_threshold,
+            "cpu_sampling_rate": self.cpu_sampling_rate,
+            "reduced_profile": self.reduced_profile,
+        }
+
+
+# Options that later work will implement: accepted by the parser so that a user
+# gets a clear "not available yet" instead of "unrecognized arguments".
+NOT_YET = {
+    "--html": "the HTML report",
+    "--web": "the web report",
+    "--memory": "memory profiling",
+    "--no-memory": "memory profiling",
+    "--gpu": "GPU profiling",
+    "--no-gpu": "GPU profiling",
+    "--profile-interval": "periodic profiles",
+    "--malloc-threshold": "memory profiling",
+    "--allocation-sampling-window": "memory profiling",
+    "--off": "starting paused",
+    "--pid": "controlling a running program",
+}
+NOT_YET_WITH_VALUE = {"--profile-interval", "--malloc-threshold", "--allocation-sampling-window", "--pid"}
+
+
+def _float_in(name: str, low: float, high: float, low_open: bool = True):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, not {text!r}") from None
+        too_low = value <= low if low_open else value < low
+        if math.isnan(value) or too_low or value > high:
+            bound = f"greater than {low:g}" if low_open else f"at least {low:g}"
+            raise argparse.ArgumentTypeError(
+                f"{name} must be {bound} and at most {high:g}, not {text}")
+        return value
+    return parse
+
+
+def _substrings(text: str) -> list[str]:
+    parts = [p for p in text.split(",") if p]
+    if not parts:
+        raise argparse.ArgumentTypeError("expected one or more comma-separated substrings")
+    return parts
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit status 2
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="pyrometer",
+        usage="pyrometer [run] [options] (prog.py | -m module) [args...]\n"
+              "       pyrometer view PROFILE.json [--cli | --json]",
+        description="A high-precision, low-overhead CPU, GPU and memory profiler for Python.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        add_help=True,
+    )
+    out = p.add_argument_group("output")
+    out.add_argument("--outfile", metavar="FILE", default=None,
+                     help="write the report to FILE instead of standard output")
+    out.add_argument("--json", action="store_true", help="write the profile as JSON")
+    out.add_argument("--cli", action="store_true", help="write the report as text (the default)")
+    out.add_argument("--reduced-profile", action="store_true",
+                     help="show only lines at or above the thresholds")
+    out.add_argument("--cpu-percent-threshold", metavar="PCT", default=1.0,
+                     type=_float_in("--cpu-percent-threshold", 0.0, 100.0, low_open=False),
+                     help="percent of run time at which a line counts as significant")
+    what = p.add_argument_group("what to profile")
+    what.add_argument("--cpu-only", action="store_true",
+                      help="profile CPU time only (no memory, copy or GPU profiling)")
+    what.add_argument("--profile-all", action="store_true",
+                      help="report all files, including the standard library and site-packages")
+    what.add_argument("--profile-only", metavar="SUBSTRINGS", type=_substrings, default=[],
+                      help="report only files whose path contains one of these comma-separated substrings")
+    what.add_argument("--profile-exclude", metavar="SUBSTRINGS", type=_substrings, default=[],
+                      help="never report files whose path contains one of these comma-separated substrings")
+    how = p.add_argument_group("sampling")
+    how.add_argument("--cpu-sampling-rate", metavar="SECONDS", default=0.01,
+                     type=_float_in("--cpu-sampling-rate", 0.0, 1.0),
+                     help="mean time between CPU samples, in seconds (min 0.0001)")
+    how.add_argument("--use-virtual-time", action="store_true",
+                     help="count CPU time only: no time sleeping, waiting or blocked in I/O")
+    later = p.add_argument_group("not available yet (accepted, then refused with a message)")
+    for flag in NOT_YET:
+        if flag in NOT_YET_WITH_VALUE:
+            later.add_argument(flag, metavar="N", default=None, dest=flag.strip("-").replace("-", "_"),
+                               help=f"{NOT_YET[flag]} (not available yet)")
+        else:
+            later.add_argument(flag, action="store_true", dest=flag.strip("-").replace("-", "_"),
+                               help=f"{NOT_YET[flag]} (not available yet)")
+    p.epilog = ("Everything after the script name (or after -m MODULE) is passed to the "
+                "program unchanged. Use -- to end pyrometer's options explicitly.")
+    return p
+
+
+def _split(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """Split argv into pyrometer's options, the module (-m) and the program's argv,
+    the way the python command does: the first word that is not an option ends
+    ours, so the program's own options are never taken for pyrometer's."""
+    takes_value = {s for a in parser._actions for s in a.option_strings if a.nargs != 0}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return argv[:i], None, argv[i + 1:]
+        if word == "-m":
+            if i + 1 >= len(argv):
+                raise UsageError("argument -m: expected a module name")
+            return argv[:i], argv[i + 1], argv[i + 2:]
+        if word.startswith("-m") and not word.startswith("--"):
+            return argv[:i], word[2:], argv[i + 1:]
+        if word.startswith("-") and word != "-":
+            name = word.split("=", 1)[0]
+            i += 2 if (name in takes_value and "=" not in word) else 1
+            continue
+        return argv[:i], None, argv[i:]
+    return argv, None, []
+
+
+def parse(argv: list[str]) -> Options:
+    parser = build_parser()
+    own, module, program = _split(parser, argv)
+    ns = parser.parse_args(own)
+    for flag in NOT_YET:
+        value = getattr(ns, flag.strip("-").replace("-", "_"))
+        if value not in (None, False):
+            raise UsageError(f"{flag}: {NOT_YET[flag]} is not available yet")
+    if ns.cpu_sampling_rate < 1e-4:
+        raise UsageError(f"argument --cpu-sampling-rate: must be at least 0.0001, not {ns.cpu_sampling_rate:g}")
+    if ns.json and ns.cli:
+        raise UsageError("--json and --cli are exclusive: choose one report format")
+    if module is None and not program:
+        raise UsageError("no program to profile: give a script (pyrometer prog.py) or a module (pyrometer -m mod)")
+    opts = Options(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(Options)
+                      if f.name not in ("program", "module")}, module=module, program=program)
+    return opts

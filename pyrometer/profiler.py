@@ -1,0 +1,73 @@
+"""Starts and stops the C measuring core with the options of a run."""
+
+from __future__ import annotations
+
+import os
+import site
+import sysconfig
+import time
+
+from . import _core
+from .options import Options
+
+OWN_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
+
+
+def _with_sep(path: str) -> str:
+    return path.rstrip(os.sep) + os.sep
+
+
+def _installation_directories() -> list[str]:
+    """Where the standard library and installed packages live: not the program."""
+    dirs = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            dirs.add(path)
+    try:
+        dirs.update(site.getsitepackages())
+    except AttributeError:  # some virtualenvs ship a site.py without it
+        pass
+    user = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
+    if user:
+        dirs.add(user)
+    out = set()
+    for d in dirs:
+        out.add(_with_sep(os.path.abspath(d)))
+        out.add(_with_sep(os.path.realpath(d)))
+    return sorted(out)
+
+
+class Session:
+    """One profiled run: wall-clock bounds plus the C core's aggregates."""
+
+    def __init__(self, options: Options, program_directory: str):
+        self.options = options
+        self.program_directory = program_directory
+        self.start_time = 0.0
+        self.elapsed = 0.0
+
+    def start(self) -> None:
+        d = self.program_directory
+        own = {_with_sep(OWN_DIRECTORY), _with_sep(os.path.realpath(OWN_DIRECTORY))}
+        _core.reset()
+        self.start_time = time.time()
+        self._t0 = time.perf_counter()
+        _core.start(
+            interval=self.options.cpu_sampling_rate,
+            virtual_time=self.options.use_virtual_time,
+            include=sorted({_with_sep(os.path.abspath(d)), _with_sep(os.path.realpath(d))}),
+            exclude=_installation_directories(),
+            own=sorted(own),
+            only=self.options.profile_only,
+            exclude_substrings=self.options.profile_exclude,
+            profile_all=self.options.profile_all,
+        )
+
+    def stop(self) -> None:
+        if _core.running():
+            _core.stop()
+            self.elapsed = time.perf_counter() - self._t0
+
+    def collect(self) -> dict:
+        return _core.collect()

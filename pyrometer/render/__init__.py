@@ -1,0 +1,1 @@
+"""Renderers: each turns the finished profile (pyrometer.model) into one format."""
