@@ -91,8 +91,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="pyrometer",
-        usage="pyrometer [run] [options] (prog.py | -m module) [args...]\n"
-              "       pyrometer view PROFILE.json [--cli | --json]",
+        usage="pyrometer [run] [options] (prog.py | -m module) [args...]",
         description="A high-precision, low-overhead CPU, GPU and memory profiler for Python.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         add_help=True,
@@ -101,13 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--outfile", metavar="FILE", default=None,
                      help="write the report to FILE instead of standard output")
     out.add_argument("--json", action="store_true", help="write the profile as JSON")
-    out.add_argument("--cli", action="store_true", help="write the report as text (the default)")
+    out.add_argument("--cli", action="store_true", help="write the report as annotated text")
     out.add_argument("--reduced-profile", action="store_true",
                      help="show only lines at or above the thresholds")
     out.add_argument("--cpu-percent-threshold", metavar="PCT", default=1.0,
                      type=_float_in("--cpu-percent-threshold", 0.0, 100.0, low_open=False),
                      help="percent of run time at which a line counts as significant")
     what = p.add_argument_group("what to profile")
+    what.add_argument("-m", dest="module", metavar="MODULE", default=None,
+                      help="run a library module as the program, like python -m; "
+                           "what follows is the module's argv")
     what.add_argument("--cpu-only", action="store_true",
                       help="profile CPU time only (no memory, copy or GPU profiling)")
     what.add_argument("--profile-all", action="store_true",

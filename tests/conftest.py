@@ -1,0 +1,186 @@
+"""Shared test machinery.
+
+- ``groundtruth_dir``: builds the test-only C extension tests/groundtruth/_groundtruth.c
+  once per session (gcc, flags from sysconfig, -Wall -Wextra -Werror) into a
+  temporary directory; test programs import it through PYTHONPATH.
+- ``run_pyrometer``: runs ``python -m pyrometer ...`` in a subprocess with that
+  PYTHONPATH.
+- ``profile_program``: writes a program, profiles it with --json --outfile and
+  returns the parsed profile with helpers to find lines by marker comments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+GROUNDTRUTH_SOURCES = TESTS_DIR / "groundtruth"
+
+# Every test program is killed after this long: a hang is a failure, not a stall.
+PROGRAM_TIMEOUT_S = 60
+
+
+def _compiler() -> list[str]:
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return cc.split()
+
+
+def build_groundtruth(out_dir: Path) -> Path:
+    """Compile _groundtruth.c into out_dir and return out_dir."""
+    if shutil.which(_compiler()[0]) is None:
+        raise RuntimeError(f"no C compiler ({_compiler()[0]}) to build the ground-truth extension")
+    src = GROUNDTRUTH_SOURCES / "_groundtruth.c"
+    target = out_dir / ("_groundtruth" + sysconfig.get_config_var("EXT_SUFFIX"))
+    include = sysconfig.get_paths()["include"]
+    plat_include = sysconfig.get_paths()["platinclude"]
+    cmd = [
+        *_compiler(), "-std=c11", "-O2", "-g", "-fPIC", "-shared",
+        "-Wall", "-Wextra", "-Werror",
+        f"-I{include}", f"-I{plat_include}",
+        str(src), "-o", str(target),
+    ]
+    if sys.platform == "darwin":
+        cmd[1:1] = ["-undefined", "dynamic_lookup"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the ground-truth extension failed:\n$ {' '.join(cmd)}\n"
+                           f"{proc.stdout}{proc.stderr}")
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def groundtruth_dir(tmp_path_factory) -> Path:
+    """Directory holding the freshly built _groundtruth extension."""
+    return build_groundtruth(tmp_path_factory.mktemp("groundtruth_build"))
+
+
+def program_env(groundtruth: Path | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(groundtruth)] if groundtruth is not None else []
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.pop("NO_COLOR", None)
+    if extra:
+        env.update(extra)
+    return env
+
+
+@pytest.fixture
+def run_pyrometer(groundtruth_dir):
+    """run_pyrometer(args, cwd=..., input=..., env=...) -> CompletedProcess (text mode)."""
+
+    def run(args: list[str], *, cwd: str | os.PathLike | None = None, input: str | None = None,
+            env: dict[str, str] | None = None, timeout: float = PROGRAM_TIMEOUT_S,
+            python_args: list[str] | None = None) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, *(python_args or []), "-m", "pyrometer", *[str(a) for a in args]]
+        return subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, text=True,
+                              env=program_env(groundtruth_dir, env), timeout=timeout,
+                              stdin=None if input is not None else subprocess.DEVNULL)
+
+    return run
+
+
+def write_program(directory: Path, source: str, name: str = "prog.py") -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(source).lstrip("\n"))
+    return path
+
+
+@dataclass
+class Profiled:
+    """A profiled run: the process, the parsed JSON profile and the program's path."""
+    proc: subprocess.CompletedProcess
+    profile: dict[str, Any]
+    program: Path
+
+    @property
+    def source_lines(self) -> list[str]:
+        return self.program.read_text().splitlines()
+
+    def lineno(self, marker: str) -> int:
+        """The line number of the (unique) source line containing marker."""
+        hits = [i + 1 for i, line in enumerate(self.source_lines) if marker in line]
+        assert len(hits) == 1, f"marker {marker!r} found on lines {hits} of {self.program}"
+        return hits[0]
+
+    def file(self, path: Path | None = None) -> dict[str, Any]:
+        path = Path(path or self.program)
+        files = self.profile["files"]
+        for key in (str(path), str(path.resolve()), os.path.realpath(path)):
+            if key in files:
+                return files[key]
+        raise AssertionError(f"{path} is not in the profile's files: {sorted(files)}")
+
+    def line(self, marker: str, path: Path | None = None) -> dict[str, Any]:
+        """The profile entry of the line holding marker (zeros if not reported)."""
+        n = self.lineno(marker)
+        for entry in self.file(path)["lines"]:
+            if entry["lineno"] == n:
+                return entry
+        raise AssertionError(f"line {n} ({marker!r}) missing from the profile of {path or self.program}")
+
+    def function(self, qualname: str, path: Path | None = None) -> dict[str, Any]:
+        for entry in self.file(path)["functions"]:
+            if entry["line"] == qualname:
+                return entry
+        names = [e["line"] for e in self.file(path)["functions"]]
+        raise AssertionError(f"function {qualname!r} not in the profile (functions: {names})")
+
+    def describe(self, *markers: str) -> str:
+        """A compact summary for assertion messages."""
+        p = self.profile
+        parts = [f"total_time_sec={p['total_time_sec']:.3f} elapsed={p['elapsed_time_sec']:.3f} "
+                 f"cpu={p['cpu_time_sec']} samples={p['cpu_samples']} threads={p['threads']}"]
+        for m in markers:
+            try:
+                e = self.line(m)
+            except AssertionError as err:
+                parts.append(f"{m}: {err}")
+                continue
+            parts.append(f"{m} (line {e['lineno']}): py={e['n_cpu_python_sec']:.3f}s "
+                         f"c={e['n_cpu_native_sec']:.3f}s sys={e['n_sys_sec']:.3f}s "
+                         f"py%={e['n_cpu_percent_python']:.1f} c%={e['n_cpu_percent_c']:.1f} "
+                         f"sys%={e['n_sys_percent']:.1f} samples={e['n_samples']}")
+        return "\n  ".join(parts)
+
+
+@pytest.fixture
+def profile_program(tmp_path, run_pyrometer):
+    """profile_program(source, options=[], args=[]) -> Profiled.
+
+    Writes source to tmp_path/prog.py, runs
+    ``python -m pyrometer --json --outfile OUT [options] prog.py [args]`` and parses OUT.
+    """
+
+    def profile(source: str, options: list[str] | None = None, args: list[str] | None = None,
+                name: str = "prog.py", expect_status: int | None = 0, **kw) -> Profiled:
+        prog = write_program(tmp_path, source, name)
+        out = tmp_path / "profile.json"
+        if out.exists():
+            out.unlink()
+        proc = run_pyrometer(["--json", "--outfile", out, *(options or []), prog, *(args or [])],
+                             cwd=tmp_path, **kw)
+        if expect_status is not None:
+            assert proc.returncode == expect_status, (
+                f"pyrometer exited {proc.returncode}, expected {expect_status}\n"
+                f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        assert out.exists(), f"no profile written\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        with open(out) as f:
+            data = json.load(f)
+        return Profiled(proc, data, prog)
+
+    return profile
