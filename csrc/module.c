@@ -146,7 +146,7 @@ static PyObject *core_collect(PyObject *module, PyObject *unused)
         return NULL;
     }
     return Py_BuildValue(
-        "{s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n}", "records", records,
+        "{s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K}", "records", records,
         "unattributed", unattributed, "start_wall_ns", (unsigned long long)t.start_wall_ns,
         "stop_wall_ns", (unsigned long long)t.stop_wall_ns, "snapshots",
         (unsigned long long)t.snapshots, "main_snapshots", (unsigned long long)t.main_snapshots,
@@ -154,7 +154,8 @@ static PyObject *core_collect(PyObject *module, PyObject *unused)
         (unsigned long long)t.process_cpu_ns, "sampler_cpu_ns", (unsigned long long)t.sampler_cpu_ns,
         "untracked_native_ns", (unsigned long long)t.untracked_native_ns, "mean_interval_ns",
         t.mean_interval_ns, "n_cpus", sysconf(_SC_NPROCESSORS_ONLN), "code_objects",
-        (Py_ssize_t)codes_count());
+        (Py_ssize_t)codes_count(), "profiler_memory_bytes",
+        (unsigned long long)(t.memory_bytes + codes_memory_bytes() + line_stats_memory_bytes()));
 }
 
 static PyObject *core_reset(PyObject *module, PyObject *unused)

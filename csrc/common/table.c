@@ -134,6 +134,11 @@ void *table_upsert(table *t, table_key key, int *created)
     return slot + SLOT_HEADER;
 }
 
+size_t table_memory_bytes(const table *t)
+{
+    return t->slots == NULL ? 0 : t->capacity * t->slot_size;
+}
+
 void *table_next(const table *t, size_t *cursor, table_key *key)
 {
     while (t->slots != NULL && *cursor < t->capacity) {

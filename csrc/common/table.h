@@ -34,6 +34,9 @@ void *table_find(const table *t, table_key key);
  * NULL only when the table cannot grow. */
 void *table_upsert(table *t, table_key key, int *created);
 
+/* Bytes of memory the table holds (for the profiler's own footprint). */
+size_t table_memory_bytes(const table *t);
+
 /* Iteration: start with *cursor = 0; returns NULL when done. */
 void *table_next(const table *t, size_t *cursor, table_key *key);
 

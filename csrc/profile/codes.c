@@ -118,6 +118,11 @@ size_t codes_count(void)
     return initialised ? code_table.count : 0;
 }
 
+size_t codes_memory_bytes(void)
+{
+    return initialised ? table_memory_bytes(&code_table) + code_arena.bytes_mapped : 0;
+}
+
 void codes_release(void)
 {
     if (!initialised) {

@@ -27,6 +27,7 @@ const code_info *codes_lookup(PyCodeObject *code);
 /* Whether a thread stopped at this instruction was executing Python bytecode. */
 int codes_python_at(const code_info *info, int lasti);
 size_t codes_count(void);
+size_t codes_memory_bytes(void);
 void codes_release(void);
 
 #endif

@@ -34,6 +34,11 @@ line_record *line_stats_next(size_t *cursor, PyCodeObject **code, int *lasti)
     return rec;
 }
 
+size_t line_stats_memory_bytes(void)
+{
+    return initialised ? table_memory_bytes(&locations) : 0;
+}
+
 void line_stats_release(void)
 {
     if (initialised) {

@@ -30,6 +30,7 @@ line_record *line_stats_at(PyCodeObject *code, int lasti);
 /* Iteration: start with *cursor = 0; NULL when done. */
 line_record *line_stats_next(size_t *cursor, PyCodeObject **code, int *lasti);
 void line_stats_release(void);
+size_t line_stats_memory_bytes(void);
 
 void cpu_sums_add(cpu_sums *into, uint64_t python_ns, uint64_t native_ns, uint64_t system_ns,
                   double core_fraction);

@@ -400,6 +400,7 @@ void sampler_get_totals(sampler_totals *out)
     *out = S.totals;
     uint64_t end = S.thread_started ? clock_wall_ns() : S.totals.stop_wall_ns;
     out->stop_wall_ns = end;
+    out->memory_bytes = table_memory_bytes(&S.threads);
     out->mean_interval_ns =
         S.totals.snapshots ? (double)delta(end, S.totals.start_wall_ns) / (double)S.totals.snapshots : 0.0;
 }

@@ -133,6 +133,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         "process_cpu_time_sec": raw["process_cpu_ns"] * NS,
         "profiler_cpu_time_sec": raw["sampler_cpu_ns"] * NS,
         "untracked_native_sec": raw["untracked_native_ns"] * NS,
+        "profiler_memory_bytes": raw["profiler_memory_bytes"],
         "total_time_sec": denominator,
         "cpu_time_sec": {
             "python": every_line.python + unattributed.python,
