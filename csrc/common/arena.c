@@ -38,10 +38,10 @@ static size_t round_up(size_t n, size_t to)
 void *arena_alloc(arena *a, size_t size)
 {
     size_t header = round_up(sizeof(arena_chunk), 16);
-    size = round_up(size == 0 ? 1 : size, 16);
-    if (size > SIZE_MAX / 2) {
+    if (size > SIZE_MAX / 2) { /* checked before rounding, which wraps near SIZE_MAX */
         return NULL;
     }
+    size = round_up(size == 0 ? 1 : size, 16);
     arena_chunk *c = a->head;
     if (c == NULL || c->size - c->used < size) {
         size_t want = header + size;

@@ -45,7 +45,7 @@ static int slot_matches(const unsigned char *slot, table_key key)
 int table_init(table *t, size_t value_size, size_t initial_capacity)
 {
     size_t cap = 16;
-    while (cap < initial_capacity) {
+    while (cap < initial_capacity && cap < ((size_t)1 << 40)) {
         cap *= 2;
     }
     t->value_size = value_size;

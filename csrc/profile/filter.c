@@ -47,7 +47,8 @@ int filter_configure(const filter_rules *rules)
     active.profile_all = rules->profile_all;
     if (!active.include_prefixes || !active.exclude_prefixes || !active.own_prefixes ||
         !active.only_substrings || !active.exclude_substrings) {
-        filter_release();
+        /* Not configured yet, so filter_release() would keep what was mapped so far. */
+        arena_release(&filter_arena);
         return -1;
     }
     configured = 1;

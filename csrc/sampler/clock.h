@@ -15,7 +15,8 @@ uint64_t clock_self_cpu_ns(void);     /* CPU of the calling thread */
  * CLOCK_UNAVAILABLE when that thread no longer exists. */
 uint64_t clock_thread_cpu_ns(pid_t tid);
 
-/* Exponentially distributed interval with the given mean, from a xorshift state:
+/* Exponentially distributed interval with the given mean, from a xorshift state
+ * (which must start non-zero):
  * memoryless sampling times cannot alias with periodic work in the program. */
 uint64_t clock_random_interval_ns(uint64_t mean_ns, uint64_t *rng_state);
 
