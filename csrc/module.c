@@ -97,14 +97,14 @@ static PyObject *core_stop(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *sums_tuple(const cpu_sums *s)
+static PyObject *sums_tuple(const cpu_sums *s, double unit_ns)
 {
-    return Py_BuildValue("(KKKdK)", (unsigned long long)s->python_ns,
-                         (unsigned long long)s->native_ns, (unsigned long long)s->system_ns,
-                         s->busy_core_ns, (unsigned long long)s->samples);
+    double python, native, system, busy;
+    cpu_sums_resolve(s, unit_ns, &python, &native, &system, &busy);
+    return Py_BuildValue("(ddddK)", python, native, system, busy, (unsigned long long)s->samples);
 }
 
-static PyObject *collect_records(void)
+static PyObject *collect_records(double unit_ns)
 {
     PyObject *records = PyList_New(0);
     if (records == NULL) {
@@ -116,7 +116,7 @@ static PyObject *collect_records(void)
     line_record *rec;
     while ((rec = line_stats_next(&cursor, &code, &lasti)) != NULL) {
         int lineno = PyCode_Addr2Line(code, lasti < 0 ? 0 : lasti * 2);
-        PyObject *cpu = sums_tuple(&rec->cpu);
+        PyObject *cpu = sums_tuple(&rec->cpu, unit_ns);
         PyObject *item = cpu == NULL ? NULL
                                      : Py_BuildValue("(OiOiN)", code->co_filename, lineno,
                                                      code->co_qualname, code->co_firstlineno, cpu);
@@ -136,11 +136,11 @@ static PyObject *core_collect(PyObject *module, PyObject *unused)
     (void)unused;
     sampler_totals t;
     sampler_get_totals(&t);
-    PyObject *records = collect_records();
+    PyObject *records = collect_records(t.unit_ns);
     if (records == NULL) {
         return NULL;
     }
-    PyObject *unattributed = sums_tuple(&t.unattributed);
+    PyObject *unattributed = sums_tuple(&t.unattributed, t.unit_ns);
     if (unattributed == NULL) {
         Py_DECREF(records);
         return NULL;

@@ -73,7 +73,7 @@ def program_env(groundtruth: Path | None, extra: dict[str, str] | None = None) -
         paths.append(env["PYTHONPATH"])
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
-    env.pop("NO_COLOR", None)
+    env.pop("NO_COLOR", None)  # so that "no colour when not a terminal" is pyrometer's doing
     if extra:
         env.update(extra)
     return env
@@ -155,6 +155,12 @@ class Profiled:
                          f"c={e['n_cpu_native_sec']:.3f}s sys={e['n_sys_sec']:.3f}s "
                          f"py%={e['n_cpu_percent_python']:.1f} c%={e['n_cpu_percent_c']:.1f} "
                          f"sys%={e['n_sys_percent']:.1f} samples={e['n_samples']}")
+        hot = sorted(((e["n_cpu_python_sec"] + e["n_cpu_native_sec"] + e["n_sys_sec"], name, e)
+                      for name, f in p["files"].items() for e in f["lines"]),
+                     key=lambda t: -t[0])[:6]
+        parts.append("hottest lines: " + "; ".join(
+            f"{os.path.basename(name)}:{e['lineno']} py={e['n_cpu_python_sec']:.3f} "
+            f"c={e['n_cpu_native_sec']:.3f} sys={e['n_sys_sec']:.3f}" for t, name, e in hot if t > 0))
         return "\n  ".join(parts)
 
 
@@ -184,3 +190,7 @@ def profile_program(tmp_path, run_pyrometer):
         return Profiled(proc, data, prog)
 
     return profile
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "accuracy: profiles a program and compares it with ground truth")

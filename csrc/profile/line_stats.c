@@ -47,6 +47,26 @@ void line_stats_release(void)
     }
 }
 
+void cpu_sums_add_estimate(cpu_sums *into, int native, double on_cpu, double core_fraction)
+{
+    if (native) {
+        into->est_native += on_cpu;
+    } else {
+        into->est_python += on_cpu;
+    }
+    into->est_system += 1.0 - on_cpu;
+    into->est_busy += core_fraction;
+}
+
+void cpu_sums_resolve(const cpu_sums *s, double unit_ns, double *python_ns, double *native_ns,
+                      double *system_ns, double *busy_core_ns)
+{
+    *python_ns = (double)s->python_ns + s->est_python * unit_ns;
+    *native_ns = (double)s->native_ns + s->est_native * unit_ns;
+    *system_ns = (double)s->system_ns + s->est_system * unit_ns;
+    *busy_core_ns = s->busy_core_ns + s->est_busy * unit_ns;
+}
+
 void cpu_sums_add(cpu_sums *into, uint64_t python_ns, uint64_t native_ns, uint64_t system_ns,
                   double core_fraction)
 {

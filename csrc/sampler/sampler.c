@@ -30,7 +30,9 @@ typedef struct {
 static struct {
     atomic_int running;         /* the sampler thread keeps going while set */
     atomic_int request_pending; /* a snapshot request waits for the main thread */
-    _Atomic uint64_t request_wall_ns;
+    _Atomic uint64_t request_wall_ns;     /* when the request was made (t0) */
+    _Atomic uint64_t request_main_cpu_ns; /* the main thread's CPU clock at t0 */
+    pid_t main_tid;
     atomic_int sampler_tid;
     pthread_t thread;
     int thread_started;
@@ -47,29 +49,41 @@ static struct {
     table threads; /* thread serial -> thread_track */
     uint64_t serial;
     uint64_t last_wall_ns, last_process_cpu_ns, last_sampler_cpu_ns;
+    int64_t untracked_carry; /* signed: clock-reading noise cancels out over windows */
     sampler_totals totals;
 } S = {.wake_lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* ---- snapshot (GIL held) ---------------------------------------------------- */
 
-/* Charges one thread's window to the nearest reported frame on its stack.  The
- * kind of the time is decided at the innermost frame, reported or not, so time in
- * the standard library keeps its kind when it is charged to the user's line. */
-static line_record *charge_thread(PyThreadState *ts, int answered_by_it, uint64_t delay_ns,
-                                  uint64_t wall_ns, uint64_t cpu_ns, double core_fraction)
+static uint64_t delta(uint64_t now, uint64_t before)
 {
-    uint64_t off_cpu = S.options.virtual_time ? 0 : wall_ns - cpu_ns;
+    return now > before ? now - before : 0;
+}
+
+/* Where a thread's time goes: the nearest reported frame on its stack, and the
+ * kind of what it runs.  The kind is decided at the innermost frame, reported or
+ * not, so time in the standard library keeps its kind when it is charged to the
+ * user's line.  *where is NULL when no reported frame is on the stack. */
+typedef struct {
+    line_record *where;
+    int native;
+    int ok; /* 0 when memory ran out: the time is dropped */
+} location;
+
+static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns)
+{
+    location loc = {NULL, 1, 1};
     pyframe f = pyframe_innermost(ts);
     if (f == NULL) {
-        cpu_sums_add(&S.totals.unattributed, 0, cpu_ns, off_cpu, core_fraction);
-        return NULL;
+        return loc; /* no Python frame at all: native */
     }
     const code_info *info = codes_lookup(pyframe_code(f));
     if (info == NULL) {
-        return NULL;
+        loc.ok = 0;
+        return loc;
     }
-    int native = answered_by_it ? delay_ns > NATIVE_DELAY_NS
-                                : !codes_python_at(info, pyframe_lasti(f));
+    loc.native = native_by_delay ? delay_ns > NATIVE_DELAY_NS
+                                 : !codes_python_at(info, pyframe_lasti(f));
     while (!info->reported) {
         f = pyframe_caller(f);
         if (f == NULL) {
@@ -77,19 +91,73 @@ static line_record *charge_thread(PyThreadState *ts, int answered_by_it, uint64_
         }
         info = codes_lookup(pyframe_code(f));
         if (info == NULL) {
-            return NULL;
+            loc.ok = 0;
+            return loc;
         }
     }
-    uint64_t python = native ? 0 : cpu_ns, nat = native ? cpu_ns : 0;
-    if (f == NULL) {
-        cpu_sums_add(&S.totals.unattributed, python, nat, off_cpu, core_fraction);
-        return NULL;
+    if (f != NULL) {
+        loc.where = line_stats_at(pyframe_code(f), pyframe_lasti(f));
+        loc.ok = loc.where != NULL;
     }
-    line_record *rec = line_stats_at(pyframe_code(f), pyframe_lasti(f));
-    if (rec != NULL) {
-        cpu_sums_add(&rec->cpu, python, nat, off_cpu, core_fraction);
+    return loc;
+}
+
+static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, double core_fraction)
+{
+    if (!loc->ok) {
+        return;
     }
-    return rec;
+    uint64_t off_cpu = S.options.virtual_time ? 0 : wall_ns - cpu_ns;
+    cpu_sums *into = loc->where != NULL ? &loc->where->cpu : &S.totals.unattributed;
+    cpu_sums_add(into, loc->native ? 0 : cpu_ns, loc->native ? cpu_ns : 0, off_cpu, core_fraction);
+}
+
+/* The main thread answering its own request at `now`.  Its time since it was last
+ * accounted (at `last`) has two parts:
+ *  - the answer delay [t0, now], measured exactly: where it was the whole time;
+ *  - the time before the request, [last, t0], which is estimated: the request
+ *    times form a Poisson process over the time the main thread can answer, so
+ *    each answered request observes the program in proportion to the time it
+ *    spends in each state, and represents one mean interval of that time.
+ * Charging the actual length of [last, t0] instead would be biased: `last` is
+ * the end of the previous answer, i.e. the end of a native call, so the Python
+ * right after native calls would get systematically short windows. */
+static void charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t now, uint64_t cpu,
+                               double core_fraction)
+{
+    uint64_t t0 = atomic_load(&S.request_wall_ns);
+    uint64_t cpu_t0 = atomic_load(&S.request_main_cpu_ns);
+    uint64_t dead_from = t0, dead_cpu_from = cpu_t0;
+    if (t->last_wall_ns > t0) { /* the sampler thread already charged part of the wait */
+        dead_from = t->last_wall_ns;
+        dead_cpu_from = t->last_cpu_ns;
+    }
+    uint64_t delay = delta(now, t0);
+    uint64_t dead = delta(now, dead_from), dead_cpu = delta(cpu, dead_cpu_from);
+    dead_cpu = dead_cpu > dead ? dead : dead_cpu;
+    uint64_t live = delta(t0, t->last_wall_ns), live_cpu = delta(cpu_t0, t->last_cpu_ns);
+    live_cpu = live_cpu > live ? live : live_cpu;
+
+    location loc = locate(ts, 1, delay);
+    charge(&loc, dead, dead_cpu, core_fraction);
+    /* The estimated part: one unit, on and off CPU in the proportion measured for
+     * the state it observed.  The unit's length is the measured time before
+     * requests divided by the number of requests (a ratio estimator: exact
+     * totals, and no bias from the sampler thread waking later than asked). */
+    double on_cpu = loc.native ? (delay > 0 ? (double)delta(cpu, cpu_t0) / (double)delay : 1.0)
+                               : (live > 0 ? (double)live_cpu / (double)live : 1.0);
+    on_cpu = on_cpu > 1.0 ? 1.0 : on_cpu;
+    if (S.options.virtual_time) {
+        /* Off-CPU time is not counted; the unit then measures CPU time only. */
+        live = live_cpu;
+        on_cpu = 1.0;
+    }
+    S.totals.main_live_ns += live;
+    S.totals.main_live_units++;
+    if (loc.ok) {
+        cpu_sums_add_estimate(loc.where != NULL ? &loc.where->cpu : &S.totals.unattributed,
+                              loc.native, on_cpu, core_fraction);
+    }
 }
 
 /* Threads come and go; drop the tracks of those that are gone once they outnumber
@@ -119,12 +187,7 @@ static void prune_threads(size_t live)
     S.threads = fresh;
 }
 
-static uint64_t delta(uint64_t now, uint64_t before)
-{
-    return now > before ? now - before : 0;
-}
-
-static void snapshot(enum snapshot_source source, uint64_t main_delay_ns)
+static void snapshot(enum snapshot_source source)
 {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback); /* the snapshot must not disturb a pending error */
@@ -168,11 +231,14 @@ static void snapshot(enum snapshot_source source, uint64_t main_delay_ns)
         }
         uint64_t wall, used;
         if (created || t->tid != tid) {
-            /* First sight: the thread started within this window at the earliest
-             * known point, so all of its CPU so far (at most the window) is new. */
+            /* First sight (threads that existed at start were seen by
+             * sampler_start): the thread started within this window, so all of
+             * its CPU so far (at most the window) is new. */
             wall = window;
             used = cpu < window ? cpu : window;
             S.totals.threads_seen++;
+            t->last_wall_ns = now - wall;
+            t->last_cpu_ns = cpu - used;
         } else {
             wall = delta(now, t->last_wall_ns);
             used = delta(cpu, t->last_cpu_ns);
@@ -180,24 +246,32 @@ static void snapshot(enum snapshot_source source, uint64_t main_delay_ns)
         if (used > wall) {
             used = wall; /* clocks of different resolution; never more CPU than wall */
         }
+        threads_used += used;
+        live++;
+        location loc;
+        if (source == ANSWERED_BY_MAIN && ts == S.main_ts) {
+            charge_main_answer(ts, t, now, cpu, core_fraction);
+            loc = locate(ts, 1, delta(now, atomic_load(&S.request_wall_ns)));
+        } else {
+            loc = locate(ts, 0, 0);
+            charge(&loc, wall, used, core_fraction);
+        }
+        if (ts == S.main_ts) {
+            main_record = loc.where;
+        }
         t->last_wall_ns = now;
         t->last_cpu_ns = cpu;
         t->seen_in = S.serial;
         t->tid = tid;
-        threads_used += used;
-        live++;
-        int answered_by_it = source == ANSWERED_BY_MAIN && ts == S.main_ts;
-        line_record *rec = charge_thread(ts, answered_by_it, main_delay_ns, wall, used, core_fraction);
-        if (ts == S.main_ts) {
-            main_record = rec;
-        }
     }
 
     /* CPU used by threads that have no Python state (native thread pools, threads
      * started from C) is native time of the program; it is charged to the line the
      * main thread is running, which is the line that is waiting for that work. */
-    uint64_t untracked = delta(program_used, threads_used);
-    if (untracked > 0) {
+    S.untracked_carry += (int64_t)program_used - (int64_t)threads_used;
+    if (S.untracked_carry > 0) {
+        uint64_t untracked = (uint64_t)S.untracked_carry;
+        S.untracked_carry = 0;
         S.totals.untracked_native_ns += untracked;
         cpu_sums *into = main_record != NULL ? &main_record->cpu : &S.totals.unattributed;
         into->native_ns += untracked;
@@ -220,9 +294,7 @@ static int answer_request(void *unused)
 {
     (void)unused;
     if (atomic_load(&S.running) && getpid() == S.owner_pid) {
-        uint64_t now = clock_wall_ns();
-        uint64_t delay = delta(now, atomic_load(&S.request_wall_ns));
-        snapshot(PyThreadState_Get() == S.main_ts ? ANSWERED_BY_MAIN : TAKEN_BY_SAMPLER, delay);
+        snapshot(PyThreadState_Get() == S.main_ts ? ANSWERED_BY_MAIN : TAKEN_BY_SAMPLER);
     }
     atomic_store(&S.request_pending, 0);
     return 0;
@@ -260,6 +332,7 @@ static void *sampler_main(void *unused)
 
     while (wait_for_next_sample(clock_random_interval_ns(interval, &rng))) {
         if (!atomic_load(&S.request_pending)) {
+            atomic_store(&S.request_main_cpu_ns, clock_thread_cpu_ns(S.main_tid));
             atomic_store(&S.request_wall_ns, clock_wall_ns());
             atomic_store(&S.request_pending, 1);
             if (Py_AddPendingCall(answer_request, NULL) != 0) {
@@ -284,7 +357,7 @@ static void *sampler_main(void *unused)
             PyEval_RestoreThread(S.sampler_ts);
         }
         if (atomic_load(&S.running) && atomic_load(&S.request_pending)) {
-            snapshot(TAKEN_BY_SAMPLER, 0);
+            snapshot(TAKEN_BY_SAMPLER);
         }
         PyEval_SaveThread();
     }
@@ -350,6 +423,24 @@ int sampler_start(const sampler_options *options)
     S.last_wall_ns = S.totals.start_wall_ns = clock_wall_ns();
     S.last_process_cpu_ns = S.totals.process_cpu_ns = clock_process_cpu_ns();
     S.last_sampler_cpu_ns = 0;
+    S.untracked_carry = 0;
+    S.main_tid = pyframe_thread_tid(S.main_ts);
+    S.serial = 0;
+    /* Baselines for the threads that exist now, so that CPU they used before
+     * profiling started is never charged. */
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
+         ts = PyThreadState_Next(ts)) {
+        int created;
+        table_key key = {pyframe_thread_serial(ts), 0};
+        thread_track *t = table_upsert(&S.threads, key, &created);
+        uint64_t cpu = clock_thread_cpu_ns(pyframe_thread_tid(ts));
+        if (t != NULL && cpu != CLOCK_UNAVAILABLE) {
+            t->last_wall_ns = S.last_wall_ns;
+            t->last_cpu_ns = cpu;
+            t->tid = pyframe_thread_tid(ts);
+            S.totals.threads_seen++;
+        }
+    }
     atomic_store(&S.sampler_tid, 0);
     atomic_store(&S.request_pending, 0);
     atomic_store(&S.running, 1);
@@ -401,6 +492,9 @@ void sampler_get_totals(sampler_totals *out)
     uint64_t end = S.thread_started ? clock_wall_ns() : S.totals.stop_wall_ns;
     out->stop_wall_ns = end;
     out->memory_bytes = table_memory_bytes(&S.threads);
+    out->unit_ns = S.totals.main_live_units
+                       ? (double)S.totals.main_live_ns / (double)S.totals.main_live_units
+                       : 0.0;
     out->mean_interval_ns =
         S.totals.snapshots ? (double)delta(end, S.totals.start_wall_ns) / (double)S.totals.snapshots : 0.0;
 }

@@ -34,6 +34,9 @@ typedef struct {
     uint64_t sampler_cpu_ns;     /* CPU the sampler thread itself used */
     uint64_t untracked_native_ns;/* CPU of threads without Python state, charged as native */
     double mean_interval_ns;     /* achieved time between samples */
+    double unit_ns;              /* length of one estimated unit (see cpu_sums) */
+    uint64_t main_live_ns;       /* measured main-thread time before its requests */
+    uint64_t main_live_units;    /* requests it answered: the estimated units */
     uint64_t memory_bytes;       /* the sampler's own bookkeeping */
     cpu_sums unattributed;       /* threads with no reported frame on their stack */
 } sampler_totals;

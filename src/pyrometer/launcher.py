@@ -134,10 +134,14 @@ def run(target: Target, start, stop) -> Outcome:
         except SystemExit as e:
             outcome.status = _exit_status(e)
         except KeyboardInterrupt as e:
-            traceback.print_exception(type(e), e, _strip_own_frames(e.__traceback__, program_file))
+            tb = _strip_own_frames(e.__traceback__, program_file)
+            traceback.print_exception(type(e), e.with_traceback(tb), tb)
             outcome = Outcome(130, interrupted=True)
         except BaseException as e:
-            sys.excepthook(type(e), e, _strip_own_frames(e.__traceback__, program_file))
+            # The exception must carry the stripped traceback itself: excepthook
+            # prints e.__traceback__ when it has one, whatever tb it is given.
+            tb = _strip_own_frames(e.__traceback__, program_file)
+            sys.excepthook(type(e), e.with_traceback(tb), tb)
             outcome.status = 1
         # What the interpreter does on the way out, done while still profiling:
         # wait for non-daemon threads, then run the atexit handlers (once).

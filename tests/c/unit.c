@@ -11,13 +11,9 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const unit_test arena_tests[];
-extern const unit_test table_tests[];
-extern const unit_test filter_tests[];
-extern const unit_test clock_tests[];
-
-static const unit_test *const suites[] = {arena_tests, table_tests, filter_tests, clock_tests,
-                                          NULL};
+/* Each test binary lists its suites (suites.c for the core pieces, the memhooks
+ * test for the preloaded library, which needs a process of its own). */
+extern const unit_test *const unit_suites[];
 
 /* A check inside a loop can fail thousands of times; the first few say enough. */
 #define MESSAGES_PER_TEST 10
@@ -73,7 +69,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     int passed = 0, failed = 0, skipped = 0;
-    for (const unit_test *const *suite = suites; *suite != NULL; suite++) {
+    for (const unit_test *const *suite = unit_suites; *suite != NULL; suite++) {
         for (const unit_test *t = *suite; t->name != NULL; t++) {
             if (list_known_bugs) {
                 if (t->known_bug != NULL) {

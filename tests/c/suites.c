@@ -1,0 +1,11 @@
+/* The suites of test_units, the binary for the pure-C pieces, in the order they run. */
+#include "unit.h"
+
+#include <stddef.h>
+
+extern const unit_test arena_tests[];
+extern const unit_test table_tests[];
+extern const unit_test filter_tests[];
+extern const unit_test clock_tests[];
+
+const unit_test *const unit_suites[] = {arena_tests, table_tests, filter_tests, clock_tests, NULL};

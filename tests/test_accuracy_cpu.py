@@ -1,0 +1,476 @@
+"""CPU accuracy against ground truth.
+
+Each test profiles a small program whose truth it controls (the test-only
+_groundtruth extension burns known native CPU, with or without the GIL; Python
+work is timed by the program itself with time.thread_time()) and compares the
+profile with that truth.  Tolerances are stated in each assertion.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.accuracy
+
+
+def total(entry: dict) -> float:
+    """Seconds of any kind charged to a line or function."""
+    return entry["n_cpu_python_sec"] + entry["n_cpu_native_sec"] + entry["n_sys_sec"]
+
+
+def cpu(entry: dict) -> float:
+    """Seconds of CPU (Python + native) charged to a line or function."""
+    return entry["n_cpu_python_sec"] + entry["n_cpu_native_sec"]
+
+
+def assert_cpu_within_process(run) -> None:
+    """The CPU charged to the program can never exceed the CPU its process used
+    (measured by the core itself over the same period); 1% + 5 ms for clock skew."""
+    p = run.profile
+    charged = p["cpu_time_sec"]["python"] + p["cpu_time_sec"]["native"]
+    used = p["process_cpu_time_sec"]
+    assert charged <= used * 1.01 + 0.005, (
+        f"the profile charges {charged:.3f}s of CPU but the process used only {used:.3f}s "
+        f"(untracked native {p.get('untracked_native_sec', 0):.3f}s):\n  {run.describe()}")
+
+
+def all_lines(profile: dict):
+    for filename, f in profile["files"].items():
+        for e in f["lines"]:
+            yield filename, e
+
+
+# ---------------------------------------------------------------------------
+# (a) native with the GIL vs pure Python, 70/30
+# ---------------------------------------------------------------------------
+
+NATIVE_PYTHON_SPLIT = """
+import json, sys
+import _groundtruth as gt
+
+NATIVE_MS = 7.0
+PYTHON_S = 0.003   # per iteration: 7 ms native + 3 ms Python = 70/30
+ITERATIONS = int(sys.argv[2])
+
+def calibrate():
+    # Iterations of the Python line's loop that take PYTHON_S of this thread's CPU,
+    # timed between two zero-length spins (which read the thread's CPU clock).
+    acc, n = 0, 20000
+    for i in range(n): acc += i * i % 7
+    while True:
+        _, t0 = gt.spin_gil(0)
+        for i in range(n): acc += i * i % 7
+        t1, _ = gt.spin_gil(0)
+        if t1 - t0 > 0.02:
+            return max(1, int(n * PYTHON_S / (t1 - t0)))
+        n *= 2
+
+def main(n):
+    # The truth comes from the spins themselves: each returns the thread's CPU
+    # clock before and after, so the native part is end - start and the Python
+    # part is the CPU between one spin's end and the next one's start.  No clock
+    # is read from Python inside the loop.
+    native = python = 0.0
+    acc = 0
+    prev_end = None
+    for k in range(ITERATIONS + 1):
+        start, end = gt.spin_gil(NATIVE_MS if k < ITERATIONS else 0)  # @native
+        if prev_end is not None:
+            py = start - prev_end
+            python += py
+            # keep the Python part at PYTHON_S per iteration whatever the machine does
+            n = max(1, int(n * (PYTHON_S / max(py, 1e-4)) ** 0.5))
+        native += end - start
+        if k == ITERATIONS:
+            break
+        for i in range(n): acc += i * i % 7  # @python
+        prev_end = end
+    with open(sys.argv[1], "w") as f:
+        json.dump({"native": native, "python": python}, f)
+
+main(calibrate())
+"""
+
+
+# Why these tolerances: the split is estimated by sampling.  Each sample charges
+# about one sampling interval to what the program was doing, so with N samples the
+# split of an unbiased sampler has a standard deviation of about
+# sqrt(2 * 0.7 * 0.3 / N) (exponential intervals double the binomial variance):
+# 4.5 points for 2 s at the default 10 ms.  Simulated, a 5-point tolerance fails
+# 27% of an unbiased sampler's 2 s runs at 10 ms, but 0.4% at 2 ms.  So the
+# 5-point claim is tested at a 2 ms sampling interval, and the default interval
+# gets 6 s and a 7-point tolerance (2.7 standard deviations, 0.8% of unbiased
+# runs fail).
+@pytest.mark.parametrize("rate, cpu_seconds, split_tolerance, seconds_tolerance", [
+    ("0.002", 2.0, 0.05, 0.15),
+    ("0.01", 6.0, 0.07, 0.25),
+], ids=["rate-2ms", "rate-default"])
+def test_native_with_gil_vs_python_split(profile_program, tmp_path, rate, cpu_seconds,
+                                         split_tolerance, seconds_tolerance):
+    truth_file = tmp_path / "truth.json"
+    options = [] if rate == "0.01" else ["--cpu-sampling-rate", rate]
+    iterations = int(cpu_seconds / 0.010)
+    run = profile_program(NATIVE_PYTHON_SPLIT, options=options, args=[str(truth_file), str(iterations)])
+    truth = json.loads(truth_file.read_text())
+    true_split = truth["native"] / (truth["native"] + truth["python"])
+    native_line = run.line("# @native")
+    python_line = run.line("# @python")
+    info = run.describe("# @native", "# @python") + (
+        f"\n  truth: native {truth['native']:.3f}s python {truth['python']:.3f}s split {true_split:.3f}")
+
+    # The program keeps its own Python part at 3 ms per 7 ms of native work.
+    assert abs(true_split - 0.70) < 0.03, f"test calibration failed, truth is not 70/30:\n  {info}"
+
+    reported_native = native_line["n_cpu_native_sec"]
+    reported_python = python_line["n_cpu_python_sec"]
+    assert reported_native + reported_python > 0, f"nothing charged to the two lines:\n  {info}"
+    split = reported_native / (reported_native + reported_python)
+    print(f"70/30 split at {rate} s: truth {true_split:.3f}, reported {split:.3f} "
+          f"(native line {reported_native:.3f}s vs {truth['native']:.3f}s true, "
+          f"Python line {reported_python:.3f}s vs {truth['python']:.3f}s true, "
+          f"{run.profile['cpu_samples']} samples)")
+    assert abs(split - true_split) <= split_tolerance, (
+        f"native/Python split {split:.3f} is more than {split_tolerance * 100:.0f} points "
+        f"from the true {true_split:.3f}:\n  {info}")
+
+    # Each line's CPU is of its own kind: at least 85% of it.  (System time is
+    # left out: on a busy machine the program also waits for a CPU, and that
+    # wall time off the CPU is rightly reported as system time on both lines.)
+    assert native_line["n_cpu_native_sec"] >= 0.85 * cpu(native_line), (
+        f"the spin_gil line's CPU is not mostly native:\n  {info}")
+    assert native_line["n_cpu_percent_c"] > native_line["n_cpu_percent_python"]
+    assert python_line["n_cpu_python_sec"] >= 0.85 * cpu(python_line), (
+        f"the pure-Python line's CPU is not mostly Python:\n  {info}")
+    assert python_line["n_cpu_percent_python"] > python_line["n_cpu_percent_c"]
+
+    # Each line's seconds against the CPU it really used.
+    assert reported_native == pytest.approx(truth["native"], rel=seconds_tolerance), (
+        f"native seconds off by more than {seconds_tolerance:.0%}:\n  {info}")
+    assert reported_python == pytest.approx(truth["python"], rel=seconds_tolerance), (
+        f"Python seconds off by more than {seconds_tolerance:.0%}:\n  {info}")
+
+
+# ---------------------------------------------------------------------------
+# (b) native code that releases the GIL, on the main thread and on another thread
+# ---------------------------------------------------------------------------
+
+SPIN_NOGIL_MAIN = """
+import json, sys, time
+import _groundtruth as gt
+
+w0 = time.perf_counter()
+start, end = gt.spin_nogil(1500)  # @spin
+wall = time.perf_counter() - w0
+with open(sys.argv[1], "w") as f:
+    json.dump({"cpu": end - start, "wall": wall}, f)
+"""
+
+SPIN_NOGIL_THREAD = """
+import json, sys, threading, time
+import _groundtruth as gt
+
+truth = {}
+
+def worker():
+    w0 = time.perf_counter()
+    start, end = gt.spin_nogil(1500)  # @spin
+    truth.update(cpu=end - start, wall=time.perf_counter() - w0)
+
+t = threading.Thread(target=worker)
+t.start()
+t.join()  # @join
+with open(sys.argv[1], "w") as f:
+    json.dump(truth, f)
+"""
+
+
+@pytest.mark.parametrize("source", [SPIN_NOGIL_MAIN, SPIN_NOGIL_THREAD], ids=["main", "thread"])
+def test_native_without_gil_is_native(profile_program, tmp_path, source):
+    truth_file = tmp_path / "truth.json"
+    run = profile_program(source, args=[str(truth_file)])
+    truth = json.loads(truth_file.read_text())
+    # On a busy machine the spinning thread waits for a CPU now and then; that
+    # wait is wall time off the CPU, which the profile rightly calls system time.
+    off_cpu = max(0.0, truth["wall"] - truth["cpu"])
+    spin = run.line("# @spin")
+    info = run.describe("# @spin", *(["# @join"] if "@join" in source else [])) + (
+        f"\n  truth: cpu {truth['cpu']:.3f}s wall {truth['wall']:.3f}s (off CPU {off_cpu:.3f}s)")
+    print(f"spin_nogil(1500): native {spin['n_cpu_native_sec']:.3f}s python {spin['n_cpu_python_sec']:.3f}s "
+          f"system {spin['n_sys_sec']:.3f}s; truth cpu {truth['cpu']:.3f}s, off CPU {off_cpu:.3f}s")
+    # 1.5 s of CPU was burnt in C: native, within 15%.
+    assert spin["n_cpu_native_sec"] == pytest.approx(truth["cpu"], rel=0.15), f"native seconds off:\n  {info}"
+    assert spin["n_cpu_percent_c"] > 5 * spin["n_cpu_percent_python"], (
+        f"spin_nogil line: native does not dominate Python time:\n  {info}")
+    # Native, not system time: system time beyond the thread's real time off the
+    # CPU must be small next to the native time.
+    excess_system = max(0.0, spin["n_sys_sec"] - off_cpu)
+    assert spin["n_cpu_native_sec"] > 5 * excess_system, (
+        f"spin_nogil line: native does not dominate system time:\n  {info}")
+    if off_cpu < 0.05 * truth["wall"]:  # an idle machine: the plain statement holds
+        assert spin["n_cpu_percent_c"] > 5 * spin["n_sys_percent"], (
+            f"spin_nogil line: native does not dominate system time:\n  {info}")
+    if "@join" in source:
+        join = run.line("# @join")
+        assert cpu(join) < 0.05 * truth["cpu"], f"the join() line got CPU time it did not use:\n  {info}"
+
+
+# ---------------------------------------------------------------------------
+# (c) blocking: sleep and a blocking read are system time on their own lines
+# ---------------------------------------------------------------------------
+
+BLOCKING = """
+import os, threading, time
+
+def writer(fd):
+    time.sleep(1.0)
+    os.write(fd, b"x")
+
+time.sleep(1.0)  # @sleep
+r, w = os.pipe()
+t = threading.Thread(target=writer, args=(w,))
+t.start()
+os.read(r, 1)  # @read
+t.join()
+"""
+
+
+def test_blocking_is_system_time(profile_program):
+    run = profile_program(BLOCKING)
+    info = run.describe("# @sleep", "# @read")
+    for marker in ("# @sleep", "# @read"):
+        e = run.line(marker)
+        assert e["n_sys_percent"] > 5 * (e["n_cpu_percent_python"] + e["n_cpu_percent_c"]), (
+            f"{marker}: blocking is not reported as system time:\n  {info}")
+        # 1 s of blocking: within 20%.
+        assert e["n_sys_sec"] == pytest.approx(1.0, rel=0.20), f"{marker}: system seconds off:\n  {info}"
+
+
+# ---------------------------------------------------------------------------
+# (d) threads running Python: each gets its own CPU on its own lines
+# ---------------------------------------------------------------------------
+
+TWO_THREADS = """
+import json, sys, threading, time
+
+RUN_CPU_S = 1.0
+measured = {}
+
+# Both hot lines are pure bytecode (no calls), so their time is Python time; each
+# thread reads its CPU clock only every millisecond or so.
+def sums():
+    start = time.thread_time()
+    total = 0
+    while time.thread_time() - start < RUN_CPU_S:
+        for i in range(20000): total += i * i  # @sums
+    measured["sums"] = time.thread_time() - start
+
+def strings():
+    start = time.thread_time()
+    text = "abc"
+    while time.thread_time() - start < RUN_CPU_S:
+        for i in range(20000): text = (text + "xyz")[-40:]  # @strings
+    measured["strings"] = time.thread_time() - start
+
+threads = [threading.Thread(target=sums), threading.Thread(target=strings)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()  # @join
+with open(sys.argv[1], "w") as f:
+    json.dump(measured, f)
+"""
+
+
+def test_threads_get_their_own_cpu(profile_program, tmp_path):
+    truth_file = tmp_path / "truth.json"
+    run = profile_program(TWO_THREADS, args=[str(truth_file)])
+    truth = json.loads(truth_file.read_text())
+    p = run.profile
+    info = run.describe("# @sums", "# @strings", "# @join") + f"\n  truth (thread CPU s): {truth}"
+    for name in ("sums", "strings"):
+        f = run.function(name)
+        line = run.line(f"# @{name}")
+        print(f"thread {name}: reported CPU {cpu(f):.3f}s, measured {truth[name]:.3f}s")
+        assert cpu(line) > 0.5 * truth[name], f"{name}: its hot line got little CPU:\n  {info}"
+        # Tolerance: 25% of the thread's own CPU time.
+        assert cpu(f) == pytest.approx(truth[name], rel=0.25), (
+            f"{name}: reported CPU {cpu(f):.3f}s vs the thread's own {truth[name]:.3f}s:\n  {info}")
+        assert f["n_cpu_python_sec"] > 0.8 * cpu(f), f"{name}: pure Python reported as native:\n  {info}"
+    join = run.line("# @join")
+    # The main thread only waits: no CPU worth mentioning (< 5% of the run's total).
+    assert cpu(join) < 0.05 * p["total_time_sec"], f"the join() line got CPU time:\n  {info}"
+
+
+# ---------------------------------------------------------------------------
+# (e) --use-virtual-time: no system time at all
+# ---------------------------------------------------------------------------
+
+VIRTUAL_TIME = """
+import time
+
+def work():
+    start = time.thread_time()
+    total = 0
+    while time.thread_time() - start < 1.0:
+        for i in range(20000): total += i * i  # @work
+
+time.sleep(1.0)  # @sleep
+work()
+"""
+
+
+def test_virtual_time_has_no_system_time(profile_program):
+    run = profile_program(VIRTUAL_TIME, options=["--use-virtual-time"])
+    p = run.profile
+    info = run.describe("# @sleep", "# @work")
+    assert p["cpu_time_sec"]["system"] < 0.02, f"system time reported with --use-virtual-time:\n  {info}"
+    for filename, e in all_lines(p):
+        assert e["n_sys_sec"] < 0.01, f"{filename}:{e['lineno']} has system time {e['n_sys_sec']:.3f}s"
+    sleep = run.line("# @sleep")
+    assert total(sleep) < 0.05, f"the sleep line has time under --use-virtual-time:\n  {info}"
+    work = run.function("work")
+    assert cpu(work) == pytest.approx(1.0, rel=0.15), f"the work function's CPU is off:\n  {info}"
+    assert cpu(run.line("# @work")) > 0.8 * cpu(work), f"the work line is not where the work is:\n  {info}"
+
+
+# ---------------------------------------------------------------------------
+# (g) a program with its own SIGALRM timer keeps getting its signals
+# ---------------------------------------------------------------------------
+
+OWN_TIMER = """
+import signal, time
+
+count = 0
+
+def on_alarm(signum, frame):
+    global count
+    count += 1
+
+signal.signal(signal.SIGALRM, on_alarm)
+signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)
+start = time.perf_counter()
+total = 0
+while time.perf_counter() - start < 1.5:
+    for i in range(1000): total += i * i  # @work
+signal.setitimer(signal.ITIMER_REAL, 0, 0)
+print(f"alarms={count}")
+"""
+
+
+def test_program_own_sigalrm_timer_still_works(profile_program):
+    run = profile_program(OWN_TIMER)
+    out = run.proc.stdout
+    assert "alarms=" in out, f"the program's output is missing:\n{out}\n{run.proc.stderr}"
+    count = int(out.split("alarms=")[1].split()[0])
+    print(f"SIGALRM handler calls in 1.5 s at 10 ms: {count}")
+    # 150 expected; more than 50 proves the timer is the program's and still fires.
+    assert count > 50, f"the program's own SIGALRM handler ran only {count} times"
+    work = run.line("# @work")
+    assert work["n_samples"] > 0 and cpu(work) > 0.5 * run.profile["process_cpu_time_sec"], (
+        f"the work line was not sampled:\n  {run.describe('# @work')}")
+
+
+# ---------------------------------------------------------------------------
+# The CPU charged never exceeds the CPU the process used
+# ---------------------------------------------------------------------------
+
+ONLY_SLEEPS = """
+import time
+time.sleep(1.0)  # @line
+"""
+
+NOGIL_ON_MAIN = """
+import _groundtruth as gt
+gt.spin_nogil(1000)  # @line
+"""
+
+NOGIL_IN_THREAD = """
+import threading
+import _groundtruth as gt
+t = threading.Thread(target=gt.spin_nogil, args=(1000,))
+t.start()
+t.join()  # @line
+"""
+
+
+@pytest.mark.parametrize("source", [ONLY_SLEEPS, NOGIL_ON_MAIN, NOGIL_IN_THREAD],
+                         ids=["sleep", "nogil-main", "nogil-thread"])
+def test_charged_cpu_never_exceeds_process_cpu(profile_program, source):
+    run = profile_program(source)
+    p = run.profile
+    print(f"charged CPU {p['cpu_time_sec']['python'] + p['cpu_time_sec']['native']:.3f}s, "
+          f"process CPU {p['process_cpu_time_sec']:.3f}s, untracked native {p['untracked_native_sec']:.3f}s")
+    assert_cpu_within_process(run)
+
+
+# ---------------------------------------------------------------------------
+# (h) a busy machine: where samples land must not depend on the program's
+#     system calls
+# ---------------------------------------------------------------------------
+
+CHEAP_SYSCALL_CHECK = """
+import json, sys, time
+
+def work():
+    checks = 0
+    total = 0
+    start = time.thread_time()
+    while time.thread_time() - start < 1.5:  # @check
+        checks += 1
+        for i in range(2000): total += i * i  # @work
+    return checks, time.thread_time() - start
+
+def cost_of_check(n=20000):
+    t0 = time.thread_time()
+    for _ in range(n):
+        time.thread_time() - t0 < 1.5
+    return (time.thread_time() - t0) / n
+
+checks, used = work()
+with open(sys.argv[1], "w") as f:
+    json.dump({"checks": checks, "cpu": used, "per_check": cost_of_check()}, f)
+"""
+
+
+@pytest.fixture
+def busy_machine():
+    """Every CPU busy with another process for the duration of the test, as on a
+    shared CI runner (the processes are this test's own and are ended by it)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+             for _ in range(os.cpu_count() or 1)]
+    try:
+        yield len(procs)
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "known limit of a sampler thread: when every core is busy, the kernel runs the "
+    "sampler thread mostly when the main thread enters the kernel, so requests land "
+    "right after the program's system calls (docs/how-it-works.md, Known limits)"))
+def test_busy_machine_does_not_skew_lines(profile_program, tmp_path, busy_machine):
+    """The check line reads the thread's CPU clock (a system call) once per ~100 us
+    of work on the next line; it costs well under 1% of the loop.  On a machine
+    whose CPUs are all busy, the profile must still put the time on the work line."""
+    truth_file = tmp_path / "truth.json"
+    run = profile_program(CHEAP_SYSCALL_CHECK, args=[str(truth_file)])
+    truth = json.loads(truth_file.read_text())
+    true_share = truth["checks"] * truth["per_check"] / truth["cpu"]
+    check, work = run.line("# @check"), run.line("# @work")
+    reported_share = cpu(check) / max(cpu(check) + cpu(work), 1e-9)
+    info = run.describe("# @check", "# @work") + (
+        f"\n  truth: check line {true_share:.1%} of {truth['cpu']:.3f}s CPU "
+        f"({truth['checks']} checks at {truth['per_check'] * 1e9:.0f} ns); "
+        f"{busy_machine} competing processes")
+    print(f"busy machine: check line reported {reported_share:.1%}, true {true_share:.1%}")
+    # Tolerance: 5 points over the true share.
+    assert reported_share <= true_share + 0.05, (
+        f"the cheap check line got {reported_share:.1%} of the CPU, truly {true_share:.1%}:\n  {info}")
