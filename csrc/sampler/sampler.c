@@ -63,16 +63,18 @@ static uint64_t delta(uint64_t now, uint64_t before)
 /* Where a thread's time goes: the nearest reported frame on its stack, and the
  * kind of what it runs.  The kind is decided at the innermost frame, reported or
  * not, so time in the standard library keeps its kind when it is charged to the
- * user's line.  *where is NULL when no reported frame is on the stack. */
+ * user's line.  code is NULL when no reported frame is on the stack.  A location
+ * holds the key, not the record: records move when the table grows. */
 typedef struct {
-    line_record *where;
+    PyCodeObject *code;
+    int lasti;
     int native;
     int ok; /* 0 when memory ran out: the time is dropped */
 } location;
 
 static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns)
 {
-    location loc = {NULL, 1, 1};
+    location loc = {NULL, 0, 1, 1};
     pyframe f = pyframe_innermost(ts);
     if (f == NULL) {
         return loc; /* no Python frame at all: native */
@@ -96,19 +98,32 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
         }
     }
     if (f != NULL) {
-        loc.where = line_stats_at(pyframe_code(f), pyframe_lasti(f));
-        loc.ok = loc.where != NULL;
+        loc.code = pyframe_code(f);
+        loc.lasti = pyframe_lasti(f);
     }
     return loc;
 }
 
-static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, double core_fraction)
+/* The sums a location charges into; NULL when memory ran out. */
+static cpu_sums *sums_at(const location *loc)
 {
     if (!loc->ok) {
+        return NULL;
+    }
+    if (loc->code == NULL) {
+        return &S.totals.unattributed;
+    }
+    line_record *rec = line_stats_at(loc->code, loc->lasti);
+    return rec != NULL ? &rec->cpu : NULL;
+}
+
+static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, double core_fraction)
+{
+    cpu_sums *into = sums_at(loc);
+    if (into == NULL) {
         return;
     }
     uint64_t off_cpu = S.options.virtual_time ? 0 : wall_ns - cpu_ns;
-    cpu_sums *into = loc->where != NULL ? &loc->where->cpu : &S.totals.unattributed;
     cpu_sums_add(into, loc->native ? 0 : cpu_ns, loc->native ? cpu_ns : 0, off_cpu, core_fraction);
 }
 
@@ -122,8 +137,8 @@ static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, doubl
  * Charging the actual length of [last, t0] instead would be biased: `last` is
  * the end of the previous answer, i.e. the end of a native call, so the Python
  * right after native calls would get systematically short windows. */
-static void charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t now, uint64_t cpu,
-                               double core_fraction)
+static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t now,
+                                   uint64_t cpu, double core_fraction)
 {
     uint64_t t0 = atomic_load(&S.request_wall_ns);
     uint64_t cpu_t0 = atomic_load(&S.request_main_cpu_ns);
@@ -154,10 +169,11 @@ static void charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t now,
     }
     S.totals.main_live_ns += live;
     S.totals.main_live_units++;
-    if (loc.ok) {
-        cpu_sums_add_estimate(loc.where != NULL ? &loc.where->cpu : &S.totals.unattributed,
-                              loc.native, on_cpu, core_fraction);
+    cpu_sums *into = sums_at(&loc);
+    if (into != NULL) {
+        cpu_sums_add_estimate(into, loc.native, on_cpu, core_fraction);
     }
+    return loc;
 }
 
 /* Threads come and go; drop the tracks of those that are gone once they outnumber
@@ -212,7 +228,7 @@ static void snapshot(enum snapshot_source source)
 
     uint64_t threads_used = 0;
     size_t live = 0;
-    line_record *main_record = NULL;
+    location main_location = {NULL, 0, 1, 0};
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
          ts = PyThreadState_Next(ts)) {
         pid_t tid = pyframe_thread_tid(ts);
@@ -250,14 +266,13 @@ static void snapshot(enum snapshot_source source)
         live++;
         location loc;
         if (source == ANSWERED_BY_MAIN && ts == S.main_ts) {
-            charge_main_answer(ts, t, now, cpu, core_fraction);
-            loc = locate(ts, 1, delta(now, atomic_load(&S.request_wall_ns)));
+            loc = charge_main_answer(ts, t, now, cpu, core_fraction);
         } else {
             loc = locate(ts, 0, 0);
             charge(&loc, wall, used, core_fraction);
         }
         if (ts == S.main_ts) {
-            main_record = loc.where;
+            main_location = loc;
         }
         t->last_wall_ns = now;
         t->last_cpu_ns = cpu;
@@ -273,9 +288,12 @@ static void snapshot(enum snapshot_source source)
         uint64_t untracked = (uint64_t)S.untracked_carry;
         S.untracked_carry = 0;
         S.totals.untracked_native_ns += untracked;
-        cpu_sums *into = main_record != NULL ? &main_record->cpu : &S.totals.unattributed;
-        into->native_ns += untracked;
-        into->busy_core_ns += core_fraction * (double)untracked;
+        main_location.ok = 1;
+        cpu_sums *into = sums_at(&main_location);
+        if (into != NULL) {
+            into->native_ns += untracked;
+            into->busy_core_ns += core_fraction * (double)untracked;
+        }
     }
 
     prune_threads(live);
