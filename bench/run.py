@@ -1,0 +1,625 @@
+#!/usr/bin/env python3
+"""Overhead benchmark: run every workload in bench/workloads bare, under
+pyrometer, and under its peers (Scalene, py-spy), alternating, for several
+rounds, and report each tool's slowdown relative to the bare run.
+
+    python3 bench/run.py [--rounds N] [--quick] [--only NAME,...]
+                         [--tools bare,pyrometer,scalene,py-spy]
+
+This is a benchmark, not a test: it never fails on a slow result. It fails
+(exit 1) only if a bare workload fails. A profiler that crashes, exits with
+another status, times out, or changes the program's standard output is
+recorded in the table and the notes under it.
+
+pyrometer runs from the python3 that runs this script (it must have pyrometer
+installed: `python3 -m pip install -e .` in the repository). Scalene and
+py-spy are installed from PyPI into a private virtual environment,
+bench/.venv, made on first use, with the same numpy version as the running
+interpreter so that the workloads execute the same code under every tool.
+
+Method: for each round, the workloads are taken in a shuffled order and, for
+each workload, every tool runs it once, in a shuffled order. Each command's
+whole wall time (start-up, profiling, writing the profile) is measured with
+time.perf_counter around subprocess.run. A tool's slowdown for a workload in
+a round is its time divided by the bare time of the same workload in the same
+round (paired, so slow drifts in machine speed cancel). The table gives the
+median over rounds, with the min and max, and the median over workloads of
+those medians.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+WORKLOADS_DIR = BENCH_DIR / "workloads"
+VENV = BENCH_DIR / ".venv"
+DOC = REPO / "docs" / "benchmarks.md"
+START_MARKER = "<!-- bench:cpu:start -->"
+END_MARKER = "<!-- bench:cpu:end -->"
+
+ALL_TOOLS = ["bare", "pyrometer", "scalene", "py-spy"]
+QUICK_SCALE = 0.1
+DEFAULT_ROUNDS = 5
+
+DOC_INTRO = """\
+# Benchmarks
+
+## CPU profiling overhead
+
+`python3 bench/run.py` runs the realistic workloads in `bench/workloads/`
+(each about 2 to 3 s bare) with no profiler (*bare*), under
+`pyrometer --cpu-only`, under `scalene run --cpu-only` and under
+`py-spy record`, and reports how much longer each whole command takes than
+the bare run. All three profilers sample at their default rate (100 Hz).
+
+Run it with `python3 bench/run.py` (about 10 minutes on 2 cores). Options:
+`--rounds N` (default 5), `--only raytrace,nbody`, `--tools
+bare,pyrometer,scalene,py-spy`, and `--quick` (1 round at `BENCH_SCALE=0.1`,
+printed but not written here) for development. The first run makes
+`bench/.venv` and installs Scalene, py-spy and numpy into it from PyPI.
+
+| workload | what it exercises |
+| --- | --- |
+| `raytrace` | pure-Python objects: a ray tracer that makes millions of small vector objects |
+| `nbody` | pure-Python float arithmetic in tight loops over lists |
+| `richards` | an OS-scheduler simulation: method calls, attributes, linked lists |
+| `fannkuch` | permutations by list slicing: integer code on C-implemented list operations |
+| `text` | JSON encode/decode and regular expressions over generated logs (C-accelerated library code plus glue) |
+| `numpy_work` | numpy linear algebra, FFT and elementwise arrays, plus a step-by-step Kalman filter of tiny numpy calls |
+| `sqlite_work` | in-memory SQLite: bulk inserts from generators, joins and aggregates, a Python function called from SQL |
+| `threaded` | four threads mixing pure-Python work with GIL-releasing hashlib and zlib |
+
+Each workload prints one line with a checksum of its result, reads
+`BENCH_SCALE` (default 1) to scale its work, and has its size constant at
+the top, calibrated to about 2.5 s bare on a 2-core development machine.
+
+How it measures:
+
+- Each command's whole wall time is taken with `time.perf_counter()` around
+  `subprocess.run`, so start-up, profiling and writing the profile all count.
+- In every round the workloads come in a shuffled order, and for each
+  workload every tool runs once, in a shuffled order (round-robin), so that
+  drifts in machine speed hit all tools alike.
+- A slowdown is the tool's time divided by the bare time *of the same
+  workload in the same round*. The table gives, per workload, the median
+  over rounds and the range (min to max); the last row gives the median over
+  workloads of those medians.
+- numpy's BLAS runs single-threaded (`OPENBLAS_NUM_THREADS=1`; change it
+  with `--blas-threads`): on a small shared machine, spinning BLAS threads
+  make numpy timings swing by several times, which would drown the overhead.
+- pyrometer runs from the same interpreter as the bare run. Scalene and
+  py-spy come from PyPI in a private virtual environment (`bench/.venv`) made
+  from that same interpreter, with the same numpy version.
+- The profiled program's exit status and standard output are compared with
+  the bare run; any difference is listed under the table.
+
+This is a benchmark, not a timed test: results depend on the machine and on
+what else runs on it. Compare tools within one table, never across tables.
+The mission's bar for CPU-only profiling is a median of at most 1.03x; on a
+shared 2-core machine the bare run alone can vary by 20% or more from round
+to round (see its range in the table), so a single table cannot resolve a
+difference of a few percent: use more rounds on a quiet machine for that.
+
+"""
+
+
+# ---------------------------------------------------------------- helpers --
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def short(text: str, limit: int = 160) -> str:
+    """The last meaningful line of some output, shortened, for the table."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    line = lines[-1] if lines else ""
+    line = line.replace("|", "/")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def memory_gib() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return f"{int(line.split()[1]) / 2**20:.0f} GiB"
+    except OSError:
+        pass
+    return "?"
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def fmt_ratio(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+# ------------------------------------------------------------------ tools --
+
+@dataclass
+class Tool:
+    name: str
+    version: str = "?"
+    error: str | None = None       # set when the tool cannot run at all
+    commands: dict = field(default_factory=dict)
+
+
+def pyrometer_tool() -> Tool:
+    tool = Tool("pyrometer")
+    if importlib.util.find_spec("pyrometer") is None:
+        tool.error = (f"pyrometer is not installed in {sys.executable}; "
+                      f"install it with `{sys.executable} -m pip install -e "
+                      f"{REPO}`")
+        return tool
+    try:
+        tool.version = importlib.metadata.version("pyrometer")
+    except importlib.metadata.PackageNotFoundError:
+        tool.version = "?"
+    return tool
+
+
+def venv_bin(name: str) -> Path:
+    return VENV / "bin" / name
+
+
+def ensure_venv(need: list[str]) -> str | None:
+    """Make bench/.venv with the peer profilers; return an error or None."""
+    if not need:
+        return None
+    packages = {"scalene": "scalene", "py-spy": "py-spy"}
+    missing = [t for t in need if not venv_bin(t).exists()]
+    try:
+        import numpy
+        numpy_req = f"numpy=={numpy.__version__}"
+    except ImportError:
+        numpy_req = "numpy"
+    has_numpy = (VENV / "bin" / "python").exists() and subprocess.run(
+        [str(venv_bin("python")), "-c", "import numpy"],
+        capture_output=True).returncode == 0
+    if not missing and has_numpy:
+        return None
+    try:
+        if not venv_bin("python").exists():
+            log(f"creating {VENV}")
+            subprocess.run([sys.executable, "-m", "venv", str(VENV)],
+                           check=True, capture_output=True, text=True)
+        reqs = [packages[t] for t in missing]
+        if not has_numpy:
+            reqs.append(numpy_req)
+        log(f"installing into {VENV}: {' '.join(reqs)}")
+        subprocess.run([str(venv_bin("python")), "-m", "pip", "install",
+                        "--quiet", *reqs],
+                       check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError as e:
+        return f"could not set up {VENV}: {short(e.stderr or e.stdout or '')}"
+    return None
+
+
+def scalene_tool(venv_error: str | None) -> Tool:
+    tool = Tool("scalene")
+    if venv_error or not venv_bin("scalene").exists():
+        tool.error = venv_error or "scalene not installed in bench/.venv"
+        return tool
+    out = subprocess.run([str(venv_bin("python")), "-c",
+                          "import importlib.metadata as m; "
+                          "print(m.version('scalene'))"],
+                         capture_output=True, text=True)
+    tool.version = out.stdout.strip() or "?"
+    return tool
+
+
+def pyspy_tool(venv_error: str | None) -> Tool:
+    tool = Tool("py-spy")
+    if venv_error or not venv_bin("py-spy").exists():
+        tool.error = venv_error or "py-spy not installed in bench/.venv"
+        return tool
+    out = subprocess.run([str(venv_bin("py-spy")), "--version"],
+                         capture_output=True, text=True)
+    tool.version = out.stdout.strip().removeprefix("py-spy ") or "?"
+    return tool
+
+
+def command_for(tool: str, script: Path, outdir: Path) -> tuple[list, Path | None]:
+    """The command line that runs script under tool, and its profile file."""
+    py = sys.executable
+    if tool == "bare":
+        return [py, str(script)], None
+    out = outdir / f"{script.stem}.{tool}"
+    if tool == "pyrometer":
+        out = out.with_suffix(".json")
+        return [py, "-m", "pyrometer", "--cpu-only", "--json",
+                "--outfile", str(out), str(script)], out
+    if tool == "scalene":
+        # `scalene run` only saves a JSON profile; it never opens a browser
+        # (that is `scalene view`).
+        out = out.with_suffix(".json")
+        return [str(venv_bin("python")), "-m", "scalene", "run",
+                "--cpu-only", "-o", str(out), str(script)], out
+    if tool == "py-spy":
+        # Default (blocking) sampling at 100 Hz, as a user runs it; the
+        # program runs on the same interpreter as the bare run.
+        out = out.with_suffix(".svg")
+        return [str(venv_bin("py-spy")), "record", "-o", str(out), "--",
+                py, str(script)], out
+    raise ValueError(tool)
+
+
+def display_command(tool: str) -> str:
+    return {
+        "bare": "python3 W.py",
+        "pyrometer": "python3 -m pyrometer --cpu-only --json --outfile F W.py",
+        "scalene": "scalene run --cpu-only -o F W.py",
+        "py-spy": "py-spy record -o F -- python3 W.py",
+    }[tool]
+
+
+# ---------------------------------------------------------------- running --
+
+@dataclass
+class Run:
+    seconds: float
+    ok: bool
+    problem: str | None = None     # why the run does not count
+    note: str | None = None        # counts, but worth reporting
+    stdout: str = ""
+
+
+def run_once(tool: str, script: Path, env: dict, outdir: Path,
+             timeout: float, expected_stdout: str | None) -> Run:
+    cmd, profile = command_for(tool, script, outdir)
+    if profile is not None and profile.exists():
+        profile.unlink()
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, errors="replace", timeout=timeout,
+                              cwd=str(outdir))
+    except subprocess.TimeoutExpired:
+        return Run(time.perf_counter() - start, False,
+                   f"timed out after {timeout:.0f} s")
+    except OSError as e:
+        return Run(0.0, False, f"could not start: {e}")
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        why = short(proc.stderr) or short(proc.stdout)
+        return Run(seconds, False, f"exit status {proc.returncode}: {why}",
+                   stdout=proc.stdout)
+    notes = []
+    if expected_stdout is not None and not same_output(tool, proc.stdout,
+                                                       expected_stdout):
+        notes.append("standard output differs from the bare run: "
+                     + repr(proc.stdout[:200]))
+    if tool == "pyrometer":
+        notes.extend(check_pyrometer(proc.stderr, profile))
+    elif profile is not None and (not profile.exists()
+                                  or profile.stat().st_size == 0):
+        notes.append("wrote no profile")
+    return Run(seconds, True, note="; ".join(notes) or None,
+               stdout=proc.stdout)
+
+
+def same_output(tool: str, stdout: str, expected: str) -> bool:
+    """Whether the program's standard output came through unchanged.
+
+    pyrometer must leave stdout exactly as the program wrote it. py-spy
+    writes its own progress lines there ("py-spy> ..."), so for the peers it
+    is enough that the program's output appears whole.
+    """
+    if tool in ("bare", "pyrometer"):
+        return stdout == expected
+    return expected in stdout
+
+
+def check_pyrometer(stderr: str, profile: Path | None) -> list[str]:
+    """What in a successful pyrometer run looks wrong."""
+    notes = []
+    if stderr.strip():
+        notes.append("wrote to stderr: " + repr(stderr.strip()[:200]))
+    if profile is None or not profile.exists():
+        return notes + ["wrote no profile"]
+    try:
+        data = json.loads(profile.read_text())
+    except (OSError, ValueError) as e:
+        return notes + [f"profile is not valid JSON: {e}"]
+    if data.get("exit_status", 0) != 0:
+        notes.append(f"profile says exit_status {data.get('exit_status')}")
+    return notes
+
+
+def run_benchmark(workloads: list[Path], tools: list[str], rounds: int,
+                  scale: float, timeout: float, seed: int | None,
+                  blas_threads: int):
+    env = dict(os.environ)
+    env["BENCH_SCALE"] = str(scale)
+    if blas_threads:
+        # On a small machine shared with other work, BLAS threads that spin
+        # while waiting for a core make numpy's timings swing by several
+        # times; pin them so that the noise does not swamp the overhead.
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                    "MKL_NUM_THREADS"):
+            env[var] = str(blas_threads)
+    env.pop("PYTHONPROFILEIMPORTTIME", None)
+    rng = random.Random(seed)
+    times: dict = {(w.stem, t): [] for w in workloads for t in tools}
+    problems: dict = {}   # (workload, tool) -> list of messages
+    notes: dict = {}
+    ratios: dict = {(w.stem, t): [] for w in workloads for t in tools}
+    expected: dict = {}
+
+    with tempfile.TemporaryDirectory(prefix="pyrometer-bench-") as tmp:
+        outdir = Path(tmp)
+        # One untimed bare run per workload: warms the page cache and gives
+        # the reference output that the profiled runs must reproduce.
+        for w in workloads:
+            log(f"warm-up: {w.stem}")
+            r = run_once("bare", w, env, outdir, timeout, None)
+            if not r.ok:
+                raise SystemExit(f"bare run of {w.name} failed: {r.problem}")
+            expected[w.stem] = r.stdout
+        for rnd in range(1, rounds + 1):
+            order = workloads[:]
+            rng.shuffle(order)
+            for w in order:
+                tool_order = tools[:]
+                rng.shuffle(tool_order)
+                bare_time = None
+                this_round = {}
+                for t in tool_order:
+                    r = run_once(t, w, env, outdir, timeout, expected[w.stem])
+                    status = f"{r.seconds:6.2f} s" if r.ok else "FAILED"
+                    log(f"round {rnd}/{rounds}  {w.stem:12} {t:10} {status}"
+                        + (f"  ({r.problem})" if r.problem else "")
+                        + (f"  [{r.note}]" if r.note else ""))
+                    if r.problem:
+                        problems.setdefault((w.stem, t), []).append(r.problem)
+                        continue
+                    if r.note:
+                        notes.setdefault((w.stem, t), []).append(r.note)
+                    times[(w.stem, t)].append(r.seconds)
+                    this_round[t] = r.seconds
+                    if t == "bare":
+                        bare_time = r.seconds
+                if bare_time is None:
+                    raise SystemExit(f"bare run of {w.name} failed: "
+                                     f"{problems[(w.stem, 'bare')][-1]}")
+                for t, s in this_round.items():
+                    ratios[(w.stem, t)].append(s / bare_time)
+    return times, ratios, problems, notes
+
+
+# ---------------------------------------------------------------- report --
+
+def build_report(workloads, tools, tool_info, times, ratios, problems, notes,
+                 rounds, scale, blas_threads, load_before, load_after,
+                 elapsed) -> str:
+    names = [w.stem for w in workloads]
+    peers = [t for t in tools if t != "bare"]
+    out = []
+    now = datetime.datetime.now(datetime.timezone.utc)
+    out.append(f"Run on {now:%Y-%m-%d %H:%M} UTC, {rounds} round(s), "
+               f"BENCH_SCALE={scale:g}, BLAS threads "
+               f"{blas_threads or 'unset'}, {elapsed / 60:.1f} min in all.")
+    out.append("")
+    out.append(f"- Machine: {cpu_model()}, {usable_cpus()} usable CPUs "
+               f"(nproc), {memory_gib()} memory, {platform.system()} "
+               f"{platform.release()} {platform.machine()}; load average "
+               f"{load_before:.2f} before, {load_after:.2f} after.")
+    out.append(f"- Python {platform.python_version()} "
+               f"({platform.python_implementation()}, {sys.executable})"
+               + (f", numpy {numpy_version()}" if numpy_version() else "")
+               + ".")
+    versions = ", ".join(f"{t} {tool_info[t].version}" for t in peers
+                         if not tool_info[t].error)
+    if versions:
+        out.append(f"- Tools: {versions}.")
+    for t in tools:
+        out.append(f"- `{t}`: `{display_command(t)}`")
+    out.append("")
+    out.append("Bare: median wall time in seconds over rounds (min to max), "
+               "which shows how noisy the machine was. Tools: slowdown vs bare "
+               "in the same round, median over rounds (min to max).")
+    out.append("")
+    header = "| workload | bare (s) | " + " | ".join(peers) + " |"
+    out.append(header)
+    out.append("|" + " --- |" * (2 + len(peers)))
+    medians: dict = {t: [] for t in peers}
+    for name in names:
+        bare = times.get((name, "bare"), [])
+        row = [name, f"{statistics.median(bare):.2f} ({min(bare):.2f} to "
+                     f"{max(bare):.2f})" if bare else "-"]
+        for t in peers:
+            info = tool_info[t]
+            rs = ratios.get((name, t), [])
+            if info.error:
+                row.append("not run")
+            elif rs:
+                m = statistics.median(rs)
+                medians[t].append(m)
+                cell = f"{fmt_ratio(m)} ({min(rs):.2f} to {max(rs):.2f})"
+                failed = len(problems.get((name, t), []))
+                if failed:
+                    cell += f", {failed} failed"
+                row.append(cell)
+            else:
+                row.append("failed")
+        out.append("| " + " | ".join(row) + " |")
+    overall = ["**median**", ""]
+    for t in peers:
+        overall.append(f"**{fmt_ratio(statistics.median(medians[t]))}**"
+                       if medians[t] else "-")
+    out.append("| " + " | ".join(overall) + " |")
+    worst = ["worst", ""]
+    for t in peers:
+        worst.append(fmt_ratio(max(medians[t])) if medians[t] else "-")
+    out.append("| " + " | ".join(worst) + " |")
+
+    remarks = []
+    for t in peers:
+        if tool_info[t].error:
+            remarks.append(f"- {t} was not run: {tool_info[t].error}")
+    for (name, t), msgs in sorted(problems.items()):
+        uniq = sorted(set(msgs))
+        remarks.append(f"- {t} on {name}: {len(msgs)} of {rounds} runs "
+                       f"failed: " + "; ".join(uniq[:3]))
+    for (name, t), msgs in sorted(notes.items()):
+        uniq = sorted(set(msgs))
+        remarks.append(f"- {t} on {name}: " + "; ".join(uniq[:3])
+                       + f" ({len(msgs)} of {rounds} runs)")
+    if remarks:
+        out.append("")
+        out.append("Notes:")
+        out.append("")
+        out.extend(remarks)
+    return "\n".join(out) + "\n"
+
+
+def numpy_version() -> str | None:
+    try:
+        return importlib.metadata.version("numpy")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def write_doc(report: str) -> None:
+    section = f"{START_MARKER}\n{report}{END_MARKER}\n"
+    if DOC.exists():
+        text = DOC.read_text()
+        pattern = re.compile(re.escape(START_MARKER) + r".*?"
+                             + re.escape(END_MARKER) + r"\n?", re.DOTALL)
+        if pattern.search(text):
+            text = pattern.sub(lambda _: section, text, count=1)
+        else:
+            text = text.rstrip("\n") + "\n\n" + section
+    else:
+        DOC.parent.mkdir(parents=True, exist_ok=True)
+        text = DOC_INTRO + section
+    DOC.write_text(text)
+
+
+# ------------------------------------------------------------------- main --
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        description="Measure the CPU-profiling overhead of pyrometer and its "
+                    "peers on the workloads in bench/workloads.")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help=f"rounds of every command (default {DEFAULT_ROUNDS}; "
+                         "1 with --quick)")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"development run: 1 round, BENCH_SCALE="
+                         f"{QUICK_SCALE}, and docs/benchmarks.md is left "
+                         "alone unless --write is given")
+    ap.add_argument("--scale", type=float, default=None,
+                    help="BENCH_SCALE for the workloads (default 1, or "
+                         f"{QUICK_SCALE} with --quick)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated workload names (default: all)")
+    ap.add_argument("--tools", default=",".join(ALL_TOOLS),
+                    help="comma-separated tools (default: %(default)s); "
+                         "bare is always run")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds before one command is killed "
+                         "(default %(default)s)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="seed for the shuffled order (default: random)")
+    ap.add_argument("--blas-threads", type=int, default=1,
+                    help="OPENBLAS/OMP/MKL_NUM_THREADS for the workloads "
+                         "(default %(default)s; 0 leaves them unset)")
+    write = ap.add_mutually_exclusive_group()
+    write.add_argument("--write", dest="write", action="store_true",
+                       default=None, help="update docs/benchmarks.md")
+    write.add_argument("--no-write", dest="write", action="store_false",
+                       help="only print the table")
+    args = ap.parse_args(argv)
+
+    rounds = args.rounds or (1 if args.quick else DEFAULT_ROUNDS)
+    scale = args.scale if args.scale is not None else (
+        QUICK_SCALE if args.quick else 1.0)
+    do_write = args.write if args.write is not None else not args.quick
+
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    unknown = [t for t in tools if t not in ALL_TOOLS]
+    if unknown:
+        ap.error(f"unknown tool(s) {', '.join(unknown)}; "
+                 f"choose from {', '.join(ALL_TOOLS)}")
+    tools = ["bare"] + [t for t in ALL_TOOLS[1:] if t in tools]
+
+    workloads = sorted(WORKLOADS_DIR.glob("*.py"))
+    if args.only:
+        wanted = [n.strip().removesuffix(".py") for n in args.only.split(",")
+                  if n.strip()]
+        known = {w.stem for w in workloads}
+        missing = [n for n in wanted if n not in known]
+        if missing:
+            ap.error(f"unknown workload(s) {', '.join(missing)}; "
+                     f"choose from {', '.join(sorted(known))}")
+        workloads = [w for w in workloads if w.stem in wanted]
+
+    tool_info = {"bare": Tool("bare", platform.python_version())}
+    if "pyrometer" in tools:
+        tool_info["pyrometer"] = pyrometer_tool()
+        if tool_info["pyrometer"].error:
+            log("error: " + tool_info["pyrometer"].error)
+            return 2
+    peers = [t for t in tools if t in ("scalene", "py-spy")]
+    venv_error = ensure_venv(peers)
+    if venv_error:
+        log("warning: " + venv_error)
+    if "scalene" in tools:
+        tool_info["scalene"] = scalene_tool(venv_error)
+    if "py-spy" in tools:
+        tool_info["py-spy"] = pyspy_tool(venv_error)
+    runnable = [t for t in tools if not tool_info[t].error]
+
+    log(f"{len(workloads)} workloads x {len(runnable)} commands x {rounds} "
+        f"rounds, BENCH_SCALE={scale:g}")
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    times, ratios, problems, notes = run_benchmark(
+        workloads, runnable, rounds, scale, args.timeout, args.seed,
+        args.blas_threads)
+    elapsed = time.perf_counter() - started
+    report = build_report(workloads, tools, tool_info, times, ratios,
+                          problems, notes, rounds, scale, args.blas_threads,
+                          load_before,
+                          os.getloadavg()[0], elapsed)
+    print(report)
+    if do_write:
+        write_doc(report)
+        log(f"wrote {DOC.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
