@@ -10,6 +10,8 @@
 #include "profile/codes.h"
 #include "profile/filter.h"
 #include "profile/line_stats.h"
+#include "memory/mem_profile.h"
+#include "memory/memhooks_api.h"
 #include "sampler/sampler.h"
 
 #include <unistd.h>
@@ -49,13 +51,18 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     (void)module;
     static char *keywords[] = {"interval", "virtual_time", "include", "exclude", "own",
-                               "only", "exclude_substrings", "profile_all", NULL};
+                               "only", "exclude_substrings", "profile_all", "memory_window", NULL};
     double interval;
     int virtual_time, profile_all;
+    long long memory_window = 0;
     PyObject *lists[5];
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "dpOOOOOp:start", keywords, &interval,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "dpOOOOOp|L:start", keywords, &interval,
                                      &virtual_time, &lists[0], &lists[1], &lists[2], &lists[3],
-                                     &lists[4], &profile_all)) {
+                                     &lists[4], &profile_all, &memory_window)) {
+        return NULL;
+    }
+    if (memory_window < 0) {
+        PyErr_SetString(PyExc_ValueError, "memory_window must be positive (0: no memory profiling)");
         return NULL;
     }
     if (!(interval >= 1e-5 && interval <= 10.0)) {
@@ -83,7 +90,11 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     sampler_options options = {(uint64_t)(interval * 1e9), virtual_time};
+    if (memory_window > 0 && mem_profile_start((int64_t)memory_window) != 0) {
+        return NULL;
+    }
     if (sampler_start(&options) != 0) {
+        mem_profile_stop();
         return NULL;
     }
     Py_RETURN_NONE;
@@ -93,6 +104,7 @@ static PyObject *core_stop(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
+    mem_profile_stop();
     sampler_stop();
     Py_RETURN_NONE;
 }
@@ -145,8 +157,15 @@ static PyObject *core_collect(PyObject *module, PyObject *unused)
         Py_DECREF(records);
         return NULL;
     }
+    PyObject *memory = mem_profile_collect();
+    if (memory == NULL) {
+        Py_DECREF(records);
+        Py_DECREF(unattributed);
+        return NULL;
+    }
     return Py_BuildValue(
-        "{s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K}", "records", records,
+        "{s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K}", "memory", memory,
+        "records", records,
         "unattributed", unattributed, "start_wall_ns", (unsigned long long)t.start_wall_ns,
         "stop_wall_ns", (unsigned long long)t.stop_wall_ns, "snapshots",
         (unsigned long long)t.snapshots, "main_snapshots", (unsigned long long)t.main_snapshots,
@@ -167,10 +186,19 @@ static PyObject *core_reset(PyObject *module, PyObject *unused)
         return NULL;
     }
     line_stats_release();
+    mem_profile_release();
     codes_release();
     sampler_release();
     filter_release();
     Py_RETURN_NONE;
+}
+
+static PyObject *core_memory_available(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    memhooks_api api;
+    return PyBool_FromLong(memhooks_api_find(&api) == 0);
 }
 
 static PyObject *core_running(PyObject *module, PyObject *unused)
@@ -188,6 +216,8 @@ static PyMethodDef core_methods[] = {
     {"collect", core_collect, METH_NOARGS, "The aggregates measured so far, as plain data."},
     {"reset", core_reset, METH_NOARGS, "Forget every aggregate (the sampler must be stopped)."},
     {"running", core_running, METH_NOARGS, "Whether the sampler is running."},
+    {"memory_available", core_memory_available, METH_NOARGS,
+     "Whether the preloaded memory library is in this process."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,6 +10,7 @@
  *    whatever it allocates is neither counted nor re-entered.
  */
 #include "memhooks.h"
+#include "pymalloc_arenas.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -59,6 +60,7 @@ static inline int resolved(void)
 __attribute__((constructor)) static void memhooks_init(void)
 {
     resolve();
+    pymalloc_arenas_install(); /* before the interpreter makes its first arena */
 }
 
 /* ---- bootstrap heap: allocations made while dlsym runs ------------------------- */
@@ -442,6 +444,15 @@ EXPORT size_t pyrometer_memhooks_usable_size(void *p)
         return bootstrap_size(p);
     }
     return resolved() ? real.malloc_usable_size(p) : 0;
+}
+
+EXPORT size_t pyrometer_memhooks_python_block_size(void *p)
+{
+    if (p == NULL || !pymalloc_arenas_tracking()) {
+        return 0;
+    }
+    size_t small = pymalloc_arenas_block_size(p);
+    return small != 0 ? small : pyrometer_memhooks_usable_size(p);
 }
 
 EXPORT int64_t pyrometer_memhooks_footprint(void)

@@ -52,6 +52,10 @@ memhooks_thread *pyrometer_memhooks_thread(void);
 void pyrometer_memhooks_note_python(int64_t bytes, void *address);
 /* malloc_usable_size that also knows the library's bootstrap blocks. */
 size_t pyrometer_memhooks_usable_size(void *p);
+/* The size of a block from Python's object or memory allocators (a pymalloc size
+ * class, or malloc's usable size); 0 when the library could not track pymalloc's
+ * arenas from the start.  Caller holds the GIL. */
+size_t pyrometer_memhooks_python_block_size(void *p);
 /* Net bytes of all samples so far: the footprint, to within one window per thread. */
 int64_t pyrometer_memhooks_footprint(void);
 

@@ -105,6 +105,24 @@ const code_info *codes_lookup(PyCodeObject *code)
     return info;
 }
 
+int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported)
+{
+    pyframe f = pyframe_innermost(ts);
+    *innermost = f;
+    while (f != NULL) {
+        const code_info *info = codes_lookup(pyframe_code(f));
+        if (info == NULL) {
+            return 0;
+        }
+        if (info->reported) {
+            break;
+        }
+        f = pyframe_caller(f);
+    }
+    *reported = f;
+    return 1;
+}
+
 int codes_python_at(const code_info *info, int lasti)
 {
     if (lasti < 0 || lasti >= info->n_units) {

@@ -26,6 +26,11 @@ int codes_init(void);
 const code_info *codes_lookup(PyCodeObject *code);
 /* Whether a thread stopped at this instruction was executing Python bytecode. */
 int codes_python_at(const code_info *info, int lasti);
+/* The nearest frame of a reported file on a thread's stack, from the innermost
+ * outward: *reported is NULL when there is none, *innermost the thread's current
+ * frame (NULL: no Python frame).  Returns 0 when memory runs out. */
+#include "../sampler/pyframe.h"
+int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported);
 size_t codes_count(void);
 size_t codes_memory_bytes(void);
 void codes_release(void);

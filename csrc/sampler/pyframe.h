@@ -28,6 +28,13 @@ int pyframe_lasti(pyframe f);                 /* index in code units of the inst
  * switch, a signal).  Any thread may call this; it only stores an atomic flag. */
 void pyframe_wake_main_thread(PyInterpreterState *interp);
 
+/* Whether the calling thread holds the GIL (callable without it: reads only the
+ * thread's own state and the GIL holder, never allocates). */
+int pyframe_gil_is_mine(void);
+/* The calling thread's state whether or not it holds the GIL; NULL for a thread
+ * that never ran Python. */
+PyThreadState *pyframe_my_thread_state(void);
+
 uint64_t pyframe_thread_serial(PyThreadState *ts); /* unique for the life of the interpreter */
 pid_t pyframe_thread_tid(PyThreadState *ts);       /* kernel thread id */
 

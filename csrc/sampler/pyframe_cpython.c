@@ -90,3 +90,17 @@ void pyframe_wake_main_thread(PyInterpreterState *interp)
     (void)interp; /* 3.13+: Py_AddPendingCall signals the main thread itself. */
 #endif
 }
+
+PyThreadState *pyframe_my_thread_state(void)
+{
+    return PyGILState_GetThisThreadState();
+}
+
+int pyframe_gil_is_mine(void)
+{
+    /* 3.11: the "current" thread state is the GIL holder's; 3.12+: it is this
+     * thread's while attached, i.e. while it holds the GIL.  Either way a match
+     * means this thread holds it. */
+    PyThreadState *mine = PyGILState_GetThisThreadState();
+    return mine != NULL && mine == _PyThreadState_UncheckedGet();
+}

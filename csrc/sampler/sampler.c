@@ -4,6 +4,7 @@
 #include "../common/table.h"
 #include "../profile/codes.h"
 #include "../profile/line_stats.h"
+#include "../memory/mem_profile.h"
 
 #include <errno.h>
 #include <string.h>
@@ -75,27 +76,19 @@ typedef struct {
 static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns)
 {
     location loc = {NULL, 0, 1, 1};
-    pyframe f = pyframe_innermost(ts);
-    if (f == NULL) {
-        return loc; /* no Python frame at all: native */
-    }
-    const code_info *info = codes_lookup(pyframe_code(f));
-    if (info == NULL) {
+    pyframe innermost, f;
+    if (!codes_locate(ts, &innermost, &f)) {
         loc.ok = 0;
         return loc;
     }
-    loc.native = native_by_delay ? delay_ns > NATIVE_DELAY_NS
-                                 : !codes_python_at(info, pyframe_lasti(f));
-    while (!info->reported) {
-        f = pyframe_caller(f);
-        if (f == NULL) {
-            break;
-        }
-        info = codes_lookup(pyframe_code(f));
-        if (info == NULL) {
-            loc.ok = 0;
-            return loc;
-        }
+    if (innermost == NULL) {
+        return loc; /* no Python frame at all: native */
+    }
+    if (native_by_delay) {
+        loc.native = delay_ns > NATIVE_DELAY_NS;
+    } else {
+        const code_info *info = codes_lookup(pyframe_code(innermost));
+        loc.native = info != NULL && !codes_python_at(info, pyframe_lasti(innermost));
     }
     if (f != NULL) {
         loc.code = pyframe_code(f);
@@ -207,6 +200,7 @@ static void snapshot(enum snapshot_source source)
 {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback); /* the snapshot must not disturb a pending error */
+    mem_profile_drain(); /* memory samples queued by threads that did not hold the GIL */
 
     uint64_t now = clock_wall_ns();
     uint64_t process_cpu = clock_process_cpu_ns();

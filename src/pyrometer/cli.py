@@ -9,7 +9,7 @@ import sys
 
 from . import launcher, model
 from .options import Options, UsageError, parse
-from .profiler import Session
+from .profiler import Session, ensure_memhooks_preloaded
 from .render import json_out, text
 
 
@@ -32,7 +32,7 @@ def write_report(profile: dict, options: Options) -> None:
     else:
         to_terminal = options.outfile is None and (_report_stream() or sys.stderr).isatty()
         rendered = text.render(profile, color=to_terminal and "NO_COLOR" not in os.environ,
-                               width=text.terminal_width() if to_terminal else 132)
+                               width=text.terminal_width() if to_terminal else 1 << 20)
     if options.outfile is not None:
         json_out.write_atomically(options.outfile, rendered)
         return
@@ -49,6 +49,10 @@ def _profile(options: Options) -> int:
         target = launcher.resolve(script, options.module, args)
     except launcher.ProgramNotFound as e:
         return _error(str(e))
+    if options.memory:
+        problem = ensure_memhooks_preloaded()
+        if problem is not None:
+            return _error(problem, 1)
     session = Session(options, target.directory)
     parent = os.getpid()
     outcome = launcher.run(target, session.start, session.stop)

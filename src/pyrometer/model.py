@@ -56,8 +56,66 @@ class _Sums:
         }
 
 
-def _significant(entry: dict[str, Any], threshold: float) -> bool:
-    return (entry["n_cpu_percent_python"] + entry["n_cpu_percent_c"] + entry["n_sys_percent"]) >= threshold
+MB = 1048576.0
+# A line is reported as leaking when the chance that its next sampled allocation
+# is never freed (Laplace's rule of succession over its watched samples) is at
+# least this, while the run's footprint grew.
+LEAK_LIKELIHOOD = 0.95
+LEAK_MIN_SAMPLES = 3
+
+
+class _Memory:
+    """Memory samples of one line or function, from the C core's records."""
+    __slots__ = ("alloc", "python", "free", "copy", "mallocs", "net", "peak",
+                 "watched", "freed", "evicted", "timeline")
+
+    def __init__(self) -> None:
+        self.alloc = self.python = self.free = self.copy = 0
+        self.mallocs = self.net = self.peak = 0
+        self.watched = self.freed = self.evicted = 0
+        self.timeline: list = []
+
+    def add(self, r: dict[str, Any]) -> None:
+        self.alloc += r["alloc_bytes"]
+        self.python += r["python_bytes"]
+        self.free += r["free_bytes"]
+        self.copy += r["copy_bytes"]
+        self.mallocs += r["alloc_samples"]
+        self.net += r["net_bytes"]
+        self.peak = max(self.peak, r["peak_bytes"])  # lines: exact; functions: largest line
+        self.watched += r["watched"]
+        self.freed += r["watched_freed"]
+        self.evicted += r["watched_evicted"]
+        if len(r["timeline"]) > len(self.timeline):
+            self.timeline = r["timeline"]
+
+    def leak_likelihood(self) -> float:
+        watched = self.watched - self.evicted
+        return 1.0 - (self.freed + 1) / (watched + 2) if watched >= 0 else 0.0
+
+    def fields(self, activity: float, elapsed: float) -> dict[str, Any]:
+        return {
+            "n_malloc_mb": self.alloc / MB,
+            "n_python_fraction": self.python / self.alloc if self.alloc else 0.0,
+            "n_peak_mb": max(self.peak, 0) / MB,
+            "n_growth_mb": self.net / MB,
+            "n_avg_mb": self.alloc / MB / self.mallocs if self.mallocs else 0.0,
+            "n_mallocs": self.mallocs,
+            "n_usage_fraction": (self.alloc + self.free) / activity if activity else 0.0,
+            "n_copy_mb_s": self.copy / MB / elapsed if elapsed > 0 else 0.0,
+            "n_malloc_bytes": self.alloc,
+            "n_free_bytes": self.free,
+            "n_copy_bytes": self.copy,
+            "memory_samples": [[round(t, 6), round(mb, 3)] for t, mb in self.timeline],
+        }
+
+
+_NO_MEMORY = _Memory()
+
+
+def _significant(entry: dict[str, Any], threshold: float, malloc_threshold: float | None = None) -> bool:
+    cpu = (entry["n_cpu_percent_python"] + entry["n_cpu_percent_c"] + entry["n_sys_percent"]) >= threshold
+    return cpu or (malloc_threshold is not None and entry.get("n_malloc_mb", 0.0) >= malloc_threshold)
 
 
 def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[str, Any],
@@ -67,6 +125,16 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
         lines[filename][lineno].add(cpu)
         functions[filename][(qualname, firstlineno)].add(cpu)
+
+    memory = raw.get("memory")
+    mem_lines: dict[str, dict[int, _Memory]] = defaultdict(lambda: defaultdict(_Memory))
+    mem_functions: dict[str, dict[tuple[str, int], _Memory]] = defaultdict(lambda: defaultdict(_Memory))
+    activity = 0
+    for r in (memory or {}).get("lines", []):
+        mem_lines[r["filename"]][r["lineno"]].add(r)
+        mem_functions[r["filename"]][(r["function"], r["function_lineno"])].add(r)
+        activity += r["alloc_bytes"] + r["free_bytes"]
+        lines[r["filename"]]  # a file with memory samples only is still reported
 
     unattributed = _Sums()
     unattributed.add(raw["unattributed"])
@@ -81,24 +149,40 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     # that never touch the program's code (a pool waiting for work) is left out.
     denominator = every_line.total + unattributed.python + unattributed.native
     threshold = options["cpu_percent_threshold"]
+    malloc_threshold = options["malloc_threshold"] if memory else None
     reduced = options["reduced_profile"]
+    footprint_grew = bool(memory) and memory["footprint_bytes"] >= memory["window_bytes"]
 
     files: dict[str, Any] = {}
     for filename in sorted(lines):
         per_line = lines[filename]
+        per_line_mem = mem_lines.get(filename, {})
         source = _source_lines(filename)
-        n = max(len(source), max(per_line, default=0))
+        n = max(len(source), max(per_line, default=0), max(per_line_mem, default=0))
         line_entries = []
+        leaks = {}
         for lineno in range(1, n + 1):
             entry = {"lineno": lineno, "line": source[lineno - 1] if lineno <= len(source) else ""}
             entry.update((per_line.get(lineno) or _Sums()).fields(denominator))
-            if not reduced or _significant(entry, threshold):
+            if memory:
+                m = per_line_mem.get(lineno, _NO_MEMORY)
+                entry.update(m.fields(activity, elapsed))
+                likelihood = m.leak_likelihood()
+                if (footprint_grew and m.net > 0 and m.watched - m.evicted >= LEAK_MIN_SAMPLES
+                        and likelihood >= LEAK_LIKELIHOOD):
+                    leaks[str(lineno)] = {"likelihood": likelihood,
+                                          "velocity_mb_s": m.net / MB / elapsed if elapsed > 0 else 0.0,
+                                          "growth_mb": m.net / MB}
+            if not reduced or _significant(entry, threshold, malloc_threshold):
                 line_entries.append(entry)
         function_entries = []
-        for (qualname, firstlineno), s in sorted(functions[filename].items(), key=lambda kv: kv[0][1]):
+        keys = set(functions[filename]) | set(mem_functions.get(filename, {}))
+        for qualname, firstlineno in sorted(keys, key=lambda k: (k[1], k[0])):
             entry = {"lineno": firstlineno, "line": qualname}
-            entry.update(s.fields(denominator))
-            if not reduced or _significant(entry, threshold):
+            entry.update(functions[filename].get((qualname, firstlineno), _Sums()).fields(denominator))
+            if memory:
+                entry.update(mem_functions[filename].get((qualname, firstlineno), _NO_MEMORY).fields(activity, elapsed))
+            if not reduced or _significant(entry, threshold, malloc_threshold):
                 function_entries.append(entry)
         file_total = _Sums()
         for s in per_line.values():
@@ -111,7 +195,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             "lines": line_entries,
             "functions": function_entries,
             "imports": [],
-            "leaks": {},
+            "leaks": leaks,
         }
 
     return {
@@ -145,15 +229,44 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             "native_sec": unattributed.native,
             "system_sec": unattributed.system,
         },
-        "memory": False,
+        "memory": bool(memory),
         "gpu": False,
+        **(_run_memory(memory, mem_lines, elapsed) if memory else {}),
         "files": files,
     }
 
 
-def significant(entry: dict[str, Any], threshold: float) -> bool:
-    """Whether a line or function reaches the CPU threshold (percent of run time)."""
-    return _significant(entry, threshold)
+def _run_memory(memory: dict[str, Any], mem_lines: dict, elapsed: float) -> dict[str, Any]:
+    top = sorted(((m.alloc, filename, lineno, m) for filename, per in mem_lines.items()
+                  for lineno, m in per.items()), key=lambda x: -x[0])[:10]
+    where = memory["max_footprint_where"]
+    return {
+        "max_footprint_mb": max(memory["max_footprint_bytes"], 0) / MB,
+        "max_footprint_where": {"filename": where[0], "lineno": where[1]} if where else None,
+        "max_footprint_time_sec": memory["max_footprint_time_sec"],
+        "footprint_mb": memory["footprint_bytes"] / MB,
+        "growth_rate_mb_s": memory["footprint_bytes"] / MB / elapsed if elapsed > 0 else 0.0,
+        "samples": [[round(t, 6), round(mb, 3)] for t, mb in memory["footprint"]],
+        "top_allocations": [{"filename": f, "lineno": n, "n_malloc_mb": a / MB,
+                             "n_python_fraction": m.python / a if a else 0.0}
+                            for a, f, n, m in top if a > 0],
+        "native_threads": {"malloc_mb": memory["native_thread_alloc_bytes"] / MB,
+                           "free_mb": memory["native_thread_free_bytes"] / MB,
+                           "copy_mb": memory["native_thread_copy_bytes"] / MB},
+        "unattributed_memory": {"malloc_mb": memory["unattributed_alloc_bytes"] / MB,
+                                "python_mb": memory["unattributed_python_bytes"] / MB,
+                                "free_mb": memory["unattributed_free_bytes"] / MB,
+                                "copy_mb": memory["unattributed_copy_bytes"] / MB},
+        "allocation_sampling_window_bytes": memory["window_bytes"],
+        "memory_samples_dropped": memory["dropped_samples"],
+        "python_frees_counted": bool(memory["python_frees_counted"]),
+    }
+
+
+def significant(entry: dict[str, Any], threshold: float, malloc_threshold: float | None = None) -> bool:
+    """Whether a line or function reaches the CPU threshold (percent of run time)
+    or, when memory was profiled, the malloc threshold (MB allocated)."""
+    return _significant(entry, threshold, malloc_threshold)
 
 
 def display_name(filename: str) -> str:

@@ -26,6 +26,9 @@ class Options:
     cpu_percent_threshold: float = 1.0
     cpu_sampling_rate: float = 0.01
     reduced_profile: bool = False
+    memory: bool = True
+    malloc_threshold: float = 100.0
+    allocation_sampling_window: int = 1 << 20
     module: str | None = None
     program: list[str] = dataclasses.field(default_factory=list)
 
@@ -40,6 +43,9 @@ class Options:
             "cpu_percent_threshold": self.cpu_percent_threshold,
             "cpu_sampling_rate": self.cpu_sampling_rate,
             "reduced_profile": self.reduced_profile,
+            "memory": self.memory,
+            "malloc_threshold": self.malloc_threshold,
+            "allocation_sampling_window": self.allocation_sampling_window,
         }
 
 
@@ -48,17 +54,13 @@ class Options:
 NOT_YET = {
     "--html": "the HTML report",
     "--web": "the web report",
-    "--memory": "memory profiling",
-    "--no-memory": "memory profiling",
     "--gpu": "GPU profiling",
     "--no-gpu": "GPU profiling",
     "--profile-interval": "periodic profiles",
-    "--malloc-threshold": "memory profiling",
-    "--allocation-sampling-window": "memory profiling",
     "--off": "starting paused",
     "--pid": "controlling a running program",
 }
-NOT_YET_WITH_VALUE = {"--profile-interval", "--malloc-threshold", "--allocation-sampling-window", "--pid"}
+NOT_YET_WITH_VALUE = {"--profile-interval", "--pid"}
 
 
 def _float_in(name: str, low: float, high: float, low_open: bool = True):
@@ -74,6 +76,17 @@ def _float_in(name: str, low: float, high: float, low_open: bool = True):
                 f"{name} must be {bound} and at most {high:g}, not {text}")
         return value
     return parse
+
+
+def _window(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--allocation-sampling-window must be a whole number of bytes, not {text!r}") from None
+    if value < 4096 or value > (1 << 34):
+        raise argparse.ArgumentTypeError(
+            f"--allocation-sampling-window must be between 4096 bytes and 16 GiB, not {text}")
+    return value
 
 
 def _substrings(text: str) -> list[str]:
@@ -103,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--cli", action="store_true", help="write the report as annotated text")
     out.add_argument("--reduced-profile", action="store_true",
                      help="show only lines at or above the thresholds")
+    out.add_argument("--malloc-threshold", metavar="MB", default=100.0,
+                     type=_float_in("--malloc-threshold", 0.0, 1e9, low_open=False),
+                     help="megabytes allocated on a line for it to count as significant for memory")
     out.add_argument("--cpu-percent-threshold", metavar="PCT", default=1.0,
                      type=_float_in("--cpu-percent-threshold", 0.0, 100.0, low_open=False),
                      help="percent of run time at which a line counts as significant")
@@ -112,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "what follows is the module's argv")
     what.add_argument("--cpu-only", action="store_true",
                       help="profile CPU time only (no memory, copy or GPU profiling)")
+    what.add_argument("--memory", dest="memory_on", action="store_true",
+                      help="profile memory, copy volume and leaks (on unless --cpu-only)")
+    what.add_argument("--no-memory", dest="memory_off", action="store_true",
+                      help="do not profile memory")
     what.add_argument("--profile-all", action="store_true",
                       help="report all files, including the standard library and site-packages")
     what.add_argument("--profile-only", metavar="SUBSTRINGS", type=_substrings, default=[],
@@ -122,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--cpu-sampling-rate", metavar="SECONDS", default=0.01,
                      type=_float_in("--cpu-sampling-rate", 0.0, 1.0),
                      help="mean time between CPU samples, in seconds (min 0.0001)")
+    how.add_argument("--allocation-sampling-window", metavar="BYTES", default=1 << 20, type=_window,
+                     help="net bytes a thread allocates (or frees, or copies) between memory samples")
     how.add_argument("--use-virtual-time", action="store_true",
                      help="count CPU time only: no time sleeping, waiting or blocked in I/O")
     later = p.add_argument_group("not available yet (accepted, then refused with a message)")
@@ -171,10 +193,13 @@ def parse(argv: list[str]) -> Options:
             raise UsageError(f"{flag}: {NOT_YET[flag]} is not available yet")
     if ns.cpu_sampling_rate < 1e-4:
         raise UsageError(f"argument --cpu-sampling-rate: must be at least 0.0001, not {ns.cpu_sampling_rate:g}")
+    if ns.memory_on and (ns.memory_off or ns.cpu_only):
+        raise UsageError("--memory contradicts " + ("--no-memory" if ns.memory_off else "--cpu-only"))
     if ns.json and ns.cli:
         raise UsageError("--json and --cli are exclusive: choose one report format")
     if module is None and not program:
         raise UsageError("no program to profile: give a script (pyrometer prog.py) or a module (pyrometer -m mod)")
     opts = Options(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(Options)
-                      if f.name not in ("program", "module")}, module=module, program=program)
+                      if f.name not in ("program", "module", "memory")}, module=module, program=program,
+                   memory=not (ns.cpu_only or ns.memory_off))
     return opts

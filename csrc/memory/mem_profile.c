@@ -1,0 +1,402 @@
+#include "mem_profile.h"
+#include "memhooks_api.h"
+#include "pyalloc.h"
+#include "../common/arena.h"
+#include "../common/table.h"
+#include "../profile/codes.h"
+#include "../sampler/clock.h"
+#include "../sampler/pyframe.h"
+
+#include <stdatomic.h>
+
+#define LINE_POINTS 100   /* memory_samples per line */
+#define RUN_POINTS 300    /* footprint timeline */
+#define RING_SLOTS 4096
+
+/* A timeline that keeps at most `cap` points by dropping every other point and
+ * halving its rate when full: its size is fixed, whatever the run length. */
+typedef struct {
+    uint32_t cap, count, stride, skipped;
+    uint64_t *t_ns;
+    double *mb;
+} series;
+
+/* Watched sampled allocations of one line; updated from any thread. */
+typedef struct {
+    _Atomic uint64_t watched, freed, evicted;
+} leak_site;
+
+typedef struct {
+    uint64_t alloc_bytes, python_bytes, free_bytes, copy_bytes;
+    uint64_t alloc_samples, free_samples, copy_samples;
+    int64_t net, peak;
+    leak_site *site;  /* arena memory: stable while the line table grows */
+    series *timeline;
+} mem_line;
+
+typedef struct {
+    atomic_int ready;
+    PyThreadState *ts;
+    int kind;
+    int64_t bytes, python_bytes;
+    uint64_t t_ns;
+} ring_slot;
+
+static struct {
+    int active, initialised, frees_counted;
+    memhooks_api api;
+    int64_t window;
+    uint64_t start_ns;
+    table lines; /* (code, lineno) -> mem_line */
+    arena mem;
+    series *footprint;
+    int64_t max_footprint;
+    PyCodeObject *max_code;
+    int max_lineno;
+    uint64_t max_t_ns;
+    uint64_t unattributed_alloc, unattributed_python, unattributed_free, unattributed_copy;
+    _Atomic uint64_t native_thread_alloc, native_thread_free, native_thread_copy;
+    _Atomic uint64_t dropped;
+    _Atomic uint64_t ring_head; /* next slot a writer claims */
+    _Atomic uint64_t ring_tail; /* next slot the drain reads (GIL held) */
+    PyThreadState *main_ts;
+    atomic_int drain_requested;
+} M;
+
+static ring_slot ring[RING_SLOTS];
+
+static series *series_new(uint32_t cap)
+{
+    series *s = arena_alloc(&M.mem, sizeof *s);
+    if (s == NULL) {
+        return NULL;
+    }
+    s->t_ns = arena_alloc(&M.mem, cap * sizeof *s->t_ns);
+    s->mb = arena_alloc(&M.mem, cap * sizeof *s->mb);
+    if (s->t_ns == NULL || s->mb == NULL) {
+        return NULL;
+    }
+    s->cap = cap;
+    s->stride = 1;
+    return s;
+}
+
+static void series_add(series *s, uint64_t t_ns, double mb)
+{
+    if (s == NULL || ++s->skipped < s->stride) {
+        return;
+    }
+    s->skipped = 0;
+    if (s->count == s->cap) {
+        for (uint32_t i = 0; i < s->cap / 2; i++) {
+            s->t_ns[i] = s->t_ns[2 * i];
+            s->mb[i] = s->mb[2 * i];
+        }
+        s->count = s->cap / 2;
+        s->stride *= 2;
+    }
+    s->t_ns[s->count] = t_ns;
+    s->mb[s->count] = mb;
+    s->count++;
+}
+
+static mem_line *line_for(PyCodeObject *code, int lineno)
+{
+    table_key key = {(uint64_t)(uintptr_t)code, (uint64_t)(int64_t)lineno};
+    int created;
+    mem_line *m = table_upsert(&M.lines, key, &created);
+    if (m != NULL && created) {
+        m->site = arena_alloc(&M.mem, sizeof *m->site);
+        m->timeline = series_new(LINE_POINTS);
+    }
+    return m;
+}
+
+/* Charges one sample to where thread ts stands; GIL held.  Returns the leak
+ * token for a sampled allocation (0: not watched). */
+static uintptr_t charge(PyThreadState *ts, int kind, int64_t bytes, int64_t python_bytes,
+                        uint64_t t_ns)
+{
+    pyframe innermost, f;
+    mem_line *m = NULL;
+    PyCodeObject *code = NULL;
+    int lineno = 0;
+    if (codes_locate(ts, &innermost, &f) && f != NULL) {
+        code = pyframe_code(f);
+        lineno = PyCode_Addr2Line(code, pyframe_lasti(f) * 2);
+        m = line_for(code, lineno);
+    }
+    uint64_t b = (uint64_t)bytes;
+    if (m == NULL) {
+        /* No reported line on the stack: counted for the run only. */
+        M.unattributed_alloc += kind == MEMHOOKS_ALLOC ? b : 0;
+        M.unattributed_python += kind == MEMHOOKS_ALLOC ? (uint64_t)python_bytes : 0;
+        M.unattributed_free += kind == MEMHOOKS_FREE ? b : 0;
+        M.unattributed_copy += kind == MEMHOOKS_COPY ? b : 0;
+        return 0;
+    }
+    if (kind == MEMHOOKS_COPY) {
+        m->copy_bytes += b;
+        m->copy_samples++;
+        return 0;
+    }
+    if (kind == MEMHOOKS_ALLOC) {
+        m->alloc_bytes += b;
+        m->python_bytes += (uint64_t)python_bytes;
+        m->alloc_samples++;
+        m->net += bytes;
+    } else {
+        m->free_bytes += b;
+        m->free_samples++;
+        m->net -= bytes;
+    }
+    if (m->net > m->peak) {
+        m->peak = m->net;
+    }
+    series_add(m->timeline, t_ns - M.start_ns, (double)m->net / 1048576.0);
+    int64_t footprint = M.api.footprint();
+    series_add(M.footprint, t_ns - M.start_ns, (double)footprint / 1048576.0);
+    if (footprint > M.max_footprint) {
+        M.max_footprint = footprint;
+        M.max_code = code;
+        M.max_lineno = lineno;
+        M.max_t_ns = t_ns - M.start_ns;
+    }
+    if (kind == MEMHOOKS_ALLOC && m->site != NULL) {
+        atomic_fetch_add(&m->site->watched, 1);
+        return (uintptr_t)m->site;
+    }
+    return 0;
+}
+
+static int drain_as_pending_call(void *unused)
+{
+    (void)unused;
+    atomic_store(&M.drain_requested, 0);
+    mem_profile_drain();
+    return 0;
+}
+
+/* The sample function: runs on the allocating thread, from inside malloc or a
+ * Python allocator, with this thread's counting suspended by the library. */
+static uintptr_t on_sample(int kind, int64_t bytes, int64_t python_bytes, void *address)
+{
+    (void)address;
+    if (!M.active) {
+        return 0;
+    }
+    uint64_t now = clock_wall_ns();
+    if (pyframe_gil_is_mine()) {
+        return charge(pyframe_my_thread_state(), kind, bytes, python_bytes, now);
+    }
+    PyThreadState *ts = pyframe_my_thread_state();
+    if (ts == NULL) {
+        _Atomic uint64_t *into = kind == MEMHOOKS_ALLOC  ? &M.native_thread_alloc
+                                 : kind == MEMHOOKS_FREE ? &M.native_thread_free
+                                                         : &M.native_thread_copy;
+        atomic_fetch_add(into, (uint64_t)bytes);
+        return 0;
+    }
+    uint64_t head = atomic_load(&M.ring_head);
+    do {
+        if (head - atomic_load_explicit(&M.ring_tail, memory_order_acquire) >= RING_SLOTS) {
+            atomic_fetch_add(&M.dropped, 1);
+            return 0;
+        }
+    } while (!atomic_compare_exchange_weak(&M.ring_head, &head, head + 1));
+    ring_slot *s = &ring[head % RING_SLOTS];
+    s->ts = ts;
+    s->kind = kind;
+    s->bytes = bytes;
+    s->python_bytes = python_bytes;
+    s->t_ns = now;
+    atomic_store_explicit(&s->ready, 1, memory_order_release);
+    /* The main thread runs pending calls at its next bytecode boundary: right
+     * after the native call it is in returns, still on the line that made it. */
+    if (ts == M.main_ts && !atomic_exchange(&M.drain_requested, 1) &&
+        Py_AddPendingCall(drain_as_pending_call, NULL) != 0) {
+        atomic_store(&M.drain_requested, 0);
+    }
+    return 0;
+}
+
+/* The library saw a watched allocation freed (or gave its slot to a newer one). */
+static void on_freed(uintptr_t token, int evicted)
+{
+    leak_site *site = (leak_site *)token;
+    atomic_fetch_add(evicted ? &site->evicted : &site->freed, 1);
+}
+
+void mem_profile_drain(void)
+{
+    if (!M.initialised) {
+        return;
+    }
+    for (;;) {
+        uint64_t tail = atomic_load(&M.ring_tail);
+        ring_slot *s = &ring[tail % RING_SLOTS];
+        if (!atomic_load_explicit(&s->ready, memory_order_acquire)) {
+            break;
+        }
+        /* The thread may have ended since: charge it only if it is still there. */
+        PyThreadState *found = NULL;
+        for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyInterpreterState_Get());
+             ts != NULL && found == NULL; ts = PyThreadState_Next(ts)) {
+            found = ts == s->ts ? ts : NULL;
+        }
+        if (found != NULL) {
+            charge(found, s->kind, s->bytes, s->python_bytes, s->t_ns);
+        } else if (s->kind == MEMHOOKS_ALLOC) {
+            M.unattributed_alloc += (uint64_t)s->bytes;
+        }
+        atomic_store_explicit(&s->ready, 0, memory_order_relaxed);
+        atomic_store_explicit(&M.ring_tail, tail + 1, memory_order_release);
+    }
+}
+
+int mem_profile_start(int64_t window_bytes)
+{
+    if (M.active) {
+        PyErr_SetString(PyExc_RuntimeError, "memory profiling is already running");
+        return -1;
+    }
+    memhooks_api api;
+    if (memhooks_api_find(&api) != 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "memory profiling needs libpyrometer_memhooks.so preloaded "
+                        "(run the program through the pyrometer command)");
+        return -1;
+    }
+    if (!M.initialised) {
+        arena_init(&M.mem);
+        if (table_init(&M.lines, sizeof(mem_line), 1024) != 0 ||
+            (M.footprint = series_new(RUN_POINTS)) == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        M.initialised = 1;
+    }
+    if (codes_init() != 0) {
+        return -1;
+    }
+    M.api = api;
+    M.main_ts = PyThreadState_Get();
+    M.window = window_bytes;
+    M.start_ns = clock_wall_ns();
+    M.frees_counted = pyalloc_install(&api);
+    M.active = 1;
+    memhooks_config config = {window_bytes, window_bytes, on_sample, on_freed};
+    if (api.start(&config) != 0) {
+        M.active = 0;
+        pyalloc_uninstall();
+        PyErr_SetString(PyExc_RuntimeError, "the memory hooks refused to start");
+        return -1;
+    }
+    return 0;
+}
+
+void mem_profile_stop(void)
+{
+    if (!M.active) {
+        return;
+    }
+    M.api.stop();
+    pyalloc_uninstall();
+    mem_profile_drain();
+    M.active = 0;
+}
+
+int mem_profile_active(void)
+{
+    return M.active;
+}
+
+static PyObject *series_list(const series *s)
+{
+    PyObject *out = PyList_New(0);
+    for (uint32_t i = 0; out != NULL && s != NULL && i < s->count; i++) {
+        PyObject *point = Py_BuildValue("(dd)", (double)s->t_ns[i] * 1e-9, s->mb[i]);
+        if (point == NULL || PyList_Append(out, point) != 0) {
+            Py_XDECREF(point);
+            Py_CLEAR(out);
+            break;
+        }
+        Py_DECREF(point);
+    }
+    return out;
+}
+
+PyObject *mem_profile_collect(void)
+{
+    if (!M.initialised) {
+        Py_RETURN_NONE;
+    }
+    mem_profile_drain();
+    PyObject *lines = PyList_New(0);
+    if (lines == NULL) {
+        return NULL;
+    }
+    size_t cursor = 0;
+    table_key key;
+    mem_line *m;
+    while ((m = table_next(&M.lines, &cursor, &key)) != NULL) {
+        PyCodeObject *code = (PyCodeObject *)(uintptr_t)key.k1;
+        uint64_t watched = m->site ? atomic_load(&m->site->watched) : 0;
+        uint64_t freed = m->site ? atomic_load(&m->site->freed) : 0;
+        uint64_t evicted = m->site ? atomic_load(&m->site->evicted) : 0;
+        PyObject *timeline = series_list(m->timeline);
+        PyObject *item = timeline == NULL ? NULL : Py_BuildValue(
+            "{s:O,s:i,s:O,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L,s:L,s:K,s:K,s:K,s:N}",
+            "filename", code->co_filename, "lineno", (int)(int64_t)key.k2, "function",
+            code->co_qualname, "function_lineno", code->co_firstlineno, "alloc_bytes",
+            (unsigned long long)m->alloc_bytes, "python_bytes", (unsigned long long)m->python_bytes,
+            "free_bytes", (unsigned long long)m->free_bytes, "copy_bytes",
+            (unsigned long long)m->copy_bytes, "alloc_samples", (unsigned long long)m->alloc_samples,
+            "free_samples", (unsigned long long)m->free_samples, "copy_samples",
+            (unsigned long long)m->copy_samples, "net_bytes", (long long)m->net, "peak_bytes",
+            (long long)m->peak, "watched", (unsigned long long)watched, "watched_freed",
+            (unsigned long long)freed, "watched_evicted", (unsigned long long)evicted, "timeline",
+            timeline);
+        if (item == NULL || PyList_Append(lines, item) != 0) {
+            Py_XDECREF(item);
+            Py_DECREF(lines);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    PyObject *peak_where = M.max_code != NULL
+                               ? Py_BuildValue("(Oi)", M.max_code->co_filename, M.max_lineno)
+                               : (Py_INCREF(Py_None), Py_None);
+    return Py_BuildValue(
+        "{s:N,s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:i}", "lines", lines,
+        "footprint", series_list(M.footprint), "max_footprint_bytes", (long long)M.max_footprint,
+        "max_footprint_where", peak_where, "max_footprint_time_sec", (double)M.max_t_ns * 1e-9,
+        "footprint_bytes", (long long)(M.api.footprint ? M.api.footprint() : 0), "window_bytes",
+        (long long)M.window, "unattributed_alloc_bytes", (unsigned long long)M.unattributed_alloc,
+        "unattributed_python_bytes", (unsigned long long)M.unattributed_python,
+        "unattributed_free_bytes", (unsigned long long)M.unattributed_free,
+        "unattributed_copy_bytes", (unsigned long long)M.unattributed_copy,
+        "native_thread_alloc_bytes", (unsigned long long)atomic_load(&M.native_thread_alloc),
+        "native_thread_free_bytes", (unsigned long long)atomic_load(&M.native_thread_free),
+        "native_thread_copy_bytes", (unsigned long long)atomic_load(&M.native_thread_copy),
+        "dropped_samples", (unsigned long long)atomic_load(&M.dropped), "python_frees_counted",
+        M.frees_counted);
+}
+
+void mem_profile_release(void)
+{
+    if (M.active || !M.initialised) {
+        return;
+    }
+    table_release(&M.lines);
+    arena_release(&M.mem);
+    M.initialised = 0;
+    M.footprint = NULL;
+    M.max_footprint = 0;
+    M.max_code = NULL;
+    M.unattributed_alloc = M.unattributed_python = M.unattributed_free = M.unattributed_copy = 0;
+    atomic_store(&M.native_thread_alloc, 0);
+    atomic_store(&M.native_thread_free, 0);
+    atomic_store(&M.native_thread_copy, 0);
+    atomic_store(&M.dropped, 0);
+}

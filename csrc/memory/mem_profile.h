@@ -1,0 +1,28 @@
+/* mem_profile: memory, copy and leak samples from the preloaded library, charged
+ * to lines.
+ *
+ * A sample arrives on the thread that crossed its window.  If that thread holds
+ * the GIL, its own frames say where it is and the sample is charged at once.  A
+ * thread without the GIL (native code that released it) queues the sample in a
+ * lock-free ring, charged at the next CPU snapshot to where that thread then
+ * stands.  A thread that never ran Python is native: its bytes are counted for the
+ * run, never guessed onto a line.
+ */
+#ifndef PYROMETER_MEM_PROFILE_H
+#define PYROMETER_MEM_PROFILE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+/* GIL held.  0, or -1 with an exception set (e.g. the library is not preloaded). */
+int mem_profile_start(int64_t window_bytes);
+void mem_profile_stop(void);
+int mem_profile_active(void);
+/* Charge queued samples; GIL held (called by every CPU snapshot). */
+void mem_profile_drain(void);
+/* The memory part of the profile as Python data; GIL held. */
+PyObject *mem_profile_collect(void);
+void mem_profile_release(void);
+
+#endif

@@ -1,0 +1,20 @@
+/* memhooks_api: the preloaded library's entry points, found with dlsym so that
+ * the extension works (without memory profiling) when the library is absent. */
+#ifndef PYROMETER_MEMHOOKS_API_H
+#define PYROMETER_MEMHOOKS_API_H
+
+#include "../memhooks/memhooks.h"
+
+typedef struct {
+    int (*start)(const memhooks_config *);
+    void (*stop)(void);
+    memhooks_thread *(*thread)(void);
+    void (*note_python)(int64_t, void *);
+    size_t (*python_block_size)(void *);
+    int64_t (*footprint)(void);
+} memhooks_api;
+
+/* 0 when the library is loaded in this process, -1 otherwise. */
+int memhooks_api_find(memhooks_api *api);
+
+#endif
