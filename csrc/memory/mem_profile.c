@@ -7,6 +7,7 @@
 #include "../sampler/clock.h"
 #include "../sampler/pyframe.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #define LINE_POINTS 100   /* memory_samples per line */
@@ -254,8 +255,26 @@ void mem_profile_drain(void)
     }
 }
 
+/* A forked child is not profiled (yet): its samples would charge lines of a
+ * profile nobody writes.  Only atomics are touched here. */
+static void stop_in_child(void)
+{
+    if (M.active) {
+        M.active = 0;
+        M.api.stop();
+    }
+}
+
 int mem_profile_start(int64_t window_bytes)
 {
+    static int atfork_registered;
+    if (!atfork_registered) {
+        if (pthread_atfork(NULL, NULL, stop_in_child) != 0) {
+            PyErr_SetString(PyExc_OSError, "cannot register the fork handler");
+            return -1;
+        }
+        atfork_registered = 1;
+    }
     if (M.active) {
         PyErr_SetString(PyExc_RuntimeError, "memory profiling is already running");
         return -1;
