@@ -33,7 +33,16 @@ static int frees_counted;
  * its free subtracts exactly what was added), else what was asked for. */
 static size_t counted_size(void *p, size_t asked)
 {
-    size_t n = frees_counted ? hooks.python_block_size(p) : 0;
+    if (!frees_counted) {
+        return asked;
+    }
+    if (asked - 1 < 512) {
+        /* 1 to 512 bytes: pymalloc's size class, without the arena lookup
+         * (frees_counted means block_sizes_readable() saw pymalloc serve such
+         * requests).  0 wraps around: pymalloc hands it to malloc. */
+        return (asked + 15) & ~(size_t)15;
+    }
+    size_t n = hooks.python_block_size(p);
     return n != 0 ? n : asked;
 }
 
