@@ -105,16 +105,27 @@ static size_t bootstrap_size(const void *p)
 static _Thread_local memhooks_thread T __attribute__((tls_model("initial-exec")));
 
 static atomic_int enabled;
-static int64_t window = 1 << 20;
-static int64_t copy_window = 1 << 20;
+/* Written by start() while other threads count: relaxed atomics. */
+static _Atomic int64_t window = 1 << 20;
+static _Atomic int64_t copy_window = 1 << 20;
 static _Atomic(memhooks_sample_fn) sample_fn;
 static _Atomic(memhooks_freed_fn) freed_fn;
 static _Atomic int64_t footprint;
 
 /* Sampled allocations whose free we watch, for leak detection: a direct-mapped
  * table, so a free costs one load.  A newer sample that hashes to the same slot
- * evicts the older one (its owner is told), which keeps the table bounded. */
+ * evicts the older one (its owner is told), which keeps the table bounded.
+ *
+ * A slot's address and token change together, or a free racing a sample on the
+ * same slot reports another block's token, and a sample racing a sample loses
+ * one.  So the address word is also the slot's lock: SLOT_BUSY (never a block
+ * address) while a thread changes the token.  It is held for a few instructions,
+ * never across a callback, and a sample that finds it held gives up watching
+ * (its owner is told "evicted") instead of waiting: a signal handler, or a child
+ * forked while another thread held it, never spins. */
 #define WATCH_SLOTS 4096
+#define SLOT_BUSY ((uintptr_t)1)
+#define SLOT_TRIES 64
 static _Atomic uintptr_t watch_address[WATCH_SLOTS];
 static _Atomic uintptr_t watch_token[WATCH_SLOTS];
 
@@ -128,32 +139,68 @@ static inline int counting(void)
     return atomic_load_explicit(&enabled, memory_order_relaxed) && T.busy == 0 && T.python_depth == 0;
 }
 
+/* The callbacks run inside malloc and free, which must leave errno as libc does
+ * (free keeps it; a failed realloc leaves ENOMEM): save it around them. */
+static void tell(uintptr_t token, int evicted)
+{
+    memhooks_freed_fn freed = atomic_load(&freed_fn);
+    if (token != 0 && freed != NULL) {
+        int saved = errno;
+        T.busy++;
+        freed(token, evicted);
+        T.busy--;
+        errno = saved;
+    }
+}
+
+/* Takes a slot's lock; 0 when another thread held it all along. */
+static int slot_lock(size_t slot)
+{
+    uintptr_t seen = atomic_load_explicit(&watch_address[slot], memory_order_relaxed);
+    for (int i = 0; i < SLOT_TRIES; i++) {
+        if (seen != SLOT_BUSY &&
+            atomic_compare_exchange_weak_explicit(&watch_address[slot], &seen, SLOT_BUSY,
+                                                  memory_order_acquire, memory_order_relaxed)) {
+            return 1;
+        }
+        seen = atomic_load_explicit(&watch_address[slot], memory_order_relaxed);
+    }
+    return 0;
+}
+
 static void watch(void *address, uintptr_t token)
 {
     size_t slot = watch_slot((uintptr_t)address);
-    uintptr_t old_token = atomic_exchange(&watch_token[slot], 0);
-    atomic_store(&watch_address[slot], 0);
-    memhooks_freed_fn freed = atomic_load(&freed_fn);
-    if (old_token != 0 && freed != NULL) {
-        freed(old_token, 1);
+    uintptr_t evicted = token; /* not watched after all */
+    if (slot_lock(slot)) {
+        evicted = atomic_load_explicit(&watch_token[slot], memory_order_relaxed);
+        atomic_store_explicit(&watch_token[slot], token, memory_order_relaxed);
+        atomic_store_explicit(&watch_address[slot], (uintptr_t)address, memory_order_release);
     }
-    atomic_store(&watch_token[slot], token);
-    atomic_store_explicit(&watch_address[slot], (uintptr_t)address, memory_order_release);
+    tell(evicted, 1);
+}
+
+/* Stops watching address; its token (0 if it was not watched), not told yet. */
+static inline uintptr_t unwatch_quietly(void *address)
+{
+    size_t slot = watch_slot((uintptr_t)address);
+    uintptr_t expected = (uintptr_t)address;
+    if (LIKELY(atomic_load_explicit(&watch_address[slot], memory_order_relaxed) != expected) ||
+        !atomic_compare_exchange_strong_explicit(&watch_address[slot], &expected, SLOT_BUSY,
+                                                 memory_order_acquire, memory_order_relaxed)) {
+        return 0;
+    }
+    uintptr_t token = atomic_load_explicit(&watch_token[slot], memory_order_relaxed);
+    atomic_store_explicit(&watch_token[slot], 0, memory_order_relaxed);
+    atomic_store_explicit(&watch_address[slot], 0, memory_order_release);
+    return token;
 }
 
 static inline void unwatch(void *address)
 {
-    size_t slot = watch_slot((uintptr_t)address);
-    uintptr_t expected = (uintptr_t)address;
-    if (UNLIKELY(atomic_load_explicit(&watch_address[slot], memory_order_relaxed) == expected) &&
-        atomic_compare_exchange_strong(&watch_address[slot], &expected, 0)) {
-        uintptr_t token = atomic_exchange(&watch_token[slot], 0);
-        memhooks_freed_fn freed = atomic_load(&freed_fn);
-        if (token != 0 && freed != NULL) {
-            T.busy++;
-            freed(token, 0);
-            T.busy--;
-        }
+    uintptr_t token = unwatch_quietly(address);
+    if (UNLIKELY(token != 0)) {
+        tell(token, 0);
     }
 }
 
@@ -167,12 +214,14 @@ static void emit(int kind, int64_t bytes, int64_t python_bytes, void *address)
     if (fn == NULL) {
         return;
     }
+    int saved = errno;
     T.busy++;
     uintptr_t token = fn(kind, bytes, python_bytes, address);
     if (token != 0 && address != NULL) {
         watch(address, token);
     }
     T.busy--;
+    errno = saved;
 }
 
 /* Net allocation crossed a window: one sample carries the whole net volume. */
@@ -182,7 +231,8 @@ static inline void note(int64_t bytes, int python, void *address)
     if (python) {
         T.python_net += bytes;
     }
-    if (UNLIKELY(T.net >= window || T.net <= -window)) {
+    int64_t w = atomic_load_explicit(&window, memory_order_relaxed);
+    if (UNLIKELY(T.net >= w || T.net <= -w)) {
         int64_t net = T.net, py = T.python_net;
         T.net = 0;
         T.python_net = 0;
@@ -197,7 +247,7 @@ static inline void note(int64_t bytes, int python, void *address)
 static inline void note_copy(size_t n)
 {
     T.copied += n;
-    if (UNLIKELY(T.copied >= (uint64_t)copy_window)) {
+    if (UNLIKELY(T.copied >= (uint64_t)atomic_load_explicit(&copy_window, memory_order_relaxed))) {
         int64_t copied = (int64_t)T.copied;
         T.copied = 0;
         emit(MEMHOOKS_COPY, copied, 0, NULL);
@@ -273,13 +323,28 @@ EXPORT void *realloc(void *p, size_t size)
     if (UNLIKELY(!resolved())) {
         return bootstrap_alloc(size, 16);
     }
-    if (p != NULL) {
-        counted_free(p); /* counted as a free of the old block and a new allocation */
+    /* Counted as a free of the old block and a new allocation.  The old block's
+     * watch is taken out before the real realloc (after it, another thread may
+     * already have the address) and its owner told only once the block is gone. */
+    uintptr_t token = 0;
+    if (p != NULL && atomic_load_explicit(&enabled, memory_order_relaxed)) {
+        token = unwatch_quietly(p);
+        if (T.busy == 0 && T.python_depth == 0) {
+            note(-(int64_t)real.malloc_usable_size(p), 0, NULL);
+        }
     }
     void *q = real.realloc(p, size);
     if (q == NULL && p != NULL && size != 0) {
-        counted_alloc(p); /* failed: the old block is still there */
+        int saved = errno;
+        if (token != 0) {
+            watch(p, token); /* failed: the old block is still there, still watched */
+        }
+        counted_alloc(p);
+        errno = saved;
         return NULL;
+    }
+    if (token != 0) {
+        tell(token, 0);
     }
     counted_alloc(q);
     return q;
@@ -393,6 +458,38 @@ EXPORT void *memmove(void *dst, const void *src, size_t n)
     return real.memmove(dst, src, n);
 }
 
+/* The fortified variants check the destination size themselves (and abort on
+ * overflow, as glibc's do); the real ones are used when the library has them. */
+EXPORT void *__memcpy_chk(void *dst, const void *src, size_t n, size_t dst_len)
+{
+    if (UNLIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) != 2) ||
+        real.__memcpy_chk == NULL) {
+        if (n > dst_len) {
+            abort();
+        }
+        return memcpy(dst, src, n);
+    }
+    if (counting()) {
+        note_copy(n);
+    }
+    return real.__memcpy_chk(dst, src, n, dst_len);
+}
+
+EXPORT void *__memmove_chk(void *dst, const void *src, size_t n, size_t dst_len)
+{
+    if (UNLIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) != 2) ||
+        real.__memmove_chk == NULL) {
+        if (n > dst_len) {
+            abort();
+        }
+        return memmove(dst, src, n);
+    }
+    if (counting()) {
+        note_copy(n);
+    }
+    return real.__memmove_chk(dst, src, n, dst_len);
+}
+
 /* ---- the interface for the extension ---------------------------------------------- */
 
 EXPORT int pyrometer_memhooks_start(const memhooks_config *config)
@@ -400,8 +497,8 @@ EXPORT int pyrometer_memhooks_start(const memhooks_config *config)
     if (!resolved() || config->window <= 0 || config->copy_window <= 0) {
         return -1;
     }
-    window = config->window;
-    copy_window = config->copy_window;
+    atomic_store(&window, config->window);
+    atomic_store(&copy_window, config->copy_window);
     atomic_store(&freed_fn, config->freed);
     atomic_store(&sample_fn, config->sample);
     atomic_store(&enabled, 1);
@@ -414,8 +511,10 @@ EXPORT void pyrometer_memhooks_stop(void)
     atomic_store(&sample_fn, NULL);
     atomic_store(&freed_fn, NULL);
     for (size_t i = 0; i < WATCH_SLOTS; i++) {
-        atomic_store(&watch_address[i], 0);
-        atomic_store(&watch_token[i], 0);
+        if (slot_lock(i)) {
+            atomic_store_explicit(&watch_token[i], 0, memory_order_relaxed);
+        }
+        atomic_store_explicit(&watch_address[i], 0, memory_order_release);
     }
 }
 

@@ -13,3 +13,6 @@ HOOKED(pvalloc, void *, (size_t))
 HOOKED(malloc_usable_size, size_t, (void *))
 HOOKED(memcpy, void *, (void *, const void *, size_t))
 HOOKED(memmove, void *, (void *, const void *, size_t))
+/* What fortified builds (-D_FORTIFY_SOURCE, e.g. Debian's python3) call instead. */
+HOOKED(__memcpy_chk, void *, (void *, const void *, size_t, size_t))
+HOOKED(__memmove_chk, void *, (void *, const void *, size_t, size_t))

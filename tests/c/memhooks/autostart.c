@@ -51,7 +51,8 @@ __attribute__((constructor)) static void autostart(void)
     *(void **)&stop_hooks = dlsym(RTLD_DEFAULT, "pyrometer_memhooks_stop");
     *(void **)&footprint = dlsym(RTLD_DEFAULT, "pyrometer_memhooks_footprint");
     if (start == NULL || stop_hooks == NULL || footprint == NULL) {
-        static const char message[] = "memhooks_autostart: libpyrometer_memhooks.so is not preloaded\n";
+        static const char message[] =
+            "memhooks_autostart: libpyrometer_memhooks.so is not preloaded\n";
         (void)!write(2, message, sizeof message - 1);
         _exit(121);
     }
