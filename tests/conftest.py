@@ -7,6 +7,10 @@
   PYTHONPATH.
 - ``profile_program``: writes a program, profiles it with --json --outfile and
   returns the parsed profile with helpers to find lines by marker comments.
+- ``run_bare``: writes a program and runs it with plain ``python`` (no profiler) in
+  the same environment, to compare a profiled run's behaviour with.
+- ``start_pyrometer``: starts ``python -m pyrometer ...`` without waiting (Popen), for
+  tests that watch or signal the run while it goes.
 """
 
 from __future__ import annotations
@@ -92,6 +96,20 @@ def run_pyrometer(groundtruth_dir):
                               stdin=None if input is not None else subprocess.DEVNULL)
 
     return run
+
+
+@pytest.fixture
+def start_pyrometer(groundtruth_dir):
+    """start_pyrometer(args, cwd=..., env=..., **popen_kwargs) -> Popen (no input, own session)."""
+
+    def start(args: list[str], *, cwd: str | os.PathLike | None = None,
+              env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "pyrometer", *[str(a) for a in args]]
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        kw.setdefault("start_new_session", True)
+        return subprocess.Popen(cmd, cwd=cwd, env=program_env(groundtruth_dir, env), **kw)
+
+    return start
 
 
 def write_program(directory: Path, source: str, name: str = "prog.py") -> Path:
@@ -190,6 +208,21 @@ def profile_program(tmp_path, run_pyrometer):
         return Profiled(proc, data, prog)
 
     return profile
+
+
+@pytest.fixture
+def run_bare(tmp_path, groundtruth_dir):
+    """run_bare(source, args=[], name="bare.py") -> CompletedProcess: the program run by
+    plain python, without the profiler, in tmp_path and the same environment."""
+
+    def run(source: str, args: list[str] | None = None, name: str = "bare.py",
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        prog = write_program(tmp_path, source, name)
+        return subprocess.run([sys.executable, str(prog), *[str(a) for a in args or []]], cwd=tmp_path,
+                              capture_output=True, text=True, env=program_env(groundtruth_dir, env),
+                              timeout=PROGRAM_TIMEOUT_S, stdin=subprocess.DEVNULL)
+
+    return run
 
 
 def pytest_configure(config):

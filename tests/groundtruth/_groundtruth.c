@@ -9,6 +9,15 @@
  *   spin_nogil(ms)     burn ms of this thread's CPU in C, GIL released
  *   sleep_nogil(ms)    block ms of wall time (nanosleep), GIL released
  *   thread_cpu_time()  this thread's CPU clock, in seconds
+ *   malloc_bytes(n)    malloc n bytes and touch every page; returns a handle (int)
+ *   free_handle(h)     free the block of a handle from malloc_bytes
+ *   malloc_free(n)     malloc n bytes, touch them and free them at once
+ *   memcpy_bytes(total, chunk)
+ *                      copy total bytes with memcpy calls of chunk bytes between
+ *                      two buffers allocated once per call
+ *   c_thread_malloc(total, chunk)
+ *                      start a pthread from C (no Python state) that mallocs total
+ *                      bytes in chunks, then frees them all; join it, GIL released
  *
  * CPU is burnt by working until clock_gettime(CLOCK_THREAD_CPUTIME_ID) says the
  * calling thread's own CPU clock has advanced by ms: the time is real CPU time of
@@ -19,7 +28,10 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static int64_t
@@ -189,6 +201,220 @@ gt_thread_cpu_time(PyObject *self, PyObject *noargs)
     return PyFloat_FromDouble((double)ns * 1e-9);
 }
 
+/* ---- memory ----------------------------------------------------------------
+ *
+ * Every block is malloc'd by this library, so it reaches the profiler as a
+ * native allocation (the interposed malloc), never through Python's allocators.
+ * The handle table is static, so keeping or dropping a handle allocates nothing.
+ */
+#define MAX_HANDLES 65536
+#define PAGE_BYTES 4096
+
+static void *handles[MAX_HANDLES];
+static Py_ssize_t next_handle; /* handles below it were given out (reused once freed); GIL held */
+
+/* Writes one byte per page, so the block is really mapped, not just reserved. */
+static void
+touch(unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i += PAGE_BYTES) {
+        p[i] = (unsigned char)(i | 1);
+    }
+    if (n > 0) {
+        p[n - 1] = 1;
+    }
+}
+
+static int
+size_arg(PyObject *arg, size_t *n, const char *what)
+{
+    Py_ssize_t v = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (v < 0) {
+        PyErr_Format(PyExc_ValueError, "%s must be >= 0", what);
+        return -1;
+    }
+    *n = (size_t)v;
+    return 0;
+}
+
+static PyObject *
+gt_malloc_bytes(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    size_t n;
+    if (size_arg(arg, &n, "n") < 0) {
+        return NULL;
+    }
+    Py_ssize_t h = 0;
+    while (h < next_handle && handles[h] != NULL) {
+        h++;
+    }
+    if (h == MAX_HANDLES) {
+        PyErr_SetString(PyExc_MemoryError, "no free handle");
+        return NULL;
+    }
+    unsigned char *p = malloc(n > 0 ? n : 1);
+    if (p == NULL) {
+        return PyErr_NoMemory();
+    }
+    touch(p, n);
+    handles[h] = p;
+    if (h == next_handle) {
+        next_handle++;
+    }
+    return PyLong_FromSsize_t(h);
+}
+
+static PyObject *
+gt_free_handle(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    Py_ssize_t h = PyLong_AsSsize_t(arg);
+    if (h == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (h < 0 || h >= next_handle || handles[h] == NULL) {
+        PyErr_Format(PyExc_ValueError, "%zd is not a live handle", h);
+        return NULL;
+    }
+    free(handles[h]);
+    handles[h] = NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+gt_malloc_free(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    size_t n;
+    if (size_arg(arg, &n, "n") < 0) {
+        return NULL;
+    }
+    unsigned char *p = malloc(n > 0 ? n : 1);
+    if (p == NULL) {
+        return PyErr_NoMemory();
+    }
+    touch(p, n);
+    free(p);
+    Py_RETURN_NONE;
+}
+
+/* Called through a volatile pointer: the compiler can neither inline the copies
+ * nor drop them as dead stores, so every one reaches the (interposed) memcpy. */
+static void *(*volatile copy_fn)(void *restrict, const void *restrict, size_t) = memcpy;
+
+static PyObject *
+gt_memcpy_bytes(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *total_arg, *chunk_arg;
+    size_t total, chunk;
+    if (!PyArg_ParseTuple(args, "OO:memcpy_bytes", &total_arg, &chunk_arg) ||
+        size_arg(total_arg, &total, "total") < 0 || size_arg(chunk_arg, &chunk, "chunk") < 0) {
+        return NULL;
+    }
+    if (chunk == 0) {
+        PyErr_SetString(PyExc_ValueError, "chunk must be > 0");
+        return NULL;
+    }
+    unsigned char *a = malloc(chunk), *b = malloc(chunk);
+    if (a == NULL || b == NULL) {
+        free(a);
+        free(b);
+        return PyErr_NoMemory();
+    }
+    memset(a, 7, chunk);
+    memset(b, 9, chunk);
+    size_t done = 0;
+    int flip = 0;
+    while (done < total) {
+        size_t n = total - done < chunk ? total - done : chunk;
+        if (flip) {
+            copy_fn(a, b, n);
+        } else {
+            copy_fn(b, a, n);
+        }
+        flip = !flip;
+        done += n;
+    }
+    sink += a[chunk / 2] + b[chunk - 1];
+    free(a);
+    free(b);
+    return PyLong_FromSize_t(done);
+}
+
+struct thread_job {
+    size_t total, chunk;
+    int failed;
+};
+
+static void *
+thread_malloc_main(void *arg)
+{
+    struct thread_job *job = arg;
+    size_t count = (job->total + job->chunk - 1) / job->chunk;
+    /* The list of blocks is itself malloc'd by this thread (count pointers: a few
+     * hundred bytes for 100 MB in 1 MiB chunks), so it is native memory too. */
+    void **blocks = malloc((count > 0 ? count : 1) * sizeof *blocks);
+    if (blocks == NULL) {
+        job->failed = 1;
+        return NULL;
+    }
+    size_t made = 0, done = 0;
+    while (done < job->total) {
+        size_t n = job->total - done < job->chunk ? job->total - done : job->chunk;
+        blocks[made] = malloc(n);
+        if (blocks[made] == NULL) {
+            job->failed = 1;
+            break;
+        }
+        touch(blocks[made], n);
+        made++;
+        done += n;
+    }
+    for (size_t i = 0; i < made; i++) {
+        free(blocks[i]);
+    }
+    free(blocks);
+    return NULL;
+}
+
+static PyObject *
+gt_c_thread_malloc(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *total_arg, *chunk_arg;
+    struct thread_job job = {0, 0, 0};
+    if (!PyArg_ParseTuple(args, "OO:c_thread_malloc", &total_arg, &chunk_arg) ||
+        size_arg(total_arg, &job.total, "total_bytes") < 0 || size_arg(chunk_arg, &job.chunk, "chunk") < 0) {
+        return NULL;
+    }
+    if (job.chunk == 0) {
+        PyErr_SetString(PyExc_ValueError, "chunk must be > 0");
+        return NULL;
+    }
+    pthread_t thread;
+    int rc = pthread_create(&thread, NULL, thread_malloc_main, &job);
+    if (rc != 0) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = pthread_join(thread, NULL);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (job.failed) {
+        return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef gt_methods[] = {
     {"spin_gil", gt_spin_gil, METH_O,
      "spin_gil(ms) -> (start, end): burn ms of this thread's CPU time in C, holding the GIL;\n"
@@ -200,13 +426,27 @@ static PyMethodDef gt_methods[] = {
      "sleep_nogil(ms): block for ms of wall time (nanosleep) with the GIL released."},
     {"thread_cpu_time", gt_thread_cpu_time, METH_NOARGS,
      "thread_cpu_time(): this thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID)."},
+    {"malloc_bytes", gt_malloc_bytes, METH_O,
+     "malloc_bytes(n) -> handle: malloc n bytes in C and touch every page; the block\n"
+     "stays allocated until free_handle(handle)."},
+    {"free_handle", gt_free_handle, METH_O,
+     "free_handle(handle): free the block malloc_bytes returned the handle of."},
+    {"malloc_free", gt_malloc_free, METH_O,
+     "malloc_free(n): malloc n bytes in C, touch them and free them at once."},
+    {"memcpy_bytes", gt_memcpy_bytes, METH_VARARGS,
+     "memcpy_bytes(total, chunk) -> total: copy total bytes in memcpy calls of chunk bytes\n"
+     "between two buffers of chunk bytes, allocated once (GIL held)."},
+    {"c_thread_malloc", gt_c_thread_malloc, METH_VARARGS,
+     "c_thread_malloc(total_bytes, chunk): a pthread started from C (no Python state)\n"
+     "mallocs total_bytes in chunks, then frees them all; joined with the GIL released."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef gt_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_groundtruth",
-    .m_doc = "Test-only ground truth: known amounts of native CPU, GIL-free CPU and blocking.",
+    .m_doc = "Test-only ground truth: known amounts of native CPU, GIL-free CPU, blocking,\n"
+              "native allocation and copying.",
     .m_size = 0,
     .m_methods = gt_methods,
 };

@@ -1,0 +1,457 @@
+"""Memory accuracy against ground truth, and the memory machinery's effect on programs.
+
+Each test profiles a small program whose truth it controls: Python objects of known
+size, or the test-only _groundtruth extension, which mallocs, frees and copies known
+byte counts in C (on the calling thread, or on a pthread with no Python state).
+Tolerances are stated in each assertion.
+
+Sizes: MB means 2^20 bytes, as in the profile.  Reported allocation volumes use the
+allocator's usable sizes, so a 1 MiB block counts as 1 MiB plus its malloc header
+and page rounding (about 0.4% more); the 10% tolerances cover that and the
+interpreter's own allocations on the same line (list growth, loop objects).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.accuracy
+
+# A signalled or watched run that has not ended after this long is a failure.
+RUN_TIMEOUT_S = 60
+
+MB = 1 << 20
+MEMHOOKS = "libpyrometer_memhooks.so"
+
+# The memory fields of a line entry (docs/profile-schema.md).
+LINE_MEMORY_FIELDS = ("n_malloc_mb", "n_python_fraction", "n_peak_mb", "n_growth_mb", "n_avg_mb",
+                      "n_mallocs", "n_usage_fraction", "n_copy_mb_s", "n_malloc_bytes",
+                      "n_free_bytes", "n_copy_bytes", "memory_samples")
+TOP_MEMORY_FIELDS = ("max_footprint_mb", "max_footprint_where", "samples", "top_allocations",
+                     "native_threads", "python_frees_counted")
+
+
+def mem(entry: dict) -> str:
+    """A line's memory figures, for assertion messages."""
+    return (f"line {entry['lineno']}: malloc {entry['n_malloc_mb']:.2f} MB "
+            f"(python {entry['n_python_fraction']:.3f}, {entry['n_mallocs']} samples) "
+            f"free {entry['n_free_bytes'] / MB:.2f} MB growth {entry['n_growth_mb']:.2f} MB "
+            f"peak {entry['n_peak_mb']:.2f} MB copy {entry['n_copy_bytes'] / MB:.2f} MB "
+            f"({entry['n_copy_mb_s']:.1f} MB/s)")
+
+
+def memory_summary(run) -> str:
+    p = run.profile
+    parts = [f"elapsed {p['elapsed_time_sec']:.3f}s footprint max {p.get('max_footprint_mb', 0):.1f} MB "
+             f"at {p.get('max_footprint_where')} native_threads {p.get('native_threads')} "
+             f"unattributed {p.get('unattributed_memory')} dropped {p.get('memory_samples_dropped')}"]
+    for name, f in p["files"].items():
+        for e in f["lines"]:
+            if e.get("n_malloc_bytes") or e.get("n_free_bytes") or e.get("n_copy_bytes"):
+                parts.append(f"{os.path.basename(name)} {mem(e)}")
+        if f.get("leaks"):
+            parts.append(f"{os.path.basename(name)} leaks {f['leaks']}")
+    return "\n  ".join(parts)
+
+
+def all_lines(profile: dict):
+    for filename, f in profile["files"].items():
+        for e in f["lines"]:
+            yield filename, e
+
+
+# ---------------------------------------------------------------------------
+# (a) 200 MB through Python objects vs 200 MB malloc'd in C
+# ---------------------------------------------------------------------------
+
+PYTHON_VS_NATIVE = """
+import _groundtruth as gt
+keep = [bytearray(1 << 20) for _ in range(200)]  # @python
+handles = [gt.malloc_bytes(1 << 20) for _ in range(200)]  # @native
+print(len(keep), len(handles))
+"""
+
+
+# Volumes are carried whole by the samples, so a larger window changes neither the
+# volume (a line's total is off by less than one window: 10 MB here) nor the share.
+@pytest.mark.parametrize("window", [None, 10 << 20], ids=["window-default", "window-10MB"])
+def test_python_and_native_allocation_volume_and_share(profile_program, window):
+    options = [] if window is None else ["--allocation-sampling-window", str(window)]
+    run = profile_program(PYTHON_VS_NATIVE, options=options)
+    assert run.profile["memory"] is True
+    assert run.profile["allocation_sampling_window_bytes"] == (window or MB)
+    py, c = run.line("# @python"), run.line("# @native")
+    info = memory_summary(run)
+    print(f"window {window or MB}: 200 MB Python: reported {py['n_malloc_mb']:.2f} MB, python share "
+          f"{py['n_python_fraction']:.4f}; 200 MB malloc: reported {c['n_malloc_mb']:.2f} MB, "
+          f"python share {c['n_python_fraction']:.4f}")
+    # Volume: 200 MB each, within 10%.
+    assert py["n_malloc_mb"] == pytest.approx(200, rel=0.10), f"Python line volume:\n  {info}"
+    assert c["n_malloc_mb"] == pytest.approx(200, rel=0.10), f"native line volume:\n  {info}"
+    # Kind: the bytearrays come through Python's allocators, malloc_bytes does not.
+    assert py["n_python_fraction"] >= 0.9, f"bytearrays not reported as Python:\n  {info}"
+    assert c["n_python_fraction"] <= 0.1, f"C malloc reported as Python:\n  {info}"
+    # Both are kept: everything allocated is still there at the end (within 10%).
+    assert py["n_growth_mb"] == pytest.approx(200, rel=0.10), info
+    assert c["n_growth_mb"] == pytest.approx(200, rel=0.10), info
+    # The footprint holds both (400 MB, within 10%) and peaks on one of the two lines.
+    assert run.profile["max_footprint_mb"] == pytest.approx(400, rel=0.10), info
+    assert run.profile["max_footprint_where"]["lineno"] in (run.lineno("# @python"),
+                                                            run.lineno("# @native")), info
+
+
+# ---------------------------------------------------------------------------
+# (b) millions of small Python objects
+# ---------------------------------------------------------------------------
+
+SMALL_OBJECTS = """
+small = [(i, -i) for i in range(3_000_000)]  # @small
+print(len(small))
+"""
+
+
+def test_small_python_objects_are_python(profile_program):
+    run = profile_program(SMALL_OBJECTS)
+    line = run.line("# @small")
+    info = memory_summary(run)
+    print(f"3M small tuples: {line['n_malloc_mb']:.1f} MB, python share {line['n_python_fraction']:.4f}, "
+          f"growth {line['n_growth_mb']:.1f} MB")
+    # 3 million tuples of two ints (a 56-byte tuple and two 28/32-byte ints each,
+    # plus the list's 24 MB of pointers) are well over 50 MB, all of it pymalloc's.
+    assert line["n_malloc_mb"] > 50, f"small objects' volume missing:\n  {info}"
+    assert line["n_python_fraction"] >= 0.9, f"small objects not reported as Python:\n  {info}"
+    # They are kept: at least 150 MB of the (3e6 * ~120 bytes = ~340 MB) is still live.
+    assert line["n_growth_mb"] > 150, info
+
+
+# ---------------------------------------------------------------------------
+# (c) copy volume
+# ---------------------------------------------------------------------------
+
+COPY = """
+import _groundtruth as gt
+acc = 0
+for i in range(300_000): acc += i * i % 7  # @before
+copied = gt.memcpy_bytes(1 << 30, 1 << 20)  # @copy
+for i in range(300_000): acc += i * i % 7  # @after
+print(copied, acc)
+"""
+
+
+def test_copy_volume(profile_program):
+    run = profile_program(COPY)
+    line = run.line("# @copy")
+    info = memory_summary(run)
+    elapsed = run.profile["elapsed_time_sec"]
+    true_rate = (1 << 30) / MB / elapsed
+    error = line["n_copy_mb_s"] / true_rate - 1
+    print(f"1 GiB memcpy: reported {line['n_copy_mb_s']:.1f} MB/s, true {true_rate:.1f} MB/s "
+          f"(error {error:+.2%}); {line['n_copy_bytes']} bytes reported")
+    assert run.proc.stdout.split()[0] == str(1 << 30)
+    # The rate is MB copied per second of the run: within 25% of the truth.
+    assert line["n_copy_mb_s"] == pytest.approx(true_rate, rel=0.25), f"copy rate:\n  {info}"
+    # Pure arithmetic copies nothing, before and after the copying line.
+    for marker in ("# @before", "# @after"):
+        quiet = run.line(marker)
+        assert quiet["n_copy_mb_s"] == 0 and quiet["n_copy_bytes"] == 0, (
+            f"{marker} copies nothing but reports {quiet['n_copy_bytes']} bytes:\n  {info}")
+
+
+# ---------------------------------------------------------------------------
+# (d) leaks: kept vs dropped
+# ---------------------------------------------------------------------------
+
+LEAK = """
+keep = []
+for i in range(300): keep.append(bytearray(1 << 20))  # @loop
+print(len(keep))
+"""
+
+NO_LEAK = """
+total = 0
+for i in range(300): block = bytearray(1 << 20); total += len(block); del block  # @loop
+print(total)
+"""
+
+
+def test_kept_allocations_are_a_leak(profile_program):
+    run = profile_program(LEAK)
+    n = run.lineno("# @loop")
+    leaks = run.file()["leaks"]
+    info = memory_summary(run)
+    print(f"300 MB kept: leaks {leaks}")
+    assert str(n) in leaks, f"line {n} keeps 300 MB but is not reported as a leak:\n  {info}"
+    leak = leaks[str(n)]
+    # Laplace's rule with none of ~300 samples freed: 1 - 1/302 (>= 0.95 to be reported).
+    assert leak["likelihood"] >= 0.95, info
+    # All 300 MB is still held (within 10%), at that much per second of the run (10%).
+    assert leak["growth_mb"] == pytest.approx(300, rel=0.10), info
+    assert leak["velocity_mb_s"] == pytest.approx(
+        leak["growth_mb"] / run.profile["elapsed_time_sec"], rel=0.10), info
+    # Nothing else leaks.
+    assert set(leaks) == {str(n)}, info
+
+
+def test_dropped_allocations_are_not_a_leak(profile_program):
+    run = profile_program(NO_LEAK)
+    line = run.line("# @loop")
+    leaks = run.file()["leaks"]
+    info = memory_summary(run)
+    print(f"300 MB allocated and dropped: leaks {leaks}, {mem(line)}")
+    # The volume is seen (300 MB within 10%) and all of it is freed again (< 5 MB net).
+    assert line["n_malloc_mb"] == pytest.approx(300, rel=0.10), info
+    assert abs(line["n_growth_mb"]) < 5, info
+    assert str(run.lineno("# @loop")) not in leaks, f"a loop that frees is reported as a leak:\n  {info}"
+
+
+# ---------------------------------------------------------------------------
+# (e) a thread with no Python state
+# ---------------------------------------------------------------------------
+
+C_THREAD = """
+import _groundtruth as gt
+gt.c_thread_malloc(100 << 20, 1 << 20)  # @cthread
+print("ok")
+"""
+
+
+def test_c_thread_allocations_are_native_threads(profile_program):
+    run = profile_program(C_THREAD)
+    native = run.profile["native_threads"]
+    line = run.line("# @cthread")
+    info = memory_summary(run)
+    print(f"100 MB in a C thread: native_threads {native}; calling line {mem(line)}")
+    # 100 MB allocated and freed by the C thread: reported for native threads (>= 90 MB,
+    # and no more than 110 MB).
+    assert 90 <= native["malloc_mb"] <= 110, f"C thread's allocations:\n  {info}"
+    assert 90 <= native["free_mb"] <= 110, f"C thread's frees:\n  {info}"
+    # Not guessed onto the calling line (its own Python allocations are a few KB)...
+    assert line["n_malloc_mb"] < 5, f"the C thread's memory was charged to the caller:\n  {info}"
+    # ... nor onto any line as Python: all lines together allocate under 5 MB through Python.
+    python_mb = sum(e["n_malloc_mb"] * e["n_python_fraction"] for _, e in all_lines(run.profile))
+    assert python_mb < 5, f"{python_mb:.1f} MB reported as Python:\n  {info}"
+
+
+# ---------------------------------------------------------------------------
+# (f) programs that work unchanged under the memory hooks
+# ---------------------------------------------------------------------------
+
+FORK = """
+import os, sys
+print("parent before fork", flush=True)
+for status in (7, 3):
+    pid = os.fork()
+    if pid == 0:
+        blocks = [bytearray(1 << 20) for _ in range(50)]  # @child
+        print("child allocated", sum(len(b) for b in blocks), flush=True)
+        if status == 7:
+            os._exit(7)   # the usual way out of a forked child
+        sys.exit(3)       # and the unusual one: through the interpreter's exit
+    _, st = os.waitpid(pid, 0)
+    print("child status", os.waitstatus_to_exitcode(st), flush=True)
+data = [bytearray(1 << 20) for _ in range(20)]  # @parent
+# profile_program's report is profile.json in this directory: no child may write it
+print("parent after children", len(data), "report written early:", os.path.exists("profile.json"))
+"""
+
+SQLITE = """
+import os, sqlite3
+if os.path.exists("test.db"):
+    os.remove("test.db")
+db = sqlite3.connect("test.db")
+db.execute("create table t (id integer primary key, name text, value real)")
+db.executemany("insert into t (name, value) values (?, ?)",
+               ((f"name{i}", i * 0.5) for i in range(100_000)))
+db.commit()
+print(db.execute("select count(*), sum(value), max(name) from t").fetchone())
+print(db.execute("select name from t where id = 4242").fetchone())
+db.close()
+os.remove("test.db")
+"""
+
+CTYPES = """
+import ctypes, ctypes.util
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.strlen.argtypes = [ctypes.c_char_p]
+libc.strlen.restype = ctypes.c_size_t
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+print(libc.strlen(b"hello, pyrometer"))
+p = libc.malloc(1 << 20)
+ctypes.memset(p, 0x41, 1 << 20)
+ctypes.memmove(p, b"xyz", 3)
+print(ctypes.string_at(p, 6))
+libc.free(p)
+buf = ctypes.create_string_buffer(b"abc", 10)
+print(buf.raw)
+"""
+
+NUMPY = """
+import numpy as np
+a = np.ones((100 << 20) // 8)  # @numpy
+print(a.nbytes, a.sum())
+"""
+
+
+@pytest.mark.parametrize("source", [FORK, SQLITE, CTYPES, NUMPY], ids=["fork", "sqlite3", "ctypes", "numpy"])
+def test_programs_work_unchanged(profile_program, run_bare, source):
+    if source is NUMPY:
+        pytest.importorskip("numpy")
+    bare = run_bare(source)
+    assert bare.returncode == 0, f"the program fails without the profiler:\n{bare.stderr}"
+    run = profile_program(source)  # asserts exit status 0
+    info = memory_summary(run)
+    assert run.profile["memory"] is True
+    assert run.proc.stdout == bare.stdout, (
+        f"stdout differs under the profiler:\n--- bare\n{bare.stdout}\n--- profiled\n"
+        f"{run.proc.stdout}\nstderr:\n{run.proc.stderr}")
+    if source is FORK:
+        # The children run unprofiled: nothing of theirs reaches the profile, which is
+        # the parent's (its exit status; its 20 MB after the forks, within 10%), even
+        # though a child left through the interpreter's exit.
+        assert run.line("# @child")["n_malloc_mb"] == 0, info
+        assert run.profile["exit_status"] == 0
+        assert run.line("# @parent")["n_malloc_mb"] == pytest.approx(20, rel=0.10), info
+    if source is NUMPY:
+        line = run.line("# @numpy")
+        print(f"numpy 100 MB array: {mem(line)}")
+        # numpy's data buffer is malloc'd outside Python's allocators: 100 MB (10%), native.
+        assert line["n_malloc_mb"] == pytest.approx(100, rel=0.10), info
+        assert line["n_python_fraction"] <= 0.1, info
+
+
+ENVIRONMENT = """
+import json, os, sys
+json.dump({"LD_PRELOAD": os.environ.get("LD_PRELOAD")}, open(sys.argv[1], "w"))
+block = bytearray(4 << 20)
+"""
+
+
+@pytest.mark.parametrize("option", ["--cpu-only", "--no-memory"])
+def test_memory_off_leaves_no_trace(profile_program, tmp_path, option):
+    seen = tmp_path / "env.json"
+    run = profile_program(ENVIRONMENT, options=[option], args=[str(seen)])
+    preload = json.loads(seen.read_text())["LD_PRELOAD"]
+    # Unchanged: unset (or the test environment's own value, without the hooks).
+    assert preload == os.environ.get("LD_PRELOAD"), f"LD_PRELOAD in the program with {option}: {preload!r}"
+    assert preload is None or MEMHOOKS not in preload
+    p = run.profile
+    assert p["memory"] is False
+    present = [f for f in TOP_MEMORY_FIELDS if f in p]
+    assert not present, f"memory fields {present} in a {option} profile"
+    for name, e in all_lines(p):
+        fields = [f for f in LINE_MEMORY_FIELDS if f in e]
+        assert not fields, f"memory fields {fields} on {name}:{e['lineno']} with {option}"
+        assert "leaks" not in p["files"][name] or not p["files"][name]["leaks"]
+
+
+@pytest.mark.parametrize("existing", [None, "libm.so.6"], ids=["no-preload", "existing-preload"])
+def test_memory_on_preloads_hooks(profile_program, tmp_path, existing):
+    seen = tmp_path / "env.json"
+    env_extra = {"LD_PRELOAD": existing} if existing else None
+    if existing is None and os.environ.get("LD_PRELOAD"):
+        pytest.skip("the test environment itself preloads a library")
+    run = profile_program(ENVIRONMENT, args=[str(seen)], env=env_extra)
+    preload = json.loads(seen.read_text())["LD_PRELOAD"]
+    assert preload, "LD_PRELOAD is not set in a memory-profiled program"
+    first, _, rest = preload.partition(":")
+    assert os.path.basename(first) == MEMHOOKS and os.path.isabs(first), preload
+    assert rest == (existing or ""), f"the program's own LD_PRELOAD {existing!r} became {preload!r}"
+    assert run.profile["memory"] is True
+    assert "ERROR" not in run.proc.stderr, run.proc.stderr  # ld.so: "cannot be preloaded"
+
+
+# ---------------------------------------------------------------------------
+# (g) nothing predictable on disk
+# ---------------------------------------------------------------------------
+
+SLEEPER = """
+import sys, time
+blocks = [bytearray(1 << 20) for _ in range(30)]
+open("started", "w").close()
+time.sleep(float(sys.argv[1]))
+print("done", len(blocks))
+"""
+
+
+def named_pyrometer(directory: Path) -> set[str]:
+    try:
+        return {n for n in os.listdir(directory) if "pyrometer" in n.lower()}
+    except FileNotFoundError:
+        return set()
+
+
+@pytest.mark.parametrize("how", ["exit", "SIGTERM", "SIGINT"])
+def test_nothing_on_disk(tmp_path, start_pyrometer, how):
+    work = tmp_path / "work"
+    work.mkdir()
+    private_tmp = tmp_path / "tmpdir"
+    private_tmp.mkdir()
+    prog = work / "prog.py"
+    prog.write_text(SLEEPER.lstrip())
+    out = work / "profile.json"
+    watched = [Path("/tmp"), private_tmp]
+    if os.environ.get("TMPDIR"):
+        watched.append(Path(os.environ["TMPDIR"]))
+    before = {d: named_pyrometer(d) for d in watched}
+    # It sleeps 1 s when left to end, 10 s when it is to be signalled (0.3 s into the sleep).
+    sleep_s = "1.0" if how == "exit" else "10"
+    err_path = tmp_path / "stderr.txt"  # a file, not a pipe nobody reads while it runs
+    with open(err_path, "wb") as err:
+        proc = start_pyrometer(["--json", "--outfile", out, prog, sleep_s], cwd=work,
+                               env={"TMPDIR": str(private_tmp)}, stdout=subprocess.DEVNULL, stderr=err)
+    appeared: dict[str, float] = {}
+    in_private: set[str] = set()
+    t0 = time.monotonic()
+    started_at = None
+    signalled = False
+    try:
+        while proc.poll() is None:
+            now = time.monotonic()
+            assert now - t0 < RUN_TIMEOUT_S, "the program did not end"
+            for d in watched:
+                for name in named_pyrometer(d) - before[d]:
+                    appeared.setdefault(f"{d}/{name}", now - t0)
+            in_private.update(os.listdir(private_tmp))
+            if started_at is None and (work / "started").exists():
+                started_at = now
+            if how != "exit" and not signalled and started_at is not None and now - started_at > 0.3:
+                proc.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGINT)
+                signalled = True
+            time.sleep(0.01)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=RUN_TIMEOUT_S)
+        stderr = err_path.read_text(errors="replace")
+    assert started_at is not None, f"the program never started (status {proc.returncode}):\n{stderr}"
+    if how == "exit":
+        assert proc.returncode == 0, stderr
+        assert out.exists(), stderr
+    else:
+        assert signalled
+        signum = signal.SIGTERM if how == "SIGTERM" else signal.SIGINT
+        assert proc.returncode in (-signum, 128 + signum), (
+            f"after {how} the status is {proc.returncode}:\n{stderr}")
+    if how != "SIGTERM":
+        # Ctrl-C reports before dying of SIGINT (SIGTERM's default action writes nothing).
+        assert json.loads(out.read_text())["memory"] is True
+    for d in watched:
+        for name in named_pyrometer(d) - before[d]:
+            appeared.setdefault(f"{d}/{name}", -1.0)
+    # No pyrometer-named file or directory in /tmp or TMPDIR, during the run or after.
+    assert not appeared, f"appeared (path: seconds into the run, -1 = after): {appeared}\n{stderr}"
+    # The program's own TMPDIR held nothing at any time, and holds nothing after.
+    leftover = os.listdir(private_tmp)
+    assert not leftover and not in_private, f"in TMPDIR during {sorted(in_private)}, after {leftover}"
+    # The report's directory holds only the program, its marker and the report.
+    stray = set(os.listdir(work)) - {"prog.py", "started", "profile.json"}
+    assert not stray, f"stray files beside the report after {how}: {stray}"
