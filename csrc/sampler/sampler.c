@@ -136,7 +136,10 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
     uint64_t t0 = atomic_load(&S.request_wall_ns);
     uint64_t cpu_t0 = atomic_load(&S.request_main_cpu_ns);
     uint64_t dead_from = t0, dead_cpu_from = cpu_t0;
-    if (t->last_wall_ns > t0) { /* the sampler thread already charged part of the wait */
+    /* The sampler thread looked while the main thread was away: it charged the
+     * time before the request and part of the wait; only the rest is left. */
+    int looked_meanwhile = t->last_wall_ns > t0;
+    if (looked_meanwhile) {
         dead_from = t->last_wall_ns;
         dead_cpu_from = t->last_cpu_ns;
     }
@@ -148,6 +151,9 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
 
     location loc = locate(ts, 1, delay);
     charge(&loc, dead, dead_cpu, core_fraction);
+    if (looked_meanwhile) {
+        return loc;
+    }
     /* The estimated part: one unit, on and off CPU in the proportion measured for
      * the state it observed.  The unit's length is the measured time before
      * requests divided by the number of requests (a ratio estimator: exact
