@@ -3,14 +3,14 @@ profiler, write the report, and exit with the program's own status."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
 
 from . import launcher, model
 from .options import Options, UsageError, parse
-from .profiler import Session, ensure_memhooks_preloaded
-from .render import json_out, text
+from .render import html, json_out, report, text
 
 
 def _error(message: str, status: int = 2) -> int:
@@ -26,20 +26,43 @@ def _report_stream():
     return None
 
 
-def write_report(profile: dict, options: Options) -> None:
-    if options.json:
-        rendered = json_out.render(profile)
-    else:
-        to_terminal = options.outfile is None and (_report_stream() or sys.stderr).isatty()
-        rendered = text.render(profile, color=to_terminal and "NO_COLOR" not in os.environ,
-                               width=text.terminal_width() if to_terminal else 1 << 20)
-    if options.outfile is not None:
-        json_out.write_atomically(options.outfile, rendered)
+def report_path(fmt: str, outfile: str | None, periodic: bool = False) -> str | None:
+    """Where the report goes: --outfile, else the web page's default file, else
+    (text and JSON) standard output, except for periodic reports, which need a
+    file to replace."""
+    if outfile is not None:
+        return outfile
+    if fmt == "html" or periodic:
+        return "pyrometer-profile." + {"html": "html", "json": "json", "text": "txt"}[fmt]
+    return None
+
+
+def write_report(profile: dict, fmt: str, path: str | None, web: bool = False) -> None:
+    if path is None:
+        stream = _report_stream()
+        to_terminal = (stream or sys.stderr).isatty()
+        rendered = report(profile, fmt, color=to_terminal and "NO_COLOR" not in os.environ,
+                          width=text.terminal_width() if to_terminal else 1 << 20)
+        if stream is not None:
+            stream.write(rendered)
+            stream.flush()
         return
-    stream = _report_stream()
-    if stream is not None:
-        stream.write(rendered)
-        stream.flush()
+    json_out.write_atomically(path, report(profile, fmt))
+    if web:
+        _open_page(path)
+
+
+def _open_page(path: str) -> None:
+    """--web: the browser, or the path when there is none; never an error."""
+    from .profiler import environment_without_memhooks
+    # The browser must not inherit the memory library.
+    os.environ.clear()
+    os.environ.update(environment_without_memhooks())
+    if not html.open_in_browser(path):
+        stream = _report_stream()
+        if stream is not None:
+            stream.write(f"pyrometer: no browser to open; the report is {os.path.abspath(path)}\n")
+            stream.flush()
 
 
 def _profile(options: Options) -> int:
@@ -49,20 +72,55 @@ def _profile(options: Options) -> int:
         target = launcher.resolve(script, options.module, args)
     except launcher.ProgramNotFound as e:
         return _error(str(e))
+    from .periodic import PeriodicWriter, discount
+    from .profiler import Session, ensure_memhooks_preloaded
     if options.memory:
         problem = ensure_memhooks_preloaded()
         if problem is not None:
             return _error(problem, 1)
+    fmt = options.format
+    path = report_path(fmt, options.outfile, periodic=options.profile_interval is not None)
+    if path is not None:
+        problem = _unwritable(path)
+        if problem is not None:
+            return _error(problem)
+        path = os.path.abspath(path)  # the program may change directory
     session = Session(options, target.directory)
+    writer = None
+
+    def start() -> None:
+        nonlocal writer
+        if options.profile_interval is not None:
+            writer = PeriodicWriter(options.profile_interval, session.collect, {
+                "program": target.display, "argv": target.argv, "options": options.as_profile_options(),
+                "start_time": 0.0, "format": fmt, "path": path}, 0.0)
+            writer.start()  # before the sampler, which then knows its thread from the start
+        session.start()
+        if writer is not None:
+            writer.job["start_time"] = session.start_time
+            writer.t0 = session.t0
+
+    def stop() -> None:
+        if writer is not None:
+            writer.request_stop()
+        session.stop()  # before waiting for the writer: that wait is not the program's time
+        if writer is not None:
+            writer.join()  # its last write must not replace the final report
+
     parent = os.getpid()
-    outcome = launcher.run(target, session.start, session.stop)
+    outcome = launcher.run(target, start, stop)
     if os.getpid() != parent:
         return outcome.status  # a child forked by the program: the parent reports
-    profile = model.build(session.collect(), program=target.display, argv=target.argv,
+    raw = session.collect()
+    if writer is not None:
+        raw = discount(raw, writer.cpu_ns)
+        if writer.error is not None:
+            print(f"pyrometer: warning: {writer.error}", file=sys.stderr)
+    profile = model.build(raw, program=target.display, argv=target.argv,
                           options=options.as_profile_options(), elapsed=session.elapsed,
                           start_time=session.start_time, exit_status=outcome.status)
     try:
-        write_report(profile, options)
+        write_report(profile, fmt, path, web=options.web)
     except OSError as e:
         _error(f"cannot write the report: {e}", 1)
         if outcome.status == 0:
@@ -75,12 +133,71 @@ def _profile(options: Options) -> int:
     return outcome.status
 
 
+def _unwritable(path: str) -> str | None:
+    """Why the report could not be written to path, checked before the program
+    runs rather than after it."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"cannot write the report to {path}: it is a directory"
+    if not os.path.isdir(directory):
+        return f"cannot write the report to {path}: no directory {directory}"
+    if not os.access(directory, os.W_OK):
+        return f"cannot write the report to {path}: {directory} is not writable"
+    return None
+
+
+class _ViewParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit status 2
+        raise UsageError(message)
+
+
+def _view(argv: list[str]) -> int:
+    parser = _ViewParser(
+        prog="pyrometer view",
+        usage="pyrometer view PROFILE.json [--cli | --json | --html [-o FILE] | --web] [--reduced-profile]",
+        description="Render a profile saved with pyrometer --json, also one made on another machine "
+                    "(the source lines come from the profile).")
+    parser.add_argument("profile", metavar="PROFILE.json", help="the saved profile")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--cli", action="store_true", help="the annotated text report (the default)")
+    what.add_argument("--json", action="store_true", help="the profile as JSON again (with --reduced-profile: reduced)")
+    what.add_argument("--html", action="store_true",
+                      help="the self-contained web page, to -o FILE (default pyrometer-profile.html)")
+    what.add_argument("--web", action="store_true", help="the web page, opened in a browser when there is one")
+    parser.add_argument("-o", "--outfile", metavar="FILE", default=None, help="write the report to FILE")
+    parser.add_argument("--reduced-profile", action="store_true",
+                        help="show only lines at or above the thresholds")
+    try:
+        ns = parser.parse_args(argv)
+    except UsageError as e:
+        return _error(str(e))
+    fmt = "json" if ns.json else "html" if (ns.html or ns.web) else "text"
+    path = report_path(fmt, ns.outfile)
+    if path is not None:
+        problem = _unwritable(path)
+        if problem is not None:
+            return _error(problem)
+    try:
+        profile = model.load(ns.profile)
+        if ns.reduced_profile:
+            profile = model.reduced(profile)
+        write_report(profile, fmt, path, web=ns.web)
+    except model.ProfileError as e:
+        return _error(str(e))
+    except OSError as e:
+        return _error(f"cannot write the report: {e}", 1)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        # check() let through something a renderer cannot use: still one line.
+        return _error(f"{ns.profile} is damaged: {type(e).__name__}: {e}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "run":
         argv = argv[1:]
     elif argv and argv[0] == "view":
-        return _error("pyrometer view is not available yet")
+        return _view(argv[1:])
     try:
         options = parse(argv)
     except UsageError as e:

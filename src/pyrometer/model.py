@@ -275,3 +275,119 @@ def display_name(filename: str) -> str:
     except ValueError:
         return filename
     return filename if rel.startswith("..") else rel
+
+
+def reduced(profile: dict[str, Any]) -> dict[str, Any]:
+    """The profile as --reduced-profile would have written it: only the lines and
+    functions at or above the thresholds."""
+    options = dict(profile["options"], reduced_profile=True)
+    threshold = options["cpu_percent_threshold"]
+    malloc_threshold = options.get("malloc_threshold") if profile.get("memory") else None
+    files = {name: dict(f, lines=[e for e in f["lines"] if _significant(e, threshold, malloc_threshold)],
+                        functions=[e for e in f["functions"] if _significant(e, threshold, malloc_threshold)])
+             for name, f in profile["files"].items()}
+    return dict(profile, options=options, files=files)
+
+
+# ---------------------------------------------------------------------------
+# Reading a saved profile (pyrometer view): possibly from another machine or
+# another version, possibly damaged.  Every problem becomes a ProfileError with
+# a message a user can act on; the renderers then only see well-formed profiles.
+# ---------------------------------------------------------------------------
+
+class ProfileError(Exception):
+    """A file that cannot be shown as a pyrometer profile."""
+
+
+_NUMBER = (int, float)
+# What the renderers read, by where it is: field -> type.  Optional fields get a
+# default when missing (profiles of an older pyrometer of the same schema).
+_TOP = {"program": str, "args": list, "elapsed_time_sec": _NUMBER, "options": dict,
+        "cpu_time_sec": dict, "files": dict, "total_time_sec": _NUMBER}
+_TOP_DEFAULTS = {"cpu_samples": 0, "sampling_interval_sec": 0.0, "threads": 0, "memory": False, "gpu": False,
+                 "exit_status": None, "python_version": "?", "platform": "?", "n_cpus": 0}
+_OPTION_DEFAULTS = {"cpu_percent_threshold": 1.0, "reduced_profile": False, "malloc_threshold": 100.0,
+                    "cpu_sampling_rate": 0.01, "cpu_only": False, "profile_all": False, "profile_only": [],
+                    "profile_exclude": [], "use_virtual_time": False}
+_MEMORY_TOP = {"max_footprint_mb": _NUMBER, "growth_rate_mb_s": _NUMBER, "samples": list,
+               "top_allocations": list}
+_MEMORY_TOP_DEFAULTS = {"max_footprint_where": None, "native_threads": {"malloc_mb": 0.0, "free_mb": 0.0,
+                                                                        "copy_mb": 0.0},
+                        "footprint_mb": 0.0, "max_footprint_time_sec": 0.0}
+_ENTRY = {"lineno": int, "line": str, "n_cpu_percent_python": _NUMBER, "n_cpu_percent_c": _NUMBER,
+          "n_sys_percent": _NUMBER}
+_ENTRY_DEFAULTS = {"n_cpu_python_sec": 0.0, "n_cpu_native_sec": 0.0, "n_sys_sec": 0.0,
+                   "n_core_utilization": 0.0, "n_samples": 0}
+_MEMORY_ENTRY_DEFAULTS = {"n_malloc_mb": 0.0, "n_python_fraction": 0.0, "n_peak_mb": 0.0, "n_growth_mb": 0.0,
+                          "n_avg_mb": 0.0, "n_mallocs": 0, "n_usage_fraction": 0.0, "n_copy_mb_s": 0.0,
+                          "memory_samples": []}
+
+
+def _check(obj: dict, required: dict, defaults: dict, where: str) -> None:
+    for key, kind in required.items():
+        if key not in obj:
+            raise ProfileError(f"{where}{key} is missing")
+        value = obj[key]
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is _NUMBER:
+            raise ProfileError(f"{where}{key} has the wrong type ({type(value).__name__})")
+    for key, value in defaults.items():
+        obj.setdefault(key, value)
+
+
+def load(path: str) -> dict[str, Any]:
+    """A saved profile, checked: ProfileError says what is wrong with it."""
+    import json
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ProfileError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        profile = json.loads(data)
+    except UnicodeDecodeError:
+        raise ProfileError(f"{path} is not a pyrometer profile (not JSON text)") from None
+    except json.JSONDecodeError as e:
+        if not data.strip():
+            raise ProfileError(f"{path} is empty, not a pyrometer profile") from None
+        if e.pos >= len(data.rstrip()):
+            raise ProfileError(f"{path} is truncated: the JSON ends after {len(data)} bytes, "
+                               f"in the middle of the profile") from None
+        raise ProfileError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except RecursionError:
+        raise ProfileError(f"{path} is not a pyrometer profile (nested too deeply)") from None
+    return check(profile, path)
+
+
+def check(profile: Any, path: str = "the profile") -> dict[str, Any]:
+    if not isinstance(profile, dict) or "pyrometer_schema" not in profile:
+        scalene = isinstance(profile, dict) and "files" in profile and "elapsed_time_sec" in profile
+        raise ProfileError(f"{path} is not a pyrometer profile (no pyrometer_schema field"
+                           + ("; it looks like Scalene's JSON)" if scalene else ")"))
+    version = profile["pyrometer_schema"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ProfileError(f"{path} is not a pyrometer profile (pyrometer_schema is {version!r})")
+    if version > SCHEMA_VERSION:
+        raise ProfileError(f"{path} was written by a newer pyrometer (profile schema {version}; this one "
+                           f"reads schema {SCHEMA_VERSION}): upgrade pyrometer to view it")
+    where = f"{path} is damaged: "
+    _check(profile, _TOP, _TOP_DEFAULTS, where)
+    _check(profile["options"], {}, _OPTION_DEFAULTS, where + "options.")
+    _check(profile["cpu_time_sec"], {"python": _NUMBER, "native": _NUMBER, "system": _NUMBER}, {},
+           where + "cpu_time_sec.")
+    memory = bool(profile["memory"])
+    if memory:
+        _check(profile, _MEMORY_TOP, _MEMORY_TOP_DEFAULTS, where)
+    for name, f in profile["files"].items():
+        at = f"{where}files[{name!r}]."
+        if not isinstance(f, dict):
+            raise ProfileError(f"{at[:-1]} is not an object")
+        _check(f, {"percent_cpu_time": _NUMBER, "cpu_time_sec": _NUMBER, "lines": list},
+               {"functions": [], "leaks": {}, "imports": []}, at)
+        for kind in ("lines", "functions"):
+            for i, e in enumerate(f[kind]):
+                if not isinstance(e, dict):
+                    raise ProfileError(f"{at}{kind}[{i}] is not an object")
+                _check(e, _ENTRY, _ENTRY_DEFAULTS, f"{at}{kind}[{i}].")
+                if memory:
+                    _check(e, {}, _MEMORY_ENTRY_DEFAULTS, f"{at}{kind}[{i}].")
+    return profile

@@ -18,6 +18,9 @@ class Options:
     outfile: str | None = None
     json: bool = False
     cli: bool = False
+    html: bool = False
+    web: bool = False
+    profile_interval: float | None = None
     cpu_only: bool = False
     profile_all: bool = False
     profile_only: list[str] = dataclasses.field(default_factory=list)
@@ -31,6 +34,11 @@ class Options:
     allocation_sampling_window: int = 1 << 20
     module: str | None = None
     program: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def format(self) -> str:
+        """The report's format: "json", "html" (also for --web) or "text"."""
+        return "json" if self.json else "html" if (self.html or self.web) else "text"
 
     def as_profile_options(self) -> dict[str, Any]:
         """What the profile records about how it was taken."""
@@ -46,21 +54,19 @@ class Options:
             "memory": self.memory,
             "malloc_threshold": self.malloc_threshold,
             "allocation_sampling_window": self.allocation_sampling_window,
+            "profile_interval": self.profile_interval,
         }
 
 
 # Options that later work will implement: accepted by the parser so that a user
 # gets a clear "not available yet" instead of "unrecognized arguments".
 NOT_YET = {
-    "--html": "the HTML report",
-    "--web": "the web report",
     "--gpu": "GPU profiling",
     "--no-gpu": "GPU profiling",
-    "--profile-interval": "periodic profiles",
     "--off": "starting paused",
     "--pid": "controlling a running program",
 }
-NOT_YET_WITH_VALUE = {"--profile-interval", "--pid"}
+NOT_YET_WITH_VALUE = {"--pid"}
 
 
 def _float_in(name: str, low: float, high: float, low_open: bool = True):
@@ -114,6 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write the report to FILE instead of standard output")
     out.add_argument("--json", action="store_true", help="write the profile as JSON")
     out.add_argument("--cli", action="store_true", help="write the report as annotated text")
+    out.add_argument("--html", action="store_true",
+                     help="write the report as one self-contained web page (to --outfile, "
+                          "default pyrometer-profile.html)")
+    out.add_argument("--web", action="store_true",
+                     help="write the web page like --html and open it in a browser when there is one")
+    out.add_argument("--profile-interval", metavar="SECONDS", default=None,
+                     type=_float_in("--profile-interval", 0.0, 1e9),
+                     help="also write the report every SECONDS while the program runs (to --outfile, "
+                          "default pyrometer-profile.{txt,json,html})")
     out.add_argument("--reduced-profile", action="store_true",
                      help="show only lines at or above the thresholds")
     out.add_argument("--malloc-threshold", metavar="MB", default=100.0,
@@ -195,8 +210,10 @@ def parse(argv: list[str]) -> Options:
         raise UsageError(f"argument --cpu-sampling-rate: must be at least 0.0001, not {ns.cpu_sampling_rate:g}")
     if ns.memory_on and (ns.memory_off or ns.cpu_only):
         raise UsageError("--memory contradicts " + ("--no-memory" if ns.memory_off else "--cpu-only"))
-    if ns.json and ns.cli:
-        raise UsageError("--json and --cli are exclusive: choose one report format")
+    formats = [flag for flag, on in (("--json", ns.json), ("--cli", ns.cli), ("--html", ns.html),
+                                     ("--web", ns.web)) if on]
+    if len(formats) > 1 and set(formats) != {"--html", "--web"}:
+        raise UsageError(f"{' and '.join(formats)} are exclusive: choose one report format")
     if module is None and not program:
         raise UsageError("no program to profile: give a script (pyrometer prog.py) or a module (pyrometer -m mod)")
     opts = Options(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(Options)

@@ -72,6 +72,18 @@ def ensure_memhooks_preloaded() -> str | None:
     return "exec failed"  # not reached
 
 
+def environment_without_memhooks() -> dict[str, str]:
+    """This process's environment without the memory library in LD_PRELOAD: for
+    the processes pyrometer itself starts (report writers, the browser)."""
+    env = dict(os.environ)
+    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and not p.endswith(MEMHOOKS_LIBRARY)]
+    if preload:
+        env["LD_PRELOAD"] = ":".join(preload)
+    else:
+        env.pop("LD_PRELOAD", None)
+    return env
+
+
 class Session:
     """One profiled run: wall-clock bounds plus the C core's aggregates."""
 
@@ -86,7 +98,7 @@ class Session:
         own = {_with_sep(OWN_DIRECTORY), _with_sep(os.path.realpath(OWN_DIRECTORY))}
         _core.reset()
         self.start_time = time.time()
-        self._t0 = time.perf_counter()
+        self.t0 = time.perf_counter()
         _core.start(
             interval=self.options.cpu_sampling_rate,
             virtual_time=self.options.use_virtual_time,
@@ -102,7 +114,7 @@ class Session:
     def stop(self) -> None:
         if _core.running():
             _core.stop()
-            self.elapsed = time.perf_counter() - self._t0
+            self.elapsed = time.perf_counter() - self.t0
 
     def collect(self) -> dict:
         return _core.collect()

@@ -3,7 +3,9 @@ a function summary.  Reads only the finished profile (pyrometer.model)."""
 
 from __future__ import annotations
 
+import re
 import shutil
+import unicodedata
 from typing import Any
 
 from ..model import display_name, significant
@@ -16,6 +18,38 @@ BOLD, RED, YELLOW, DIM, RESET = "\x1b[1m", "\x1b[31m", "\x1b[33m", "\x1b[2m", "\
 
 def terminal_width() -> int:
     return max(60, shutil.get_terminal_size((132, 24)).columns)
+
+
+# Control characters in source lines (a stray escape sequence, a carriage
+# return) would move the terminal's cursor: shown as U+FFFD instead.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def _clean(text: str) -> str:
+    return _CONTROL.sub("\ufffd", text.expandtabs(4))
+
+
+def _char_width(c: str) -> int:
+    if unicodedata.combining(c):
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+
+
+def cut(text: str, width: int) -> str:
+    """text cut to `width` terminal columns (wide characters count two), with an
+    ellipsis where it was cut: long lines are cut, never wrapped."""
+    if len(text) * 2 <= width or (len(text) <= width and text.isascii()):
+        return text  # fits whatever its characters are
+    used = 0
+    for i, c in enumerate(text):
+        used += _char_width(c)
+        if used > width:
+            # make room for the ellipsis
+            out = text[:i]
+            while out and sum(_char_width(ch) for ch in out) > width - 1:
+                out = out[:-1]
+            return out + "…"
+    return text
 
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -78,20 +112,64 @@ class _Painter:
         return "".join(styles) + text + RESET
 
 
+# Below this many columns left for the source, a narrow terminal loses the
+# memory columns one by one (copy first, Python share last) rather than the code.
+MIN_SOURCE = 32
+
+
 def _table(rows: list[list[str]], header: list[str], right: int, width: int,
-           styles: list[tuple[str, ...]], paint: _Painter) -> list[str]:
+           styles: list[tuple[str, ...]], paint: _Painter, droppable: tuple[int, ...] = (),
+           note: bool = True) -> list[str]:
     """Columns 0..right-1 right-aligned, the last column (source/name) cut to width."""
     widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i])
               for i in range(right)]
+    keep = list(range(right))
+    dropped = []
+    for column in droppable:
+        if sum(widths[i] + 3 for i in keep) + MIN_SOURCE <= width:
+            break
+        keep.remove(column)
+        dropped.append(header[column])
+
     def line(cells: list[str]) -> str:
-        left = " │ ".join(c.rjust(w) for c, w in zip(cells[:right], widths))
-        out = f"{left} │ {cells[right]}"
-        return out if len(out) <= width else out[: width - 1] + "…"
+        left = " │ ".join(cells[i].rjust(widths[i]) for i in keep)
+        return cut(f"{left} │ {cells[right]}", width)
     out = [paint(line(header), BOLD)]
     out.append("─" * min(width, len(line(header))))
     for r, s in zip(rows, styles):
         out.append(paint(line(r), *s))
+    if dropped and note:
+        out.append(paint(cut(f"(too narrow for the {', '.join(reversed(dropped))} column"
+                             f"{'s' if len(dropped) > 1 else ''}: widen the terminal, or use --html)", width), DIM))
     return out
+
+
+def _options_words(profile: dict[str, Any]) -> str:
+    """How the profile was taken, in the options' own words."""
+    o = profile["options"]
+    parts = ["CPU + memory" if profile.get("memory") else "CPU only"]
+    if profile.get("gpu"):
+        parts.append("GPU")
+    parts.append(f"--cpu-sampling-rate {o['cpu_sampling_rate']:g}")
+    parts.append(f"--cpu-percent-threshold {o['cpu_percent_threshold']:g}")
+    if profile.get("memory"):
+        parts.append(f"--malloc-threshold {o.get('malloc_threshold', 100):g}")
+        window = profile.get("allocation_sampling_window_bytes", o.get("allocation_sampling_window"))
+        if window:
+            parts.append(f"--allocation-sampling-window {window}")
+    for flag in ("use_virtual_time", "profile_all", "reduced_profile"):
+        if o.get(flag):
+            parts.append("--" + flag.replace("_", "-"))
+    for flag in ("profile_only", "profile_exclude"):
+        if o.get(flag):
+            parts.append(f"--{flag.replace('_', '-')} {','.join(o[flag])}")
+    if o.get("profile_interval"):
+        parts.append(f"--profile-interval {o['profile_interval']:g}")
+    return " · ".join(parts)
+
+
+# Fewer samples than this and the percentages are rough: the report says so.
+FEW_SAMPLES = 20
 
 
 def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> str:
@@ -99,38 +177,58 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
     threshold = profile["options"]["cpu_percent_threshold"]
     hot = threshold * HOT_FACTOR
     cpu = profile["cpu_time_sec"]
+    samples = profile["cpu_samples"]
     out: list[str] = []
     title = f"pyrometer: {profile['program']}"
     if profile["args"]:
         title += " " + " ".join(profile["args"])
-    out.append(paint(title, BOLD))
-    out.append(
-        f"elapsed {profile['elapsed_time_sec']:.3f} s · "
-        f"Python {cpu['python']:.3f} s · native {cpu['native']:.3f} s · system {cpu['system']:.3f} s · "
-        f"{profile['cpu_samples']} samples (every {profile['sampling_interval_sec'] * 1e3:.2f} ms on average) · "
-        f"{profile['threads']} thread{'s' if profile['threads'] != 1 else ''}")
-    if profile["cpu_samples"] == 0:
-        out.append("The program ran too briefly to be sampled: no time could be attributed to its lines.")
+    out.append(paint(cut(_clean(title), width), BOLD))
+    threads = profile["threads"]
+    out.append(cut(
+        f"elapsed {profile['elapsed_time_sec']:.3f} s · {samples} sample{'s' if samples != 1 else ''}"
+        + (f" (every {profile['sampling_interval_sec'] * 1e3:.2f} ms on average)" if samples else "")
+        + f" · {threads} thread{'s' if threads != 1 else ''}"
+        + ("" if profile.get("exit_status") is None else f" · exit status {profile['exit_status']}"), width))
+    out.append(cut(f"Python {cpu['python']:.3f} s · native {cpu['native']:.3f} s · "
+                   f"system {cpu['system']:.3f} s", width))
+    out.append(cut("options: " + _options_words(profile), width))
+    if profile.get("exit_status", 0) is None:
+        out.append(cut("A snapshot taken while the program was still running (--profile-interval).", width))
+    brief = samples == 0
+    if brief:
+        rate = profile["options"]["cpu_sampling_rate"]
+        out.append(paint(cut(
+            f"The program ran too briefly to be sampled ({profile['elapsed_time_sec']:.3f} s, one sample "
+            f"every {rate * 1e3:g} ms on average): no time could be attributed to its lines"
+            + (" (what memory sampling saw is below)." if profile.get("memory") else ".")
+            + " A lower --cpu-sampling-rate or a longer run gives a profile.", width), YELLOW))
+    elif samples < FEW_SAMPLES:
+        out.append(paint(cut(f"Only {samples} samples were taken: the percentages below are rough.", width),
+                         YELLOW))
     memory = profile.get("memory", False)
     malloc_threshold = profile["options"].get("malloc_threshold") if memory else None
     if memory:
         spark = sparkline([mb for _, mb in profile["samples"]], 40)
         where = profile["max_footprint_where"]
         at = f" at {display_name(where['filename'])}:{where['lineno']}" if where else ""
-        out.append(f"memory: peak {profile['max_footprint_mb']:.1f} MB{at} · "
-                   f"growth {profile['growth_rate_mb_s']:.1f} MB/s · footprint {spark}")
+        out.append(cut(f"memory: peak {profile['max_footprint_mb']:.1f} MB{at} · "
+                       f"growth {profile['growth_rate_mb_s']:.1f} MB/s · footprint {spark}", width))
         native = profile["native_threads"]
         if native["malloc_mb"] >= 0.5:
-            out.append(f"threads without Python frames allocated {native['malloc_mb']:.0f} MB (native)")
+            out.append(cut(f"threads without Python frames allocated {native['malloc_mb']:.0f} MB (native)", width))
     shown = 0
     for filename, f in sorted(profile["files"].items(), key=lambda kv: -kv[1]["percent_cpu_time"]):
-        if f["percent_cpu_time"] < threshold and not any(
+        if brief:  # show whatever was recorded at all
+            if not any(_share(e) > 0 or e.get("n_malloc_mb", 0.0) >= 0.5 for e in f["lines"]):
+                continue
+        elif f["percent_cpu_time"] < threshold and not any(
                 significant(e, threshold, malloc_threshold) for e in f["lines"]):
             continue
         shown += 1
         out.append("")
-        out.append(paint(f"{display_name(filename)}: % of time = {f['percent_cpu_time']:.1f}% "
-                         f"({f['cpu_time_sec']:.3f} s) out of {profile['total_time_sec']:.3f} s", BOLD))
+        out.append(paint(cut(_clean(f"{display_name(filename)}: % of time = {f['percent_cpu_time']:.1f}% "
+                                    f"({f['cpu_time_sec']:.3f} s) out of {profile['total_time_sec']:.3f} s"), width),
+                         BOLD))
         header = ["Line", "Time Python", "native", "system"]
         if memory:
             header += ["Memory Python", "peak", "timeline / %", "Copy MB/s"]
@@ -140,29 +238,31 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
             share = _share(e)
             if profile["options"]["reduced_profile"] and not significant(e, threshold, malloc_threshold):
                 continue
-            rows.append([str(e["lineno"]), *cells(e), e["line"].expandtabs(4)])
+            rows.append([str(e["lineno"]), *cells(e), _clean(e["line"])])
             heavy = malloc_threshold is not None and e.get("n_malloc_mb", 0.0) >= malloc_threshold
             styles.append((BOLD, RED) if share >= hot else (YELLOW,) if share >= threshold or heavy else ())
-        out.extend(_table(rows, header + ["source"], len(header), width, styles, paint))
+        droppable = (7, 6, 5, 4) if memory else ()
+        out.extend(_table(rows, header + ["source"], len(header), width, styles, paint, droppable))
         funcs = [e for e in f["functions"] if _share(e) >= 0.5 or e.get("n_malloc_mb", 0.0) >= 0.5]
         if funcs:
             out.append("")
-            rows = [[str(e["lineno"]), *cells(e), e["line"]] for e in funcs]
+            rows = [[str(e["lineno"]), *cells(e), _clean(e["line"])] for e in funcs]
             styles = [(BOLD, RED) if _share(e) >= hot else () for e in funcs]
-            out.extend(_table(rows, header + ["function summary"], len(header), width, styles, paint))
+            out.extend(_table(rows, header + ["function summary"], len(header), width, styles, paint, droppable,
+                              note=False))
         for lineno, leak in sorted(f.get("leaks", {}).items(), key=lambda kv: -kv[1]["velocity_mb_s"]):
-            out.append(paint(f"possible leak at line {lineno}: {leak['growth_mb']:.1f} MB not freed, "
-                             f"{leak['velocity_mb_s']:.2f} MB/s (likelihood {leak['likelihood'] * 100:.1f}%)",
-                             BOLD, RED))
+            out.append(paint(cut(f"possible leak at line {lineno}: {leak['growth_mb']:.1f} MB not freed, "
+                                 f"{leak['velocity_mb_s']:.2f} MB/s (likelihood {leak['likelihood'] * 100:.1f}%)",
+                                 width), BOLD, RED))
     if memory and profile["top_allocations"]:
         out.append("")
         out.append(paint("Top allocating lines", BOLD))
         for t in profile["top_allocations"][:5]:
-            out.append(f"  {display_name(t['filename'])}:{t['lineno']}: {t['n_malloc_mb']:.0f} MB "
-                       f"({t['n_python_fraction'] * 100:.0f}% Python)")
+            out.append(cut(_clean(f"  {display_name(t['filename'])}:{t['lineno']}: {t['n_malloc_mb']:.0f} MB "
+                                  f"({t['n_python_fraction'] * 100:.0f}% Python)"), width))
     if shown == 0 and profile["cpu_samples"] > 0:
         out.append("")
-        out.append(f"No file of the program reached {threshold:g}% of the run time "
-                   "(try --profile-all to include libraries).")
+        out.append(cut(f"No file of the program reached {threshold:g}% of the run time "
+                       "(try --profile-all to include libraries).", width))
     out.append("")
     return "\n".join(out)

@@ -1,0 +1,154 @@
+"""The web report: one self-contained HTML page (no request leaves it when opened,
+from file:// or anywhere) that draws the finished profile with hand-written
+JavaScript and SVG from render/assets/.
+
+The profile travels inside the page as compact JSON: per file the source lines,
+and only the lines that carry data, as rows of numbers in the order of `fields`
+(the profile's own field names, so the page shows the model's numbers, rounded
+to 4 significant digits, and never derives new ones).  The page builds each
+file's table when it is opened, so a profile of hundreds of files and tens of
+thousands of lines opens without a freeze; docs/web-report.md has the design
+and the measurements."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import os
+from typing import Any
+
+from ..model import display_name
+
+DEFAULT_OUTFILE = "pyrometer-profile.html"
+
+# Per-line and per-function numbers shipped to the page, in this order.
+TIME_FIELDS = ["n_cpu_percent_python", "n_cpu_percent_c", "n_sys_percent", "n_cpu_python_sec",
+               "n_cpu_native_sec", "n_sys_sec", "n_core_utilization", "n_samples"]
+MEMORY_FIELDS = ["n_malloc_mb", "n_python_fraction", "n_peak_mb", "n_growth_mb", "n_mallocs",
+                 "n_usage_fraction", "n_copy_mb_s"]
+# Scalene's names for the GPU columns; present once GPU profiling exists.
+GPU_FIELDS = ["n_gpu_percent", "n_gpu_peak_memory_mb"]
+
+# A line's memory timeline is drawn about 60 pixels wide: more points than this
+# only add bytes to the page.
+SPARK_POINTS = 48
+
+
+ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
+
+
+def _asset(name: str) -> str:
+    with open(os.path.join(ASSETS, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def _round(value: Any) -> Any:
+    if isinstance(value, float):
+        if value == 0.0 or value != value:
+            return 0
+        return float(f"{value:.4g}")
+    return value
+
+
+def _spark(samples: list) -> list[float]:
+    """[t, MB] pairs flattened, at most SPARK_POINTS of them: each kept point is
+    the largest of its stretch, so peaks survive the thinning."""
+    if len(samples) > SPARK_POINTS:
+        step = len(samples) / SPARK_POINTS
+        samples = [max(samples[int(i * step):max(int((i + 1) * step), int(i * step) + 1)],
+                       key=lambda s: s[1]) for i in range(SPARK_POINTS)]
+    return [_round(float(x)) for point in samples for x in point]
+
+
+def _entries(entries: list[dict[str, Any]], fields: list[str], with_text: bool) -> dict[str, Any]:
+    """Lines (or functions) as columns: their text, their numbers where any is not
+    zero, and their memory timelines."""
+    text, numbers, sparks, linenos = [], [], {}, []
+    contiguous = True
+    for i, e in enumerate(entries):
+        text.append(e.get("line", ""))
+        linenos.append(e["lineno"])
+        if e["lineno"] != i + 1:
+            contiguous = False
+        values = [_round(e.get(name, 0)) for name in fields]
+        if any(values):
+            numbers.append([i, *values])
+        if e.get("memory_samples"):
+            sparks[str(i)] = _spark(e["memory_samples"])
+    out: dict[str, Any] = {"text": text, "rows": numbers, "sparks": sparks}
+    if not contiguous or not with_text:
+        out["lineno"] = linenos
+    return out
+
+
+def page_data(profile: dict[str, Any]) -> dict[str, Any]:
+    """What the page script reads: the run's summary fields as they are, and each
+    file in compact form, hottest first."""
+    fields = list(TIME_FIELDS)
+    if profile.get("memory"):
+        fields += MEMORY_FIELDS
+    if profile.get("gpu"):
+        fields += GPU_FIELDS
+    summary = {k: v for k, v in profile.items() if k != "files"}
+    files = []
+    for name, f in sorted(profile["files"].items(), key=lambda kv: (-kv[1]["percent_cpu_time"], kv[0])):
+        files.append({
+            "name": name,
+            "display": display_name(name),
+            "percent_cpu_time": _round(f["percent_cpu_time"]),
+            "cpu_time_sec": _round(f["cpu_time_sec"]),
+            "lines": _entries(f["lines"], fields, True),
+            "functions": _entries(f["functions"], fields, False),
+            "leaks": f.get("leaks", {}),
+        })
+    return {"fields": fields, "summary": summary, "files": files}
+
+
+def _json_for_script(data: Any) -> str:
+    """JSON that cannot end the <script> element it sits in, whatever the source
+    lines contain ("</script>", "<!--")."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def render(profile: dict[str, Any]) -> str:
+    script = _asset("report.js")
+    style = _asset("report.css")
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    # The policy forbids every fetch: even a bug in the page cannot reach the network.
+    policy = (f"default-src 'none'; script-src 'sha256-{digest}'; "
+              "style-src 'unsafe-inline'; img-src data:")
+    title = f"pyrometer: {profile.get('program', '')}"
+    return "".join([
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{policy}\">\n",
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
+        f"<title>{html.escape(title)}</title>\n",
+        f"<style>\n{style}</style>\n</head>\n<body>\n",
+        "<noscript>This report is drawn by JavaScript; enable it, or use "
+        "<code>pyrometer view PROFILE.json --cli</code>.</noscript>\n",
+        "<div id=\"app\"></div>\n",
+        "<script type=\"application/json\" id=\"pyrometer-data\">",
+        _json_for_script(page_data(profile)),
+        "</script>\n",
+        f"<script>{script}</script>\n</body>\n</html>\n",
+    ])
+
+
+def open_in_browser(path: str) -> bool:
+    """Open the page in the user's browser; False when there is none to use.
+
+    On Linux without a display, Python's webbrowser would fall back to a console
+    browser (lynx, w3m) that takes over the terminal, so there we only try when a
+    display or $BROWSER says a browser can be shown."""
+    import sys
+    import webbrowser
+    if sys.platform.startswith("linux") and not any(
+            os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")):
+        return False
+    try:
+        return bool(webbrowser.open("file://" + os.path.abspath(path)))
+    except Exception:  # a broken browser set-up is no reason to fail the run
+        return False
