@@ -56,8 +56,9 @@ def _open_page(path: str) -> None:
     """--web: the browser, or the path when there is none; never an error."""
     from .profiler import environment_without_memhooks
     # The browser must not inherit the memory library.
-    os.environ.clear()
-    os.environ.update(environment_without_memhooks())
+    clean = environment_without_memhooks()
+    os.environ.pop("LD_PRELOAD", None)
+    os.environ.update(clean)
     if not html.open_in_browser(path):
         stream = _report_stream()
         if stream is not None:

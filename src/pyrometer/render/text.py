@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import textwrap
 import unicodedata
 from typing import Any
 
@@ -197,14 +198,14 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
     brief = samples == 0
     if brief:
         rate = profile["options"]["cpu_sampling_rate"]
-        out.append(paint(cut(
+        out.extend(paint(line, YELLOW) for line in textwrap.wrap(
             f"The program ran too briefly to be sampled ({profile['elapsed_time_sec']:.3f} s, one sample "
             f"every {rate * 1e3:g} ms on average): no time could be attributed to its lines"
             + (" (what memory sampling saw is below)." if profile.get("memory") else ".")
-            + " A lower --cpu-sampling-rate or a longer run gives a profile.", width), YELLOW))
+            + " A lower --cpu-sampling-rate or a longer run gives a profile.", width))
     elif samples < FEW_SAMPLES:
-        out.append(paint(cut(f"Only {samples} samples were taken: the percentages below are rough.", width),
-                         YELLOW))
+        out.extend(paint(line, YELLOW) for line in textwrap.wrap(
+            f"Only {samples} samples were taken: the percentages below are rough.", width))
     memory = profile.get("memory", False)
     malloc_threshold = profile["options"].get("malloc_threshold") if memory else None
     if memory:

@@ -1,0 +1,275 @@
+"""The web report in a real browser: Debian's chromium, headless, opening the page
+from file:// with every network path closed (tests/browser.py).  Checked from
+the DOM: the run summary, the per-line columns, bars and sparklines, hovering,
+sorting, collapsing, the reduced view and the function view; that no request
+left the page; and that a profile of 200 files and 50k lines opens quickly."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from browser import Browser, chromium
+from synthetic import make_profile
+
+pytestmark = pytest.mark.skipif(
+    chromium() is None,
+    reason="chromium is not installed (apt-get install chromium; .ci/run installs it): "
+           "the web report's browser tests need it")
+
+PROGRAM = """
+import time
+
+def python_hot():
+    total = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < 0.6:
+        for i in range(2000): total += i * i   # @hot
+    return total
+
+def allocate():
+    keep = []
+    for i in range(60):
+        keep.append(bytearray(1 << 20))       # @alloc
+        sum(range(3000))
+    return keep
+
+cold = 1                                      # @cold
+python_hot()
+kept = allocate()
+time.sleep(0.1)                               # @sleep
+"""
+
+
+def lineno(marker: str) -> int:
+    lines = PROGRAM.lstrip("\n").splitlines()
+    return next(i + 1 for i, line in enumerate(lines) if marker in line)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    with Browser(tmp_path_factory.mktemp("chromium")) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory, groundtruth_dir):
+    """The program profiled with --html: (page path, JSON profile of the same kind of run)."""
+    from conftest import program_env  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    d = tmp_path_factory.mktemp("html")
+    (d / "prog.py").write_text(PROGRAM.lstrip("\n"))
+    proc = subprocess.run([sys.executable, "-m", "pyrometer", "--html", "--malloc-threshold", "20", "prog.py"],
+                          cwd=d, capture_output=True, text=True, env=program_env(groundtruth_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == "", (proc.stdout, proc.stderr)
+    page = d / "pyrometer-profile.html"
+    assert page.exists(), "--html did not write pyrometer-profile.html"
+    return page
+
+
+@pytest.fixture
+def page(browser, report):
+    p = browser.open(report)
+    p.settle()
+    return p
+
+
+def rows(page, selector: str = "#F0 .prof.lines") -> list[dict]:
+    """The rows of a table, as the reader sees them: line number, class and cell texts."""
+    return page.eval(f"""Array.from(document.querySelectorAll({json.dumps(selector)} + " .r")).map(function (r) {{
+        return {{cls: r.className, cells: Array.from(r.children).map(function (c) {{ return c.textContent; }}),
+                 spark: !!r.querySelector("svg.spark polyline"), bar: !!r.querySelector(".bar i")}}; }})""")
+
+
+def headers(page, selector: str = "#F0 .prof.lines") -> list[str]:
+    return page.eval(f"Array.from(document.querySelectorAll({json.dumps(selector)} + ' .h span'))"
+                     ".map(function (h) {{ return h.textContent; }})")
+
+
+def row_of(page, marker: str) -> dict:
+    n = lineno(marker)
+    for r in rows(page):
+        if r["cells"][0] == str(n):
+            return r
+    raise AssertionError(f"line {n} ({marker}) not in the table")
+
+
+def test_page_is_self_contained(report, browser):
+    html = report.read_text()
+    for pattern in (r"<script[^>]+src=", r"<link\b", r"@import", r"url\(", r"https?://(?!www\.w3\.org/2000/svg)"):
+        assert not re.search(pattern, html), f"the page refers to something outside it: {pattern}"
+    assert "Content-Security-Policy" in html
+    page = browser.open(report)
+    page.settle()
+    assert page.requests() == [page.url], f"requests left the page: {page.requests()}"
+    assert page.errors() == [], page.errors()
+    assert page.eval("document.documentElement.dataset.ready") == "1"
+
+
+def test_summary(page):
+    meta = page.eval("document.getElementById('run-meta').textContent")
+    assert re.search(r"elapsed \d+\.\d+ s", meta) and re.search(r"\d+ samples", meta), meta
+    assert "CPU + memory" in page.eval("document.getElementById('run-options').textContent")
+    split = page.eval("Array.from(document.querySelectorAll('#time-split i')).map(function (i) {"
+                      " return [i.className, parseFloat(i.style.width)]; })")
+    assert [c for c, _ in split] == ["py", "na", "sy"]
+    assert abs(sum(w for _, w in split) - 100) < 0.5, split
+    assert split[0][1] > 30, f"the run is mostly Python, the chart says {split}"
+    memory = page.eval("document.getElementById('card-memory').textContent")
+    assert re.search(r"peak \d+\.\d MB", memory), memory
+    assert page.eval("document.querySelector('#footprint path.area').getAttribute('d').length") > 20
+    top = page.eval("document.getElementById('card-top').textContent")
+    assert f"prog.py:{lineno('@alloc')}" in top, top
+    assert "Possible leaks" in page.eval("document.getElementById('card-leaks').textContent")
+
+
+def test_footprint_hover(page):
+    page.hover("#footprint")
+    text = page.eval("document.getElementById('tip').textContent")
+    assert re.search(r"at \d+\.\d+ s: footprint -?\d+\.\d MB", text), text
+
+
+def test_line_columns_bars_and_sparklines(page):
+    assert headers(page)[:1] == ["Line"]
+    for column in ("Time Python", "native", "system", "Memory Python", "peak", "timeline", "%", "Copy MB/s",
+                   "source"):
+        assert column in headers(page), f"column {column!r} missing: {headers(page)}"
+    assert "GPU" not in headers(page)
+    hot = row_of(page, "@hot")
+    assert "hot" in hot["cls"].split(), hot
+    assert re.fullmatch(r"\d+%", hot["cells"][1]), f"Time Python of the hot line: {hot['cells']}"
+    assert hot["bar"]
+    assert "# @hot" in hot["cells"][-1]
+    alloc = row_of(page, "@alloc")
+    assert alloc["spark"], f"no sparkline on the allocating line: {alloc}"
+    assert re.fullmatch(r"\d+ MB", alloc["cells"][headers(page).index("peak")]), alloc["cells"]
+    assert "warm" in alloc["cls"].split() or "hot" in alloc["cls"].split(), alloc
+    cold = row_of(page, "@cold")
+    assert cold["cls"] == "r" and set(cold["cells"][1:-1]) <= {""}, cold
+
+
+def test_hover_shows_figures(page):
+    n = lineno("@hot")
+    page.hover(f"#L0-{n} .bar")
+    text = page.eval("document.getElementById('tip').textContent")
+    assert f"prog.py:{n}" in text and re.search(r"Python +\d+\.\d%  \(\d+\.\d{3} s\)", text), text
+    assert not page.eval("document.getElementById('tip').hidden")
+    n = lineno("@alloc")
+    page.hover(f"#L0-{n} svg.spark")
+    text = page.eval("document.getElementById('tip').textContent")
+    assert re.search(r"allocated \d+\.\d MB in \d+ samples", text) and "peak" in text, text
+
+
+def test_sorting(page):
+    column = headers(page).index("Time Python")
+    page.click(f"#F0 .prof.lines .h [data-c='{column}']")
+    values = [float(r["cells"][column].rstrip("%") or 0) for r in rows(page)]
+    assert values == sorted(values, reverse=True), values
+    assert rows(page)[0]["cells"][0] == str(lineno("@hot"))
+    page.click(f"#F0 .prof.lines .h [data-c='{column}']")
+    values = [float(r["cells"][column].rstrip("%") or 0) for r in rows(page)]
+    assert values == sorted(values), values
+    source = headers(page).index("source")
+    page.click(f"#F0 .prof.lines .h [data-c='{source}']")
+    texts = [r["cells"][source] for r in rows(page)]
+    assert texts == sorted(texts)
+    page.click("#F0 .prof.lines .h [data-c='0']")
+    numbers = [int(r["cells"][0]) for r in rows(page)]
+    assert numbers == sorted(numbers) and len(numbers) == len(PROGRAM.strip("\n").splitlines())
+
+
+def test_reduced_toggle(page):
+    every = [r["cells"][0] for r in rows(page)]
+    assert str(lineno("@cold")) in every
+    page.click("#reduced")
+    page.settle()
+    reduced = [r["cells"][0] for r in rows(page)]
+    assert str(lineno("@cold")) not in reduced and str(lineno("@hot")) in reduced, reduced
+    assert str(lineno("@alloc")) in reduced, "an allocating line over --malloc-threshold is not shown"
+    assert len(reduced) < len(every)
+    page.click("#reduced")
+    page.settle()
+    assert [r["cells"][0] for r in rows(page)] == every
+
+
+def test_files_collapse_and_function_view(page):
+    assert page.eval("document.getElementById('F0').classList.contains('open')")
+    page.click("#F0 .file-head")
+    assert not page.eval("document.getElementById('F0').classList.contains('open')")
+    assert page.eval("getComputedStyle(document.querySelector('#F0 .file-body')).display") == "none"
+    page.click("#F0 .file-head")
+    assert page.eval("document.getElementById('F0').classList.contains('open')")
+    page.click("#tab-functions")
+    page.settle()
+    names = [r["cells"][0] for r in rows(page, "#all-functions")]
+    assert "python_hot" in names and "allocate" in names, names
+    assert page.eval("document.getElementById('view-lines').hidden")
+    # a function's name leads to its line
+    page.click("#all-functions a[data-goto]")
+    assert not page.eval("document.getElementById('view-lines').hidden")
+
+
+def test_large_profile_opens_fast(tmp_path, browser, run_pyrometer):
+    """200 files, 50k lines: size of the page and time to draw it, then to open
+    every file (filled in chunks: no task may hold the page for long)."""
+    saved = tmp_path / "big.json"
+    saved.write_text(json.dumps(make_profile(200, 250)))
+    out = tmp_path / "big.html"
+    start = time.perf_counter()
+    proc = run_pyrometer(["view", saved, "--html", "-o", out], cwd=tmp_path, timeout=120)
+    render_s = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr
+    size = out.stat().st_size
+    assert size < 12 << 20, f"page of {size} bytes for 50k lines"
+    page = browser.open(out)
+    first_ms = page.eval("window.pyrometer.renderMs")
+    page.eval("window.__long = []; new PerformanceObserver(function (l) { l.getEntries().forEach(function (e) {"
+              " window.__long.push(e.duration); }); }).observe({type: 'longtask'});")
+    start = time.perf_counter()
+    page.click("#expand-all")
+    page.settle(timeout=120)
+    expand_s = time.perf_counter() - start
+    longest = page.eval("Math.max.apply(null, [0].concat(window.__long))")
+    assert page.eval("document.querySelectorAll('.prof.lines .r').length") == 50_000
+    print(f"\n50k lines: page {size / 1e6:.1f} MB, written in {render_s:.1f} s; first drawing {first_ms:.0f} ms "
+          f"(load {page.load_seconds:.2f} s); every file opened in {expand_s:.1f} s, longest task {longest:.0f} ms")
+    assert first_ms < 3000, f"first drawing took {first_ms:.0f} ms"
+    assert longest < 2000, f"the page froze for {longest:.0f} ms while opening every file"
+    assert page.errors() == []
+
+
+def test_saved_profile_from_elsewhere_escapes_source_and_shows_gpu(tmp_path, browser, run_pyrometer):
+    """A profile from another machine (its files do not exist here), with hostile
+    source text and GPU columns: the page shows the JSON's source as text."""
+    profile = make_profile(2, 30, seed=3)
+    profile["gpu"] = True
+    name = next(iter(profile["files"]))
+    first = profile["files"][name]["lines"][0]
+    first["line"] = "x = '</script><script>document.title = \"pwned\"</script><!--'  # <b>not bold</b>"
+    first.update(n_cpu_percent_python=50.0, n_gpu_percent=42.0, n_gpu_peak_memory_mb=512.0)
+    saved = tmp_path / "elsewhere.json"
+    saved.write_text(json.dumps(profile))
+    out = tmp_path / "elsewhere.html"
+    proc = run_pyrometer(["view", saved, "--html", "-o", out], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    page = browser.open(out)
+    page.settle()
+    assert page.eval("document.title") == "pyrometer: synthetic.py"
+    assert page.errors() == []
+    fi = page.eval(f"Array.from(document.querySelectorAll('.file .name')).findIndex(function (n) {{"
+                   f" return n.title === {json.dumps(name)}; }})")
+    page.click(f"#F{fi} .file-head") if not page.eval(f"document.getElementById('F{fi}').classList.contains('open')") \
+        else None
+    cells = page.eval(f"Array.from(document.getElementById('L{fi}-1').children).map(function (c) {{"
+                      " return c.textContent; })")
+    assert cells[-1] == first["line"]
+    assert page.eval(f"document.getElementById('L{fi}-1').querySelector('b')") is None
+    heads = headers(page, f"#F{fi} .prof.lines")
+    assert "GPU" in heads and cells[heads.index("GPU")] == "42%", (heads, cells)
+    assert page.requests() == [page.url]

@@ -1,0 +1,98 @@
+"""--profile-interval: the report rewritten every N seconds while the program
+runs, atomically (the program itself reads it back while it runs and never
+sees half a file), once more at the end, in every format; and the writer never
+shows in the profile or to the program."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+# Busy for about 1.5 s; reads the profile back as often as it can and records
+# what it saw: every read must parse.
+READER = """
+import json, os, sys, threading, time
+out = sys.argv[1]
+seen, broken = [], 0
+start, total = time.perf_counter(), 0
+while time.perf_counter() - start < 1.5:
+    for i in range(5000): total += i * i  # @busy
+    if os.path.exists(out):
+        with open(out) as f:
+            text = f.read()
+        try:
+            p = json.loads(text) if out.endswith(".json") else text
+        except ValueError:
+            broken += 1
+            continue
+        seen.append(p["exit_status"] if isinstance(p, dict) else ("</html>" in text or "pyrometer:" in text))
+with open("seen.json", "w") as f:
+    json.dump({"seen": seen, "broken": broken, "threads": [t.name for t in threading.enumerate()]}, f)
+"""
+
+
+def run(run_pyrometer, tmp_path, options, out_name):
+    (tmp_path / "prog.py").write_text(READER)
+    proc = run_pyrometer([*options, "prog.py", out_name], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
+    return proc, json.loads((tmp_path / "seen.json").read_text())
+
+
+def test_json_every_interval_atomically_and_at_the_end(tmp_path, run_pyrometer):
+    proc, seen = run(run_pyrometer, tmp_path, ["--json", "--profile-interval", "0.2", "--outfile", "out.json"],
+                     "out.json")
+    assert seen["broken"] == 0, "the program read a half-written profile"
+    snapshots = [s for s in seen["seen"] if s is None]
+    assert len(snapshots) >= 20, f"few snapshots read while running: {len(snapshots)}"
+    assert seen["threads"] == ["MainThread"], f"the program sees pyrometer's thread: {seen['threads']}"
+    final = json.loads((tmp_path / "out.json").read_text())
+    assert final["exit_status"] == 0, "the last write is not the final profile"
+    assert final["options"]["profile_interval"] == 0.2
+    assert final["threads"] == 1, f"the writer thread is counted: {final['threads']}"
+
+
+def test_writer_never_in_the_profile(tmp_path, run_pyrometer):
+    """Even with --profile-all, no line of pyrometer or of what a writer would
+    call in the standard library (tokenize, tempfile, threading) shows up, and
+    the run's time is the program's."""
+    (tmp_path / "prog.py").write_text(
+        "import time\nstart, total = time.perf_counter(), 0\n"
+        "while time.perf_counter() - start < 1.2:\n    for i in range(5000): total += i * i\n")
+    proc = run_pyrometer(["--json", "--profile-all", "--profile-interval", "0.1", "--outfile", "out.json",
+                          "prog.py"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    profile = json.loads((tmp_path / "out.json").read_text())
+    for name in profile["files"]:
+        assert os.path.basename(name) in ("prog.py",), f"{name} is in the profile"
+    assert profile["unattributed"]["python_sec"] + profile["unattributed"]["native_sec"] < 0.05, (
+        profile["unattributed"])
+    assert profile["threads"] == 1
+
+
+@pytest.mark.parametrize("fmt,name,check", [
+    ([], "pyrometer-profile.txt", "pyrometer: prog.py"),
+    (["--html"], "pyrometer-profile.html", "</html>"),
+])
+def test_text_and_html_default_files(tmp_path, run_pyrometer, fmt, name, check):
+    proc, seen = run(run_pyrometer, tmp_path, [*fmt, "--profile-interval", "0.3"], name)
+    assert proc.stdout == "", "a periodic report went to standard output"
+    assert seen["broken"] == 0 and any(seen["seen"]), seen
+    content = (tmp_path / name).read_text()
+    assert check in content
+    if fmt:
+        assert '"exit_status":0' in content.replace(" ", "")
+    else:
+        assert "exit status 0" in content and "still running" not in content
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "nan", "inf"])
+def test_bad_interval(tmp_path, run_pyrometer, value):
+    (tmp_path / "prog.py").write_text("print('should not run')\n")
+    proc = run_pyrometer(["--profile-interval", value, "prog.py"], cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pyrometer: error:") and "--profile-interval" in lines[0]
+    assert "should not run" not in proc.stdout

@@ -1,0 +1,124 @@
+"""The terminal report: the width of the terminal respected (lines cut, never
+wrapped, wide characters counted twice, control characters neutralised), a
+header that says what was profiled, how long, with which options and how many
+samples, and plain words for a run too short to sample."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+import unicodedata
+
+import pytest
+
+from synthetic import make_profile
+
+from pyrometer.render import text
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def columns(line: str) -> int:
+    line = ANSI.sub("", line)
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+               for c in line)
+
+
+def hostile_profile() -> dict:
+    profile = make_profile(2, 30, seed=7)
+    lines = next(iter(profile["files"].values()))["lines"]
+    lines[1]["line"] = "\ts = '" + "漢字" * 80 + "'"
+    lines[2]["line"] = "x = '\x1b[2J\x1b[31mred\r\x07'  # escape sequences in a string"
+    lines[3]["line"] = "y = 'e\u0301' * 300  # combining accents"
+    return profile
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 132])
+def test_lines_fit_the_width(width):
+    out = text.render(hostile_profile(), color=True, width=width)
+    for line in out.splitlines():
+        assert columns(line) <= width, f"{columns(line)} columns > {width}: {line!r}"
+    plain = ANSI.sub("", out)
+    assert "\x1b" not in plain and "\r" not in plain and "\x07" not in plain
+    assert "…" in out
+
+
+def test_narrow_terminal_keeps_the_source():
+    out = text.render(make_profile(1, 20), width=80)
+    header = next(line for line in out.splitlines() if line.startswith("Line"))
+    assert "source" in header and "Copy MB/s" not in header
+    assert "too narrow for the" in out
+    wide = text.render(make_profile(1, 20), width=200)
+    assert "Copy MB/s" in wide and "too narrow" not in wide
+
+
+def test_header_says_what_how_long_which_options_how_many_samples():
+    profile = make_profile(1, 10)
+    profile["options"].update(profile_all=True, use_virtual_time=True, profile_only=["pkg"])
+    lines = text.render(profile, width=400).splitlines()
+    assert lines[0] == "pyrometer: synthetic.py --size big"
+    assert re.match(r"elapsed 60\.000 s · 6000 samples \(every 10\.10 ms on average\) · 3 threads · exit status 0",
+                    lines[1]), lines[1]
+    assert lines[2].startswith("Python 36.000 s · native 18.000 s · system 6.000 s")
+    assert lines[3].startswith("options: CPU + memory · --cpu-sampling-rate 0.01 · --cpu-percent-threshold 1")
+    for word in ("--use-virtual-time", "--profile-all", "--profile-only pkg", "--malloc-threshold 100"):
+        assert word in lines[3], lines[3]
+
+
+def test_brief_and_few_samples():
+    brief = make_profile(1, 10, samples=0)
+    for e in next(iter(brief["files"].values()))["lines"]:
+        e.update(n_cpu_percent_python=0.0, n_cpu_percent_c=0.0, n_sys_percent=0.0)
+    out = text.render(brief)
+    assert "ran too briefly to be sampled (60.000 s" in out
+    assert "memory sampling saw" in out
+    assert "module_000.py" in out, "the memory the brief run recorded is not shown"
+    assert "0 samples ·" in out and "on average" not in out.splitlines()[1]
+    few = text.render(make_profile(1, 10, samples=7))
+    assert "Only 7 samples were taken" in few
+
+
+def test_snapshot_says_so():
+    profile = make_profile(1, 5)
+    profile["exit_status"] = None
+    out = text.render(profile)
+    assert "still running" in out and "exit status" not in out.splitlines()[1]
+
+
+def test_terminal_width_from_a_real_terminal(tmp_path, groundtruth_dir):
+    """Run under a pseudo-terminal 70 columns wide: colour on, nothing wider."""
+    from conftest import program_env  # noqa: PLC0415
+    (tmp_path / "prog.py").write_text(
+        "import time\nstart = time.perf_counter()\n"
+        "while time.perf_counter() - start < 0.3:\n"
+        "    sum(range(1000))  # a comment long enough to need cutting on a terminal that is only seventy wide\n")
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 70, 0, 0))
+    env = program_env(groundtruth_dir)
+    env.pop("COLUMNS", None)
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen([sys.executable, "-m", "pyrometer", "prog.py"], cwd=tmp_path, stdin=subprocess.DEVNULL,
+                            stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other side is closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert proc.wait(timeout=60) == 0
+    os.close(master)
+    out = b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    assert ANSI.search(out), "no colour on a terminal"
+    assert "sum(range(1000))  # a comm" in out and "…" in out
+    for line in out.splitlines():
+        assert columns(line) <= 70, f"{columns(line)} columns: {line!r}"
