@@ -32,7 +32,10 @@
   }
   function pct(v) { return v >= 0.5 ? Math.round(v) + "%" : ""; }
   function mb(v) { return v >= 0.5 ? (v < 10000 ? Math.round(v) + " MB" : Math.round(v / 1024) + " GB") : ""; }
-  function fix(v, d) { return num(v, 0).toFixed(d); }
+  function fix(v, d) {
+    var s = num(v, 0).toFixed(d);
+    return /^-0(\.0*)?$/.test(s) ? s.slice(1) : s;  // no "-0.0" for a tiny negative
+  }
   function secs(v) { v = num(v, 0); return v < 10 ? v.toFixed(3) + " s" : v.toFixed(1) + " s"; }
   function plural(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
 
