@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
 """Overhead benchmark: run every workload in bench/workloads bare, under
-pyrometer, and under its peers (Scalene, py-spy), alternating, for several
-rounds, and report each tool's slowdown relative to the bare run.
+pyrometer, and under its peers (Scalene, py-spy, memray), alternating, for
+several rounds, and report each tool's slowdown relative to the bare run.
 
     python3 bench/run.py [--rounds N] [--quick] [--only NAME,...]
-                         [--tools bare,pyrometer,scalene,py-spy]
+                         [--tools bare,pyrometer,scalene,py-spy,
+                                  pyrometer-full,scalene-full,memray]
+
+Two tables come out of one run. CPU-only profiling: pyrometer --cpu-only,
+scalene --cpu-only and py-spy. Full profiling (CPU, memory and, for
+pyrometer, copy volume): pyrometer with memory on (its default), scalene
+with memory on (its default) and memray. Both tables use the same bare runs.
 
 This is a benchmark, not a test: it never fails on a slow result. It fails
 (exit 1) only if a bare workload fails. A profiler that crashes, exits with
@@ -12,8 +18,8 @@ another status, times out, or changes the program's standard output is
 recorded in the table and the notes under it.
 
 pyrometer runs from the python3 that runs this script (it must have pyrometer
-installed: `python3 -m pip install -e .` in the repository). Scalene and
-py-spy are installed from PyPI into a private virtual environment,
+installed: `python3 -m pip install -e .` in the repository). Scalene, py-spy
+and memray are installed from PyPI into a private virtual environment,
 bench/.venv, made on first use, with the same numpy version as the running
 interpreter so that the workloads execute the same code under every tool.
 
@@ -50,29 +56,51 @@ REPO = BENCH_DIR.parent
 WORKLOADS_DIR = BENCH_DIR / "workloads"
 VENV = BENCH_DIR / ".venv"
 DOC = REPO / "docs" / "benchmarks.md"
-START_MARKER = "<!-- bench:cpu:start -->"
-END_MARKER = "<!-- bench:cpu:end -->"
 
-ALL_TOOLS = ["bare", "pyrometer", "scalene", "py-spy"]
+# The two tables: which tools each compares with the bare run, and the
+# markers that delimit it in docs/benchmarks.md.
+TABLES = {
+    "cpu": ["pyrometer", "scalene", "py-spy"],
+    "memory": ["pyrometer-full", "scalene-full", "memray"],
+}
+TITLES = {
+    "cpu": "CPU-only profiling",
+    "memory": "Full profiling (CPU + memory)",
+}
+
+
+def markers(table: str) -> tuple[str, str]:
+    return f"<!-- bench:{table}:start -->", f"<!-- bench:{table}:end -->"
+
+
+ALL_TOOLS = ["bare"] + TABLES["cpu"] + TABLES["memory"]
+# The program in bench/.venv/bin that each peer tool runs.
+VENV_PROGRAM = {"scalene": "scalene", "scalene-full": "scalene",
+                "py-spy": "py-spy", "memray": "memray"}
 QUICK_SCALE = 0.1
 DEFAULT_ROUNDS = 5
 
 DOC_INTRO = """\
 # Benchmarks
 
-## CPU profiling overhead
-
 `python3 bench/run.py` runs the realistic workloads in `bench/workloads/`
-(each about 2 to 3 s bare) with no profiler (*bare*), under
-`pyrometer --cpu-only`, under `scalene run --cpu-only` and under
-`py-spy record`, and reports how much longer each whole command takes than
-the bare run. All three profilers sample at their default rate (100 Hz).
+(each about 2 to 3 s bare) with no profiler (*bare*) and under each
+profiler, and reports how much longer each whole command takes than the
+bare run, in two tables from the same run and the same bare runs:
 
-Run it with `python3 bench/run.py` (about 10 minutes on 2 cores). Options:
+- **CPU-only profiling**: `pyrometer --cpu-only`, `scalene run --cpu-only`
+  and `py-spy record`.
+- **Full profiling**: `pyrometer` with its defaults (CPU, memory and copy
+  volume), `scalene run` with its defaults (CPU and memory) and
+  `memray run` (memory).
+
+Run it with `python3 bench/run.py` (about 25 minutes on 2 cores). Options:
 `--rounds N` (default 5), `--only raytrace,nbody`, `--tools
-bare,pyrometer,scalene,py-spy`, and `--quick` (1 round at `BENCH_SCALE=0.1`,
-printed but not written here) for development. The first run makes
-`bench/.venv` and installs Scalene, py-spy and numpy into it from PyPI.
+bare,pyrometer,scalene,py-spy,pyrometer-full,scalene-full,memray` (a table
+whose tools were all left out keeps its old contents here), and `--quick`
+(1 round at `BENCH_SCALE=0.1`, printed but not written here) for
+development. The first run makes `bench/.venv` and installs Scalene, py-spy,
+memray and numpy into it from PyPI.
 
 | workload | what it exercises |
 | --- | --- |
@@ -84,6 +112,8 @@ printed but not written here) for development. The first run makes
 | `numpy_work` | numpy linear algebra, FFT and elementwise arrays, plus a step-by-step Kalman filter of tiny numpy calls |
 | `sqlite_work` | in-memory SQLite: bulk inserts from generators, joins and aggregates, a Python function called from SQL |
 | `threaded` | four threads mixing pure-Python work with GIL-releasing hashlib and zlib |
+| `alloc_churn` | allocation churn: an event loop building and dropping millions of small dicts, lists, tuples and strings, while an index, a list and a bytearray log keep growing |
+| `numpy_copies` | numpy that copies: arrays from Python lists, `.copy()`, concatenate/stack, `astype`, fancy and boolean indexing, a buffer grown by concatenation |
 
 Each workload prints one line with a checksum of its result, reads
 `BENCH_SCALE` (default 1) to scale its work, and has its size constant at
@@ -94,27 +124,52 @@ How it measures:
 - Each command's whole wall time is taken with `time.perf_counter()` around
   `subprocess.run`, so start-up, profiling and writing the profile all count.
 - In every round the workloads come in a shuffled order, and for each
-  workload every tool runs once, in a shuffled order (round-robin), so that
-  drifts in machine speed hit all tools alike.
+  workload every tool (of both tables) runs once, in a shuffled order
+  (round-robin), so that drifts in machine speed hit all tools alike.
 - A slowdown is the tool's time divided by the bare time *of the same
   workload in the same round*. The table gives, per workload, the median
-  over rounds and the range (min to max); the last row gives the median over
-  workloads of those medians.
+  over rounds and the range (min to max); the last rows give the median
+  over workloads of those medians, and the largest of them.
 - numpy's BLAS runs single-threaded (`OPENBLAS_NUM_THREADS=1`; change it
   with `--blas-threads`): on a small shared machine, spinning BLAS threads
   make numpy timings swing by several times, which would drown the overhead.
-- pyrometer runs from the same interpreter as the bare run. Scalene and
-  py-spy come from PyPI in a private virtual environment (`bench/.venv`) made
-  from that same interpreter, with the same numpy version.
+- pyrometer runs from the same interpreter as the bare run. Scalene, py-spy
+  and memray come from PyPI in a private virtual environment (`bench/.venv`)
+  made from that same interpreter, with the same numpy version.
 - The profiled program's exit status and standard output are compared with
-  the bare run; any difference is listed under the table.
+  the bare run; any difference is listed under the table. pyrometer's
+  profile must also be valid JSON with the program's exit status 0 and
+  `"memory"` false under `--cpu-only` and true otherwise; Scalene's must be
+  valid JSON, with `"memory"` true for its full profile.
 
 This is a benchmark, not a timed test: results depend on the machine and on
-what else runs on it. Compare tools within one table, never across tables.
-The mission's bar for CPU-only profiling is a median of at most 1.03x; on a
-shared 2-core machine the bare run alone can vary by 20% or more from round
-to round (see its range in the table), so a single table cannot resolve a
-difference of a few percent: use more rounds on a quiet machine for that.
+what else runs on it. Compare tools within one run, never across runs.
+On a shared 2-core machine the bare run alone can vary by 20% or more from
+round to round (see its range in the table), so a single table cannot
+resolve a difference of a few percent: use more rounds on a quiet machine
+for that.
+
+## CPU profiling overhead
+
+All three profilers sample CPU at their default rate (100 Hz). The
+mission's bar for CPU-only profiling is a median of at most 1.03x.
+
+"""
+
+DOC_MEMORY_INTRO = """\
+
+## Full (CPU + memory) profiling overhead
+
+Each tool as a user runs it for a memory profile, with its defaults:
+pyrometer samples CPU at 100 Hz and memory every 1 MiB allocated (net) per
+thread, and measures copy volume; Scalene samples CPU at 100 Hz and memory
+every 1 MiB allocated (its `--allocation-sampling-window` default); memray
+records every allocation made through the system allocator into a binary
+file (its default: no `--native` stacks and no `--trace-python-allocators`,
+so pymalloc's small objects are not traced one by one).
+The mission's bar for the full profile is a median of at most 1.10x, the
+worst workload at most 1.5x, and better than Scalene's full profile in the
+same run.
 
 """
 
@@ -174,8 +229,8 @@ class Tool:
     commands: dict = field(default_factory=dict)
 
 
-def pyrometer_tool() -> Tool:
-    tool = Tool("pyrometer")
+def pyrometer_tool(name: str = "pyrometer") -> Tool:
+    tool = Tool(name)
     if importlib.util.find_spec("pyrometer") is None:
         tool.error = (f"pyrometer is not installed in {sys.executable}; "
                       f"install it with `{sys.executable} -m pip install -e "
@@ -196,8 +251,8 @@ def ensure_venv(need: list[str]) -> str | None:
     """Make bench/.venv with the peer profilers; return an error or None."""
     if not need:
         return None
-    packages = {"scalene": "scalene", "py-spy": "py-spy"}
-    missing = [t for t in need if not venv_bin(t).exists()]
+    programs = sorted({VENV_PROGRAM[t] for t in need})
+    missing = [p for p in programs if not venv_bin(p).exists()]
     try:
         import numpy
         numpy_req = f"numpy=={numpy.__version__}"
@@ -213,7 +268,7 @@ def ensure_venv(need: list[str]) -> str | None:
             log(f"creating {VENV}")
             subprocess.run([sys.executable, "-m", "venv", str(VENV)],
                            check=True, capture_output=True, text=True)
-        reqs = [packages[t] for t in missing]
+        reqs = list(missing)   # the PyPI names are the program names
         if not has_numpy:
             reqs.append(numpy_req)
         log(f"installing into {VENV}: {' '.join(reqs)}")
@@ -225,27 +280,29 @@ def ensure_venv(need: list[str]) -> str | None:
     return None
 
 
-def scalene_tool(venv_error: str | None) -> Tool:
-    tool = Tool("scalene")
-    if venv_error or not venv_bin("scalene").exists():
-        tool.error = venv_error or "scalene not installed in bench/.venv"
-        return tool
+def venv_package_version(package: str) -> str:
     out = subprocess.run([str(venv_bin("python")), "-c",
-                          "import importlib.metadata as m; "
-                          "print(m.version('scalene'))"],
+                          "import importlib.metadata as m, sys; "
+                          "print(m.version(sys.argv[1]))", package],
                          capture_output=True, text=True)
-    tool.version = out.stdout.strip() or "?"
-    return tool
+    return out.stdout.strip() or "?"
 
 
-def pyspy_tool(venv_error: str | None) -> Tool:
-    tool = Tool("py-spy")
-    if venv_error or not venv_bin("py-spy").exists():
-        tool.error = venv_error or "py-spy not installed in bench/.venv"
+def peer_tool(name: str, venv_error: str | None) -> Tool:
+    """A tool run from bench/.venv: scalene, scalene-full, py-spy, memray."""
+    tool = Tool(name)
+    program = VENV_PROGRAM[name]
+    if venv_error or not venv_bin(program).exists():
+        tool.error = venv_error or f"{program} not installed in bench/.venv"
         return tool
-    out = subprocess.run([str(venv_bin("py-spy")), "--version"],
-                         capture_output=True, text=True)
-    tool.version = out.stdout.strip().removeprefix("py-spy ") or "?"
+    if program == "py-spy":
+        # py-spy is a Rust binary; its Python package metadata is there too,
+        # but ask the program itself.
+        out = subprocess.run([str(venv_bin("py-spy")), "--version"],
+                             capture_output=True, text=True)
+        tool.version = out.stdout.strip().removeprefix("py-spy ") or "?"
+    else:
+        tool.version = venv_package_version(program)
     return tool
 
 
@@ -259,18 +316,32 @@ def command_for(tool: str, script: Path, outdir: Path) -> tuple[list, Path | Non
         out = out.with_suffix(".json")
         return [py, "-m", "pyrometer", "--cpu-only", "--json",
                 "--outfile", str(out), str(script)], out
-    if tool == "scalene":
-        # `scalene run` only saves a JSON profile; it never opens a browser
-        # (that is `scalene view`).
+    if tool == "pyrometer-full":
+        # pyrometer's default: CPU, memory and copy volume.
         out = out.with_suffix(".json")
+        return [py, "-m", "pyrometer", "--json",
+                "--outfile", str(out), str(script)], out
+    if tool in ("scalene", "scalene-full"):
+        # `scalene run` only saves a JSON profile; it never opens a browser
+        # (that is `scalene view`). Without --cpu-only it profiles memory
+        # too (its default; its JSON then says "memory": true).
+        out = out.with_suffix(".json")
+        cpu_only = ["--cpu-only"] if tool == "scalene" else []
         return [str(venv_bin("python")), "-m", "scalene", "run",
-                "--cpu-only", "-o", str(out), str(script)], out
+                *cpu_only, "-o", str(out), str(script)], out
     if tool == "py-spy":
         # Default (blocking) sampling at 100 Hz, as a user runs it; the
         # program runs on the same interpreter as the bare run.
         out = out.with_suffix(".svg")
         return [str(venv_bin("py-spy")), "record", "-o", str(out), "--",
                 py, str(script)], out
+    if tool == "memray":
+        # memray runs the program in its own interpreter (bench/.venv's, made
+        # from the same Python, with the same numpy). --force in case the
+        # file is there; run_once also removes it before each run.
+        out = out.with_suffix(".bin")
+        return [str(venv_bin("memray")), "run", "--force", "-o", str(out),
+                str(script)], out
     raise ValueError(tool)
 
 
@@ -280,6 +351,9 @@ def display_command(tool: str) -> str:
         "pyrometer": "python3 -m pyrometer --cpu-only --json --outfile F W.py",
         "scalene": "scalene run --cpu-only -o F W.py",
         "py-spy": "py-spy record -o F -- python3 W.py",
+        "pyrometer-full": "python3 -m pyrometer --json --outfile F W.py",
+        "scalene-full": "scalene run -o F W.py",
+        "memray": "memray run --force -o F.bin W.py",
     }[tool]
 
 
@@ -320,8 +394,11 @@ def run_once(tool: str, script: Path, env: dict, outdir: Path,
                                                        expected_stdout):
         notes.append("standard output differs from the bare run: "
                      + repr(proc.stdout[:200]))
-    if tool == "pyrometer":
-        notes.extend(check_pyrometer(proc.stderr, profile))
+    if tool in ("pyrometer", "pyrometer-full"):
+        notes.extend(check_pyrometer(proc.stderr, profile,
+                                     memory=tool == "pyrometer-full"))
+    elif tool in ("scalene", "scalene-full"):
+        notes.extend(check_scalene(profile, memory=tool == "scalene-full"))
     elif profile is not None and (not profile.exists()
                                   or profile.stat().st_size == 0):
         notes.append("wrote no profile")
@@ -333,15 +410,17 @@ def same_output(tool: str, stdout: str, expected: str) -> bool:
     """Whether the program's standard output came through unchanged.
 
     pyrometer must leave stdout exactly as the program wrote it. py-spy
-    writes its own progress lines there ("py-spy> ..."), so for the peers it
-    is enough that the program's output appears whole.
+    writes its own progress lines there ("py-spy> ...") and so does memray
+    ("Writing profile results into ..."), so for the peers it is enough
+    that the program's output appears whole.
     """
-    if tool in ("bare", "pyrometer"):
+    if tool in ("bare", "pyrometer", "pyrometer-full"):
         return stdout == expected
     return expected in stdout
 
 
-def check_pyrometer(stderr: str, profile: Path | None) -> list[str]:
+def check_pyrometer(stderr: str, profile: Path | None,
+                    memory: bool) -> list[str]:
     """What in a successful pyrometer run looks wrong."""
     notes = []
     if stderr.strip():
@@ -352,9 +431,28 @@ def check_pyrometer(stderr: str, profile: Path | None) -> list[str]:
         data = json.loads(profile.read_text())
     except (OSError, ValueError) as e:
         return notes + [f"profile is not valid JSON: {e}"]
+    if not isinstance(data, dict):
+        return notes + ["profile is not a JSON object"]
     if data.get("exit_status", 0) != 0:
         notes.append(f"profile says exit_status {data.get('exit_status')}")
+    if data.get("memory") is not memory:
+        notes.append(f"profile says \"memory\": "
+                     f"{json.dumps(data.get('memory'))}, expected "
+                     f"{json.dumps(memory)}")
     return notes
+
+
+def check_scalene(profile: Path | None, memory: bool) -> list[str]:
+    """Whether Scalene wrote a JSON profile, with memory on when asked."""
+    if profile is None or not profile.exists() or profile.stat().st_size == 0:
+        return ["wrote no profile"]
+    try:
+        data = json.loads(profile.read_text())
+    except (OSError, ValueError) as e:
+        return [f"profile is not valid JSON: {e}"]
+    if memory and not (isinstance(data, dict) and data.get("memory")):
+        return ["profile does not say \"memory\": true"]
+    return []
 
 
 def run_benchmark(workloads: list[Path], tools: list[str], rounds: int,
@@ -398,7 +496,7 @@ def run_benchmark(workloads: list[Path], tools: list[str], rounds: int,
                 for t in tool_order:
                     r = run_once(t, w, env, outdir, timeout, expected[w.stem])
                     status = f"{r.seconds:6.2f} s" if r.ok else "FAILED"
-                    log(f"round {rnd}/{rounds}  {w.stem:12} {t:10} {status}"
+                    log(f"round {rnd}/{rounds}  {w.stem:12} {t:14} {status}"
                         + (f"  ({r.problem})" if r.problem else "")
                         + (f"  [{r.note}]" if r.note else ""))
                     if r.problem:
@@ -420,16 +518,21 @@ def run_benchmark(workloads: list[Path], tools: list[str], rounds: int,
 
 # ---------------------------------------------------------------- report --
 
-def build_report(workloads, tools, tool_info, times, ratios, problems, notes,
-                 rounds, scale, blas_threads, load_before, load_after,
+def build_report(table, workloads, tools, tool_info, times, ratios, problems,
+                 notes, rounds, scale, blas_threads, load_before, load_after,
                  elapsed) -> str:
+    """The section of docs/benchmarks.md for one table ("cpu" or "memory")."""
     names = [w.stem for w in workloads]
-    peers = [t for t in tools if t != "bare"]
+    peers = [t for t in TABLES[table] if t in tools]
+    both = all(any(t in tools for t in TABLES[x]) for x in TABLES)
+    tools = ["bare"] + peers
     out = []
     now = datetime.datetime.now(datetime.timezone.utc)
-    out.append(f"Run on {now:%Y-%m-%d %H:%M} UTC, {rounds} round(s), "
+    out.append(f"{TITLES[table]}. Run on {now:%Y-%m-%d %H:%M} UTC, "
+               f"{rounds} round(s), "
                f"BENCH_SCALE={scale:g}, BLAS threads "
-               f"{blas_threads or 'unset'}, {elapsed / 60:.1f} min in all.")
+               f"{blas_threads or 'unset'}, {elapsed / 60:.1f} min in all"
+               + (" (both tables)." if both else "."))
     out.append("")
     out.append(f"- Machine: {cpu_model()}, {usable_cpus()} usable CPUs "
                f"(nproc), {memory_gib()} memory, {platform.system()} "
@@ -489,10 +592,14 @@ def build_report(workloads, tools, tool_info, times, ratios, problems, notes,
         if tool_info[t].error:
             remarks.append(f"- {t} was not run: {tool_info[t].error}")
     for (name, t), msgs in sorted(problems.items()):
+        if t not in tools:
+            continue
         uniq = sorted(set(msgs))
         remarks.append(f"- {t} on {name}: {len(msgs)} of {rounds} runs "
                        f"failed: " + "; ".join(uniq[:3]))
     for (name, t), msgs in sorted(notes.items()):
+        if t not in tools:
+            continue
         uniq = sorted(set(msgs))
         remarks.append(f"- {t} on {name}: " + "; ".join(uniq[:3])
                        + f" ({len(msgs)} of {rounds} runs)")
@@ -511,19 +618,26 @@ def numpy_version() -> str | None:
         return None
 
 
-def write_doc(report: str) -> None:
-    section = f"{START_MARKER}\n{report}{END_MARKER}\n"
-    if DOC.exists():
-        text = DOC.read_text()
-        pattern = re.compile(re.escape(START_MARKER) + r".*?"
-                             + re.escape(END_MARKER) + r"\n?", re.DOTALL)
+def write_doc(reports: dict) -> None:
+    """Put each table's report between its markers in docs/benchmarks.md."""
+    text = DOC.read_text() if DOC.exists() else None
+    if text is None:
+        empty = "(not run yet)\n"
+        text = (DOC_INTRO + markers("cpu")[0] + "\n" + empty
+                + markers("cpu")[1] + "\n" + DOC_MEMORY_INTRO
+                + markers("memory")[0] + "\n" + empty
+                + markers("memory")[1] + "\n")
+    for table, report in reports.items():
+        start, end = markers(table)
+        section = f"{start}\n{report}{end}\n"
+        pattern = re.compile(re.escape(start) + r".*?" + re.escape(end)
+                             + r"\n?", re.DOTALL)
         if pattern.search(text):
             text = pattern.sub(lambda _: section, text, count=1)
         else:
-            text = text.rstrip("\n") + "\n\n" + section
-    else:
-        DOC.parent.mkdir(parents=True, exist_ok=True)
-        text = DOC_INTRO + section
+            intro = DOC_MEMORY_INTRO if table == "memory" else "\n"
+            text = text.rstrip("\n") + "\n" + intro + section
+    DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text(text)
 
 
@@ -531,8 +645,9 @@ def write_doc(report: str) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
-        description="Measure the CPU-profiling overhead of pyrometer and its "
-                    "peers on the workloads in bench/workloads.")
+        description="Measure the overhead of pyrometer and its peers, "
+                    "CPU-only and full (CPU + memory) profiling, on the "
+                    "workloads in bench/workloads.")
     ap.add_argument("--rounds", type=int, default=None,
                     help=f"rounds of every command (default {DEFAULT_ROUNDS}; "
                          "1 with --quick)")
@@ -547,7 +662,8 @@ def main(argv=None) -> int:
                     help="comma-separated workload names (default: all)")
     ap.add_argument("--tools", default=",".join(ALL_TOOLS),
                     help="comma-separated tools (default: %(default)s); "
-                         "bare is always run")
+                         "bare is always run; a table none of whose tools "
+                         "is given is left out")
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="seconds before one command is killed "
                          "(default %(default)s)")
@@ -587,19 +703,18 @@ def main(argv=None) -> int:
         workloads = [w for w in workloads if w.stem in wanted]
 
     tool_info = {"bare": Tool("bare", platform.python_version())}
-    if "pyrometer" in tools:
-        tool_info["pyrometer"] = pyrometer_tool()
-        if tool_info["pyrometer"].error:
-            log("error: " + tool_info["pyrometer"].error)
-            return 2
-    peers = [t for t in tools if t in ("scalene", "py-spy")]
+    for t in ("pyrometer", "pyrometer-full"):
+        if t in tools:
+            tool_info[t] = pyrometer_tool(t)
+            if tool_info[t].error:
+                log("error: " + tool_info[t].error)
+                return 2
+    peers = [t for t in tools if t in VENV_PROGRAM]
     venv_error = ensure_venv(peers)
     if venv_error:
         log("warning: " + venv_error)
-    if "scalene" in tools:
-        tool_info["scalene"] = scalene_tool(venv_error)
-    if "py-spy" in tools:
-        tool_info["py-spy"] = pyspy_tool(venv_error)
+    for t in peers:
+        tool_info[t] = peer_tool(t, venv_error)
     runnable = [t for t in tools if not tool_info[t].error]
 
     log(f"{len(workloads)} workloads x {len(runnable)} commands x {rounds} "
@@ -610,14 +725,21 @@ def main(argv=None) -> int:
         workloads, runnable, rounds, scale, args.timeout, args.seed,
         args.blas_threads)
     elapsed = time.perf_counter() - started
-    report = build_report(workloads, tools, tool_info, times, ratios,
-                          problems, notes, rounds, scale, args.blas_threads,
-                          load_before,
-                          os.getloadavg()[0], elapsed)
-    print(report)
-    if do_write:
-        write_doc(report)
-        log(f"wrote {DOC.relative_to(REPO)}")
+    load_after = os.getloadavg()[0]
+    reports = {}
+    for table in TABLES:
+        if not any(t in tools for t in TABLES[table]):
+            continue
+        reports[table] = build_report(
+            table, workloads, tools, tool_info, times, ratios, problems,
+            notes, rounds, scale, args.blas_threads, load_before, load_after,
+            elapsed)
+        print(f"## {TITLES[table]}\n")
+        print(reports[table])
+    if do_write and reports:
+        write_doc(reports)
+        log(f"wrote {DOC.relative_to(REPO)} ({', '.join(reports)} "
+            f"table{'s' if len(reports) > 1 else ''})")
     return 0
 
 
