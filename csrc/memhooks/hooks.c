@@ -123,7 +123,7 @@ static _Atomic int64_t footprint;
  * never across a callback, and a sample that finds it held gives up watching
  * (its owner is told "evicted") instead of waiting: a signal handler, or a child
  * forked while another thread held it, never spins. */
-#define WATCH_SLOTS 4096
+#define WATCH_SLOTS MEMHOOKS_WATCH_SLOTS
 #define SLOT_BUSY ((uintptr_t)1)
 #define SLOT_TRIES 64
 static _Atomic uintptr_t watch_address[WATCH_SLOTS];
@@ -131,7 +131,7 @@ static _Atomic uintptr_t watch_token[WATCH_SLOTS];
 
 static inline size_t watch_slot(uintptr_t address)
 {
-    return (size_t)((address >> 4) * 0x9E3779B97F4A7C15ULL >> 52) & (WATCH_SLOTS - 1);
+    return memhooks_watch_slot(address);
 }
 
 static inline int counting(void)
@@ -225,12 +225,20 @@ static void emit(int kind, int64_t bytes, int64_t python_bytes, void *address)
 }
 
 /* Net allocation crossed a window: one sample carries the whole net volume. */
+static inline void settle(int64_t bytes, void *address);
+
 static inline void note(int64_t bytes, int python, void *address)
 {
     T.net += bytes;
     if (python) {
         T.python_net += bytes;
     }
+    settle(bytes, address);
+}
+
+/* Samples due once this thread's counters moved by `bytes`. */
+static inline void settle(int64_t bytes, void *address)
+{
     int64_t w = atomic_load_explicit(&window, memory_order_relaxed);
     if (UNLIKELY(T.net >= w || T.net <= -w)) {
         int64_t net = T.net, py = T.python_net;
@@ -532,6 +540,25 @@ EXPORT void pyrometer_memhooks_note_python(int64_t bytes, void *address)
         unwatch(address);
     }
     note(bytes, 1, address);
+}
+
+EXPORT const volatile uintptr_t *pyrometer_memhooks_watch_table(void)
+{
+    return (const volatile uintptr_t *)watch_address;
+}
+
+EXPORT void pyrometer_memhooks_unwatch(void *address)
+{
+    if (T.busy == 0) {
+        unwatch(address);
+    }
+}
+
+EXPORT void pyrometer_memhooks_settle(void *address)
+{
+    if (atomic_load_explicit(&enabled, memory_order_relaxed) && T.busy == 0) {
+        settle(address != NULL ? 1 : -1, address);
+    }
 }
 
 EXPORT size_t pyrometer_memhooks_usable_size(void *p)

@@ -48,6 +48,19 @@ typedef struct {
 int pyrometer_memhooks_start(const memhooks_config *config);
 void pyrometer_memhooks_stop(void);
 memhooks_thread *pyrometer_memhooks_thread(void);
+/* The watch table of sampled allocations, for callers that count Python blocks
+ * themselves: a free of p needs pyrometer_memhooks_unwatch(p) only when
+ * table[memhooks_watch_slot(p)] == p, which keeps the common free to one load. */
+#define MEMHOOKS_WATCH_SLOTS 4096
+static inline size_t memhooks_watch_slot(uintptr_t address)
+{
+    return (size_t)((address >> 4) * 0x9E3779B97F4A7C15ULL >> 52) & (MEMHOOKS_WATCH_SLOTS - 1);
+}
+const volatile uintptr_t *pyrometer_memhooks_watch_table(void);
+void pyrometer_memhooks_unwatch(void *address);
+/* Takes the sample(s) due after the caller changed this thread's net and
+ * python_net itself (address: the allocation that crossed, or NULL). */
+void pyrometer_memhooks_settle(void *address);
 /* Counts bytes allocated (>0) or freed (<0) through Python's allocators. */
 void pyrometer_memhooks_note_python(int64_t bytes, void *address);
 /* malloc_usable_size that also knows the library's bootstrap blocks. */

@@ -302,7 +302,7 @@ int mem_profile_start(int64_t window_bytes)
     M.main_ts = PyThreadState_Get();
     M.window = window_bytes;
     M.start_ns = clock_wall_ns();
-    M.frees_counted = pyalloc_install(&api);
+    M.frees_counted = pyalloc_install(&api, window_bytes);
     M.active = 1;
     memhooks_config config = {window_bytes, window_bytes, on_sample, on_freed};
     if (api.start(&config) != 0) {

@@ -10,11 +10,14 @@ int memhooks_api_find(memhooks_api *api)
     api->start = (int (*)(const memhooks_config *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_start");
     api->stop = (void (*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_stop");
     api->thread = (memhooks_thread * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_thread");
-    api->note_python = (void (*)(int64_t, void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_note_python");
     api->python_block_size = (size_t(*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_python_block_size");
     api->footprint = (int64_t(*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_footprint");
-    return api->start && api->stop && api->thread && api->note_python && api->python_block_size &&
-                   api->footprint
+    api->watch_table =
+        (const volatile uintptr_t * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch_table");
+    api->unwatch = (void (*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_unwatch");
+    api->settle = (void (*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_settle");
+    return api->start && api->stop && api->thread && api->python_block_size &&
+                   api->footprint && api->watch_table && api->unwatch && api->settle
                ? 0
                : -1;
 }
@@ -28,6 +31,26 @@ static wrapped_domain domains[2] = {{PYMEM_DOMAIN_MEM, {0}}, {PYMEM_DOMAIN_OBJ, 
 static memhooks_api hooks;
 static int installed;
 static int frees_counted;
+static int64_t window;
+static const volatile uintptr_t *watched;
+
+/* Counts a Python block on this thread, with the library's rules (memhooks.h),
+ * inline: this runs for every Python allocation and free.  The library is
+ * called only to stop watching a sampled block or to take a due sample. */
+static inline void count(memhooks_thread *t, int64_t bytes, void *p)
+{
+    if (t->busy != 0) {
+        return;
+    }
+    if (bytes < 0 && watched[memhooks_watch_slot((uintptr_t)p)] == (uintptr_t)p) {
+        hooks.unwatch(p);
+    }
+    t->net += bytes;
+    t->python_net += bytes;
+    if (t->net >= window || t->net <= -window) {
+        hooks.settle(bytes > 0 ? p : NULL);
+    }
+}
 
 /* What a new block counts for: its real size when sizes can be read back (so that
  * its free subtracts exactly what was added), else what was asked for. */
@@ -58,7 +81,7 @@ static void *wrapped_malloc(void *ctx, size_t size)
     void *p = d->original.malloc(d->original.ctx, size);
     t->python_depth--;
     if (p != NULL) {
-        hooks.note_python((int64_t)counted_size(p, size), p);
+        count(t, (int64_t)counted_size(p, size), p);
     }
     return p;
 }
@@ -71,7 +94,7 @@ static void *wrapped_calloc(void *ctx, size_t nelem, size_t elsize)
     void *p = d->original.calloc(d->original.ctx, nelem, elsize);
     t->python_depth--;
     if (p != NULL) {
-        hooks.note_python((int64_t)counted_size(p, nelem * elsize), p);
+        count(t, (int64_t)counted_size(p, nelem * elsize), p);
     }
     return p;
 }
@@ -86,9 +109,9 @@ static void *wrapped_realloc(void *ctx, void *ptr, size_t size)
     t->python_depth--;
     if (p != NULL) {
         if (before != 0) {
-            hooks.note_python(-(int64_t)before, ptr);
+            count(t, -(int64_t)before, ptr);
         }
-        hooks.note_python((int64_t)counted_size(p, size), p);
+        count(t, (int64_t)counted_size(p, size), p);
     }
     return p;
 }
@@ -96,13 +119,13 @@ static void *wrapped_realloc(void *ctx, void *ptr, size_t size)
 static void wrapped_free(void *ctx, void *ptr)
 {
     wrapped_domain *d = ctx;
+    memhooks_thread *t = hooks.thread();
     if (ptr != NULL && frees_counted) {
         size_t size = hooks.python_block_size(ptr); /* before: the block may vanish */
         if (size != 0) {
-            hooks.note_python(-(int64_t)size, ptr);
+            count(t, -(int64_t)size, ptr);
         }
     }
-    memhooks_thread *t = hooks.thread();
     t->python_depth++;
     d->original.free(d->original.ctx, ptr);
     t->python_depth--;
@@ -125,12 +148,14 @@ static int block_sizes_readable(void)
     return 1;
 }
 
-int pyalloc_install(const memhooks_api *api)
+int pyalloc_install(const memhooks_api *api, int64_t window_bytes)
 {
     if (installed) {
         return frees_counted;
     }
     hooks = *api;
+    window = window_bytes;
+    watched = api->watch_table();
     frees_counted = 1;
     frees_counted = block_sizes_readable();
     for (int i = 0; i < 2; i++) {

@@ -11,7 +11,7 @@
 
 /* GIL held.  Verifies that block sizes can be read back (see pymalloc_arenas.c);
  * returns whether Python frees are counted by size (1) or not at all (0). */
-int pyalloc_install(const memhooks_api *api);
+int pyalloc_install(const memhooks_api *api, int64_t window_bytes);
 void pyalloc_uninstall(void);
 
 #endif
