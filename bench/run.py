@@ -1,25 +1,29 @@
-#!/usr/bin/env python3
 """Overhead benchmark: run every workload in bench/workloads bare, under
-pyrometer, and under its peers (Scalene, py-spy, memray), alternating, for
-several rounds, and report each tool's slowdown relative to the bare run.
+pyrometer, and under its peers, alternating, for several rounds, and report
+each tool's slowdown relative to the bare run.
 
     python3 bench/run.py [--rounds N] [--quick] [--only NAME,...]
-                         [--tools bare,pyrometer,scalene,py-spy,
-                                  pyrometer-full,scalene-full,memray]
+                         [--tools bare,pyrometer,scalene,...]
 
-Two tables come out of one run. CPU-only profiling: pyrometer --cpu-only,
-scalene --cpu-only and py-spy. Full profiling (CPU, memory and, for
-pyrometer, copy volume): pyrometer with memory on (its default), scalene
-with memory on (its default) and memray. Both tables use the same bare runs.
+Two tables come out of one run. CPU profiling: pyrometer --cpu-only,
+scalene --cpu-only, py-spy, pyinstrument, cProfile and line_profiler (kernprof
+-l on a copy of the workload with @profile on the functions its HOT list
+names). Full profiling (CPU, memory and, for pyrometer, copy volume):
+pyrometer with memory on (its default), scalene with memory on (its
+default), memray and memory_profiler (on MPROF_WORKLOADS only, first round
+only, killed after MPROF_TIMEOUT s). Both tables use the same bare runs.
+bench/study.py runs this together with the accuracy and scale studies and
+rewrites the whole of docs/benchmarks.md; this script alone rewrites only
+the two tables there (between their markers).
 
 This is a benchmark, not a test: it never fails on a slow result. It fails
 (exit 1) only if a bare workload fails. A profiler that crashes, exits with
 another status, times out, or changes the program's standard output is
 recorded in the table and the notes under it.
 
-pyrometer runs from the python3 that runs this script (it must have pyrometer
-installed: `python3 -m pip install -e .` in the repository). Scalene, py-spy
-and memray are installed from PyPI into a private virtual environment,
+pyrometer and cProfile run from the python3 that runs this script (it must
+have pyrometer installed: `python3 -m pip install -e .` in the repository).
+The other peers are installed from PyPI into a private virtual environment,
 bench/.venv, made on first use, with the same numpy version as the running
 interpreter so that the workloads execute the same code under every tool.
 
@@ -60,8 +64,9 @@ DOC = REPO / "docs" / "benchmarks.md"
 # The two tables: which tools each compares with the bare run, and the
 # markers that delimit it in docs/benchmarks.md.
 TABLES = {
-    "cpu": ["pyrometer", "scalene", "py-spy"],
-    "memory": ["pyrometer-full", "scalene-full", "memray"],
+    "cpu": ["pyrometer", "scalene", "py-spy", "pyinstrument", "cProfile",
+            "line_profiler"],
+    "memory": ["pyrometer-full", "scalene-full", "memray", "memory_profiler"],
 }
 TITLES = {
     "cpu": "CPU-only profiling",
@@ -74,9 +79,24 @@ def markers(table: str) -> tuple[str, str]:
 
 
 ALL_TOOLS = ["bare"] + TABLES["cpu"] + TABLES["memory"]
-# The program in bench/.venv/bin that each peer tool runs.
+# The program in bench/.venv/bin that each peer tool runs, and the PyPI
+# package that provides it. cProfile is the standard library's: it runs
+# from the same interpreter as the bare run.
 VENV_PROGRAM = {"scalene": "scalene", "scalene-full": "scalene",
-                "py-spy": "py-spy", "memray": "memray"}
+                "py-spy": "py-spy", "memray": "memray",
+                "pyinstrument": "pyinstrument", "line_profiler": "kernprof",
+                "memory_profiler": "mprof"}
+VENV_PACKAGE = {"scalene": "scalene", "py-spy": "py-spy", "memray": "memray",
+                "pyinstrument": "pyinstrument", "kernprof": "line_profiler",
+                "mprof": "memory_profiler"}
+# Extra packages for bench/.venv: psutil (memory_profiler's RSS reader) and
+# matplotlib (the study's chart).
+VENV_EXTRAS = ["psutil", "matplotlib"]
+# memory_profiler traces every line of the decorated functions and is tens
+# of times slower: it runs on these (short) workloads only, in the first
+# round only, killed after MPROF_TIMEOUT seconds (reported as a lower bound).
+MPROF_WORKLOADS = ["fannkuch", "json_roundtrip", "numpy_work"]
+MPROF_TIMEOUT = 60.0
 QUICK_SCALE = 0.1
 DEFAULT_ROUNDS = 5
 
@@ -253,6 +273,9 @@ def ensure_venv(need: list[str]) -> str | None:
         return None
     programs = sorted({VENV_PROGRAM[t] for t in need})
     missing = [p for p in programs if not venv_bin(p).exists()]
+    has_extras = (VENV / "bin" / "python").exists() and subprocess.run(
+        [str(venv_bin("python")), "-c", "import psutil, matplotlib"],
+        capture_output=True).returncode == 0
     try:
         import numpy
         numpy_req = f"numpy=={numpy.__version__}"
@@ -261,14 +284,14 @@ def ensure_venv(need: list[str]) -> str | None:
     has_numpy = (VENV / "bin" / "python").exists() and subprocess.run(
         [str(venv_bin("python")), "-c", "import numpy"],
         capture_output=True).returncode == 0
-    if not missing and has_numpy:
+    if not missing and has_numpy and has_extras:
         return None
     try:
         if not venv_bin("python").exists():
             log(f"creating {VENV}")
             subprocess.run([sys.executable, "-m", "venv", str(VENV)],
                            check=True, capture_output=True, text=True)
-        reqs = list(missing)   # the PyPI names are the program names
+        reqs = [VENV_PACKAGE[p] for p in missing] + VENV_EXTRAS
         if not has_numpy:
             reqs.append(numpy_req)
         log(f"installing into {VENV}: {' '.join(reqs)}")
@@ -302,8 +325,58 @@ def peer_tool(name: str, venv_error: str | None) -> Tool:
                              capture_output=True, text=True)
         tool.version = out.stdout.strip().removeprefix("py-spy ") or "?"
     else:
-        tool.version = venv_package_version(program)
+        tool.version = venv_package_version(VENV_PACKAGE[program])
     return tool
+
+
+def cprofile_tool() -> Tool:
+    return Tool("cProfile", f"stdlib (Python {platform.python_version()})")
+
+
+def decorated_copy(script: Path, outdir: Path) -> Path:
+    """A copy of script with @profile on each function its HOT list names.
+
+    HOT holds plain names ("render") and Class.method names ("Scene.trace").
+    The decorator line goes above the function's first decorator, with the
+    function's indentation. The copy is what kernprof -l and memory_profiler
+    run, as a user who decorated the hot functions would.
+    """
+    import ast
+    target = outdir / "decorated" / script.name
+    if target.exists():
+        return target
+    source = script.read_text()
+    tree = ast.parse(source)
+    hot: list = []
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "HOT"):
+            hot = list(ast.literal_eval(node.value))
+    if not hot:
+        raise ValueError(f"{script.name} has no HOT = [...] list")
+    linenos = []
+
+    def visit(body, prefix):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if prefix + node.name in hot:
+                    first = min([node.lineno] + [d.lineno for d in
+                                                 node.decorator_list])
+                    linenos.append((first, node.col_offset))
+            elif isinstance(node, ast.ClassDef):
+                visit(node.body, prefix + node.name + ".")
+
+    visit(tree.body, "")
+    if len(linenos) != len(hot):
+        raise ValueError(f"{script.name}: HOT names {hot}, found "
+                         f"{len(linenos)} of them")
+    lines = source.splitlines(keepends=True)
+    for lineno, col in sorted(linenos, reverse=True):
+        lines.insert(lineno - 1, " " * col + "@profile\n")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("".join(lines))
+    return target
 
 
 def command_for(tool: str, script: Path, outdir: Path) -> tuple[list, Path | None]:
@@ -335,6 +408,22 @@ def command_for(tool: str, script: Path, outdir: Path) -> tuple[list, Path | Non
         out = out.with_suffix(".svg")
         return [str(venv_bin("py-spy")), "record", "-o", str(out), "--",
                 py, str(script)], out
+    if tool == "pyinstrument":
+        # Its default sampling interval (1 ms), JSON output.
+        out = out.with_suffix(".json")
+        return [str(venv_bin("python")), "-m", "pyinstrument", "-r", "json",
+                "-o", str(out), str(script)], out
+    if tool == "cProfile":
+        out = out.with_suffix(".pstats")
+        return [py, "-m", "cProfile", "-o", str(out), str(script)], out
+    if tool == "line_profiler":
+        out = out.with_suffix(".lprof")
+        return [str(venv_bin("kernprof")), "-l", "-o", str(out),
+                str(decorated_copy(script, outdir))], out
+    if tool == "memory_profiler":
+        # It prints its line tables to standard output after the program's.
+        return [str(venv_bin("python")), "-m", "memory_profiler",
+                str(decorated_copy(script, outdir))], None
     if tool == "memray":
         # memray runs the program in its own interpreter (bench/.venv's, made
         # from the same Python, with the same numpy). --force in case the
@@ -354,6 +443,11 @@ def display_command(tool: str) -> str:
         "pyrometer-full": "python3 -m pyrometer --json --outfile F W.py",
         "scalene-full": "scalene run -o F W.py",
         "memray": "memray run --force -o F.bin W.py",
+        "pyinstrument": "pyinstrument -r json -o F W.py",
+        "cProfile": "python3 -m cProfile -o F W.py",
+        "line_profiler": "kernprof -l -o F W_decorated.py (@profile on W.HOT)",
+        "memory_profiler": "python -m memory_profiler W_decorated.py "
+                           "(@profile on W.HOT)",
     }[tool]
 
 
@@ -473,6 +567,8 @@ def run_benchmark(workloads: list[Path], tools: list[str], rounds: int,
     problems: dict = {}   # (workload, tool) -> list of messages
     notes: dict = {}
     ratios: dict = {(w.stem, t): [] for w in workloads for t in tools}
+    capped: dict = {}     # (workload, tool) -> seconds of killed runs
+    capped_ratio: dict = {}  # (workload, tool) -> lower bounds on slowdown
     expected: dict = {}
 
     with tempfile.TemporaryDirectory(prefix="pyrometer-bench-") as tmp:
@@ -494,12 +590,20 @@ def run_benchmark(workloads: list[Path], tools: list[str], rounds: int,
                 bare_time = None
                 this_round = {}
                 for t in tool_order:
-                    r = run_once(t, w, env, outdir, timeout, expected[w.stem])
+                    limit = timeout
+                    if t == "memory_profiler":
+                        if rnd > 1 or w.stem not in MPROF_WORKLOADS:
+                            continue
+                        limit = min(timeout, MPROF_TIMEOUT)
+                    r = run_once(t, w, env, outdir, limit, expected[w.stem])
                     status = f"{r.seconds:6.2f} s" if r.ok else "FAILED"
                     log(f"round {rnd}/{rounds}  {w.stem:12} {t:14} {status}"
                         + (f"  ({r.problem})" if r.problem else "")
                         + (f"  [{r.note}]" if r.note else ""))
                     if r.problem:
+                        if r.problem.startswith("timed out"):
+                            capped.setdefault((w.stem, t), []).append(
+                                r.seconds)
                         problems.setdefault((w.stem, t), []).append(r.problem)
                         continue
                     if r.note:
@@ -513,14 +617,19 @@ def run_benchmark(workloads: list[Path], tools: list[str], rounds: int,
                                      f"{problems[(w.stem, 'bare')][-1]}")
                 for t, s in this_round.items():
                     ratios[(w.stem, t)].append(s / bare_time)
-    return times, ratios, problems, notes
+                for key, secs in capped.items():
+                    if key[0] == w.stem and len(secs) > len(
+                            capped_ratio.get(key, [])):
+                        capped_ratio.setdefault(key, []).append(
+                            secs[-1] / bare_time)
+    return times, ratios, problems, notes, capped_ratio
 
 
 # ---------------------------------------------------------------- report --
 
 def build_report(table, workloads, tools, tool_info, times, ratios, problems,
                  notes, rounds, scale, blas_threads, load_before, load_after,
-                 elapsed) -> str:
+                 elapsed, capped=None) -> str:
     """The section of docs/benchmarks.md for one table ("cpu" or "memory")."""
     names = [w.stem for w in workloads]
     peers = [t for t in TABLES[table] if t in tools]
@@ -557,6 +666,7 @@ def build_report(table, workloads, tools, tool_info, times, ratios, problems,
     out.append(header)
     out.append("|" + " --- |" * (2 + len(peers)))
     medians: dict = {t: [] for t in peers}
+    capped_tools: set = set()
     for name in names:
         bare = times.get((name, "bare"), [])
         row = [name, f"{statistics.median(bare):.2f} ({min(bare):.2f} to "
@@ -564,8 +674,16 @@ def build_report(table, workloads, tools, tool_info, times, ratios, problems,
         for t in peers:
             info = tool_info[t]
             rs = ratios.get((name, t), [])
-            if info.error:
+            lower = (capped or {}).get((name, t), [])
+            if info.error or (t == "memory_profiler"
+                              and name not in MPROF_WORKLOADS):
                 row.append("not run")
+            elif lower and not rs:
+                m = min(lower)
+                medians[t].append(m)
+                capped_tools.add(t)
+                row.append(f"> {fmt_ratio(m)} (killed at "
+                           f"{MPROF_TIMEOUT:.0f} s)")
             elif rs:
                 m = statistics.median(rs)
                 medians[t].append(m)
@@ -579,12 +697,14 @@ def build_report(table, workloads, tools, tool_info, times, ratios, problems,
         out.append("| " + " | ".join(row) + " |")
     overall = ["**median**", ""]
     for t in peers:
-        overall.append(f"**{fmt_ratio(statistics.median(medians[t]))}**"
+        overall.append(f"**{'>= ' if t in capped_tools else ''}"
+                       f"{fmt_ratio(statistics.median(medians[t]))}**"
                        if medians[t] else "-")
     out.append("| " + " | ".join(overall) + " |")
     worst = ["worst", ""]
     for t in peers:
-        worst.append(fmt_ratio(max(medians[t])) if medians[t] else "-")
+        worst.append((">= " if t in capped_tools else "")
+                     + fmt_ratio(max(medians[t])) if medians[t] else "-")
     out.append("| " + " | ".join(worst) + " |")
 
     remarks = []
@@ -595,7 +715,8 @@ def build_report(table, workloads, tools, tool_info, times, ratios, problems,
         if t not in tools:
             continue
         uniq = sorted(set(msgs))
-        remarks.append(f"- {t} on {name}: {len(msgs)} of {rounds} runs "
+        n_runs = 1 if t == "memory_profiler" else rounds
+        remarks.append(f"- {t} on {name}: {len(msgs)} of {n_runs} runs "
                        f"failed: " + "; ".join(uniq[:3]))
     for (name, t), msgs in sorted(notes.items()):
         if t not in tools:
@@ -639,6 +760,20 @@ def write_doc(reports: dict) -> None:
             text = text.rstrip("\n") + "\n" + intro + section
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text(text)
+
+
+def peer_tools(tools: list[str]) -> dict:
+    """Tool records for the peers among tools, bench/.venv made if needed."""
+    info = {}
+    peers = [t for t in tools if t in VENV_PROGRAM]
+    venv_error = ensure_venv(peers)
+    if venv_error:
+        log("warning: " + venv_error)
+    for t in peers:
+        info[t] = peer_tool(t, venv_error)
+    if "cProfile" in tools:
+        info["cProfile"] = cprofile_tool()
+    return info
 
 
 # ------------------------------------------------------------------- main --
@@ -709,19 +844,14 @@ def main(argv=None) -> int:
             if tool_info[t].error:
                 log("error: " + tool_info[t].error)
                 return 2
-    peers = [t for t in tools if t in VENV_PROGRAM]
-    venv_error = ensure_venv(peers)
-    if venv_error:
-        log("warning: " + venv_error)
-    for t in peers:
-        tool_info[t] = peer_tool(t, venv_error)
+    tool_info.update(peer_tools(tools))
     runnable = [t for t in tools if not tool_info[t].error]
 
     log(f"{len(workloads)} workloads x {len(runnable)} commands x {rounds} "
         f"rounds, BENCH_SCALE={scale:g}")
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    times, ratios, problems, notes = run_benchmark(
+    times, ratios, problems, notes, capped = run_benchmark(
         workloads, runnable, rounds, scale, args.timeout, args.seed,
         args.blas_threads)
     elapsed = time.perf_counter() - started
@@ -733,7 +863,7 @@ def main(argv=None) -> int:
         reports[table] = build_report(
             table, workloads, tools, tool_info, times, ratios, problems,
             notes, rounds, scale, args.blas_threads, load_before, load_after,
-            elapsed)
+            elapsed, capped)
         print(f"## {TITLES[table]}\n")
         print(reports[table])
     if do_write and reports:

@@ -14,6 +14,9 @@ import os
 BATCHES = 48
 EVENTS_PER_BATCH = 2_000
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+# The functions a user would decorate with @profile for line_profiler and
+# memory_profiler (bench/run.py makes a decorated copy from this list).
+HOT = ['make_event', 'reshape', 'summarise', 'main']
 
 KINDS = ("click", "view", "purchase", "scroll", "hover", "share")
 REGIONS = ("eu-west", "us-east", "ap-south", "sa-east")

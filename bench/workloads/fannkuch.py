@@ -13,6 +13,9 @@ import os
 N = 9
 REPEAT = 3
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+# The functions a user would decorate with @profile for line_profiler and
+# memory_profiler (bench/run.py makes a decorated copy from this list).
+HOT = ['fannkuch']
 
 
 def fannkuch(n):

@@ -16,6 +16,9 @@ import numpy as np
 # reference machine).
 ITERATIONS = 12
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+# The functions a user would decorate with @profile for line_profiler and
+# memory_profiler (bench/run.py makes a decorated copy from this list).
+HOT = ['from_python', 'reshuffle', 'rolling_copies']
 ROWS = 200_000       # rows of the table
 LIST_LEN = 60_000    # length of the Python lists turned into arrays
 

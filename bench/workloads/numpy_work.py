@@ -14,6 +14,9 @@ import numpy as np
 # reference machine).
 ITERATIONS = 34
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+# The functions a user would decorate with @profile for line_profiler and
+# memory_profiler (bench/run.py makes a decorated copy from this list).
+HOT = ['linear_algebra', 'spectral_filter', 'elementwise', 'python_glue']
 N = 256            # matrix side
 SIGNAL = 1 << 16   # samples per signal
 

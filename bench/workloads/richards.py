@@ -12,6 +12,9 @@ import os
 RUNS = 26
 IDLE_TICKS = 10_000
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+# The functions a user would decorate with @profile for line_profiler and
+# memory_profiler (bench/run.py makes a decorated copy from this list).
+HOT = ['Kernel.run', 'WorkerTask.step', 'HandlerTask.step', 'DeviceTask.step', 'IdleTask.step']
 
 # Task identities, in the order the scheduler's table holds them.
 IDLE, WORKER, HANDLER_A, HANDLER_B, DEVICE_A, DEVICE_B = range(6)

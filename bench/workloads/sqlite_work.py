@@ -15,6 +15,9 @@ import zlib
 ROUNDS = 6
 ORDERS = 40_000
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+# The functions a user would decorate with @profile for line_profiler and
+# memory_profiler (bench/run.py makes a decorated copy from this list).
+HOT = ['discount_band', 'load', 'report']
 
 REGIONS = ["north", "south", "east", "west", "centre"]
 PRODUCTS = [f"product-{i:03d}" for i in range(200)]

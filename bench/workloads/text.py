@@ -15,6 +15,9 @@ import re
 BATCHES = 44
 RECORDS_PER_BATCH = 400
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+# The functions a user would decorate with @profile for line_profiler and
+# memory_profiler (bench/run.py makes a decorated copy from this list).
+HOT = ['make_record', 'make_log', 'process']
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "qu", "ber",
              "dan", "fel", "gor", "hin", "jas", "pol", "tran", "wex", "zy"]

@@ -16,6 +16,9 @@ import zlib
 ITEMS = 64
 THREADS = 4
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+# The functions a user would decorate with @profile for line_profiler and
+# memory_profiler (bench/run.py makes a decorated copy from this list).
+HOT = ['python_part', 'native_part', 'worker']
 BUFFER = 1 << 20
 
 
