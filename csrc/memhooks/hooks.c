@@ -229,6 +229,18 @@ static inline void settle(int64_t bytes, void *address);
 
 static inline void note(int64_t bytes, int python, void *address)
 {
+    int64_t magnitude = bytes < 0 ? -bytes : bytes;
+    if (UNLIKELY(magnitude >= atomic_load_explicit(&window, memory_order_relaxed))) {
+        /* A block of a window or more is a sample by itself: its size is exact and
+         * it is charged to its own line, not mixed with the small volume this
+         * thread has pending from other lines (which stays pending). */
+        if (bytes > 0) {
+            emit(MEMHOOKS_ALLOC, bytes, python ? bytes : 0, address);
+        } else {
+            emit(MEMHOOKS_FREE, magnitude, python ? magnitude : 0, NULL);
+        }
+        return;
+    }
     T.net += bytes;
     if (python) {
         T.python_net += bytes;

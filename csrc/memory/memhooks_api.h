@@ -9,6 +9,7 @@ typedef struct {
     int (*start)(const memhooks_config *);
     void (*stop)(void);
     memhooks_thread *(*thread)(void);
+    void (*note_python)(int64_t, void *);
     size_t (*python_block_size)(void *);
     int64_t (*footprint)(void);
     const volatile uintptr_t *(*watch_table)(void);

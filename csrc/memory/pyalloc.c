@@ -10,13 +10,14 @@ int memhooks_api_find(memhooks_api *api)
     api->start = (int (*)(const memhooks_config *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_start");
     api->stop = (void (*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_stop");
     api->thread = (memhooks_thread * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_thread");
+    api->note_python = (void (*)(int64_t, void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_note_python");
     api->python_block_size = (size_t(*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_python_block_size");
     api->footprint = (int64_t(*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_footprint");
     api->watch_table =
         (const volatile uintptr_t * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch_table");
     api->unwatch = (void (*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_unwatch");
     api->settle = (void (*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_settle");
-    return api->start && api->stop && api->thread && api->python_block_size &&
+    return api->start && api->stop && api->thread && api->note_python && api->python_block_size &&
                    api->footprint && api->watch_table && api->unwatch && api->settle
                ? 0
                : -1;
@@ -40,6 +41,10 @@ static const volatile uintptr_t *watched;
 static inline void count(memhooks_thread *t, int64_t bytes, void *p)
 {
     if (t->busy != 0) {
+        return;
+    }
+    if (bytes >= window || -bytes >= window) {
+        hooks.note_python(bytes, p); /* a sample by itself (see note() in hooks.c) */
         return;
     }
     if (bytes < 0 && watched[memhooks_watch_slot((uintptr_t)p)] == (uintptr_t)p) {
