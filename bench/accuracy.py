@@ -227,12 +227,10 @@ def pyrometer_lines(program, prof):
     return file_entry(prof["files"], program)
 
 
-def read_pyrometer(program, work, env, memory):
-    out = work / "pyrometer.json"
-    run([sys.executable, "-m", "pyrometer", "--json", "--outfile", str(out),
-         str(program)], env, work)
-    prof = json.loads(out.read_text())
-    entry = pyrometer_lines(program, prof)
+def by_function(program, entry, memory, line_figures):
+    """Per-function sums of a Scalene-format file entry (pyrometer's and Scalene's
+    JSON share the layout); line_figures(line) gives (python_s, native_s,
+    system_s, mb, copy_mb) of one line in the tool's own units."""
     ranges = function_ranges(program)
     res: dict = {}
     for ln in entry["lines"]:
@@ -242,19 +240,30 @@ def read_pyrometer(program, work, env, memory):
         r = res.setdefault(f, {"python": 0.0, "native": 0.0, "system": 0.0,
                                "mb": 0.0, "pymb": 0.0, "copy_mb": 0.0,
                                "leak": False})
-        r["python"] += ln.get("n_cpu_python_sec", 0.0)
-        r["native"] += ln.get("n_cpu_native_sec", 0.0)
-        r["system"] += ln.get("n_sys_sec", 0.0)
+        python, native, system, mb, copy_mb = line_figures(ln)
+        r["python"] += python
+        r["native"] += native
+        r["system"] += system
         if memory:
-            mb = ln.get("n_malloc_bytes", 0) / MB
             r["mb"] += mb
             r["pymb"] += mb * ln.get("n_python_fraction", 0.0)
-            r["copy_mb"] += ln.get("n_copy_bytes", 0) / MB
-    for lineno in entry.get("leaks", {}):
+            r["copy_mb"] += copy_mb
+    for lineno in entry.get("leaks", {}) or {}:
         f = function_of(ranges, int(lineno))
         if f:
             res.setdefault(f, {"mb": 0.0, "pymb": 0.0, "copy_mb": 0.0})["leak"] = True
     return finish_memory(res) if memory else res
+
+
+def read_pyrometer(program, work, env, memory):
+    out = work / "pyrometer.json"
+    run([sys.executable, "-m", "pyrometer", "--json", "--outfile", str(out),
+         str(program)], env, work)
+    prof = json.loads(out.read_text())
+    return by_function(program, pyrometer_lines(program, prof), memory, lambda ln: (
+        ln.get("n_cpu_python_sec", 0.0), ln.get("n_cpu_native_sec", 0.0),
+        ln.get("n_sys_sec", 0.0), ln.get("n_malloc_bytes", 0) / MB,
+        ln.get("n_copy_bytes", 0) / MB))
 
 
 def finish_memory(res):
@@ -270,31 +279,12 @@ def read_scalene(program, work, env, memory):
          *([] if memory else ["--cpu-only"]), "-o", str(out), str(program)],
         env, work)
     prof = json.loads(out.read_text())
-    entry = file_entry(prof["files"], program)
     elapsed = prof.get("elapsed_time_sec") or prof.get("elapsed_time_seconds") or 0
-    total = elapsed  # Scalene's percentages are of the elapsed time
-    ranges = function_ranges(program)
-    res: dict = {}
-    for ln in entry["lines"]:
-        f = function_of(ranges, ln["lineno"])
-        if f is None:
-            continue
-        r = res.setdefault(f, {"python": 0.0, "native": 0.0, "system": 0.0,
-                               "mb": 0.0, "pymb": 0.0, "copy_mb": 0.0,
-                               "leak": False})
-        r["python"] += ln.get("n_cpu_percent_python", 0.0) / 100 * total
-        r["native"] += ln.get("n_cpu_percent_c", 0.0) / 100 * total
-        r["system"] += ln.get("n_sys_percent", 0.0) / 100 * total
-        if memory:
-            mb = ln.get("n_malloc_mb", 0.0)
-            r["mb"] += mb
-            r["pymb"] += mb * ln.get("n_python_fraction", 0.0)
-            r["copy_mb"] += ln.get("n_copy_mb_s", 0.0) * elapsed
-    for lineno in entry.get("leaks", {}) or {}:
-        f = function_of(ranges, int(lineno))
-        if f:
-            res.setdefault(f, {"mb": 0.0, "pymb": 0.0, "copy_mb": 0.0})["leak"] = True
-    return finish_memory(res) if memory else res
+    share = elapsed / 100  # Scalene's percentages are of the elapsed time
+    return by_function(program, file_entry(prof["files"], program), memory, lambda ln: (
+        ln.get("n_cpu_percent_python", 0.0) * share, ln.get("n_cpu_percent_c", 0.0) * share,
+        ln.get("n_sys_percent", 0.0) * share, ln.get("n_malloc_mb", 0.0),
+        ln.get("n_copy_mb_s", 0.0) * elapsed))
 
 
 SYSTEM_LEAF = re.compile(r"sleep|poll|select|wait|futex|recv|read\b|accept",
