@@ -22,7 +22,9 @@ another status, times out, or changes the program's standard output is
 recorded in the table and the notes under it.
 
 pyrometer and cProfile run from the python3 that runs this script (it must
-have pyrometer installed: `python3 -m pip install -e .` in the repository).
+have pyrometer installed: `python3 -m pip install .` in the repository; an
+editable install re-checks its build at every import, which the timings would
+include, so the tool's version says so and a warning is printed).
 The other peers are installed from PyPI into a private virtual environment,
 bench/.venv, made on first use, with the same numpy version as the running
 interpreter so that the workloads execute the same code under every tool.
@@ -253,11 +255,17 @@ def pyrometer_tool(name: str = "pyrometer") -> Tool:
     tool = Tool(name)
     if importlib.util.find_spec("pyrometer") is None:
         tool.error = (f"pyrometer is not installed in {sys.executable}; "
-                      f"install it with `{sys.executable} -m pip install -e "
-                      f"{REPO}`")
+                      f"install it with `{sys.executable} -m pip install {REPO}`")
         return tool
     try:
-        tool.version = importlib.metadata.version("pyrometer")
+        dist = importlib.metadata.distribution("pyrometer")
+        tool.version = dist.version
+        if '"editable": true' in (dist.read_text("direct_url.json") or ""):
+            # An editable install checks (and may redo) the build at every import,
+            # which the memory mode, started twice, pays twice.
+            tool.version += " (editable install: startup overstated)"
+            print(f"bench: warning: pyrometer is an editable install; measure a regular one "
+                  f"(`{sys.executable} -m pip install {REPO}`)", file=sys.stderr)
     except importlib.metadata.PackageNotFoundError:
         tool.version = "?"
     return tool

@@ -21,6 +21,9 @@
 #define EXPORT __attribute__((visibility("default")))
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* Slow paths are kept out of line, so that the interposed functions' common path
+ * saves no registers and sets up no frame. */
+#define COLD __attribute__((noinline, cold))
 
 /* ---- the real functions ---------------------------------------------------- */
 
@@ -141,7 +144,7 @@ static inline int counting(void)
 
 /* The callbacks run inside malloc and free, which must leave errno as libc does
  * (free keeps it; a failed realloc leaves ENOMEM): save it around them. */
-static void tell(uintptr_t token, int evicted)
+static COLD void tell(uintptr_t token, int evicted)
 {
     memhooks_freed_fn freed = atomic_load(&freed_fn);
     if (token != 0 && freed != NULL) {
@@ -168,7 +171,7 @@ static int slot_lock(size_t slot)
     return 0;
 }
 
-static void watch(void *address, uintptr_t token)
+static COLD void watch(void *address, uintptr_t token)
 {
     size_t slot = watch_slot((uintptr_t)address);
     uintptr_t evicted = token; /* not watched after all */
@@ -204,7 +207,7 @@ static inline void unwatch(void *address)
     }
 }
 
-static void emit(int kind, int64_t bytes, int64_t python_bytes, void *address)
+static COLD void emit(int kind, int64_t bytes, int64_t python_bytes, void *address)
 {
     memhooks_sample_fn fn = atomic_load(&sample_fn);
     if (kind != MEMHOOKS_COPY) {
@@ -224,60 +227,64 @@ static void emit(int kind, int64_t bytes, int64_t python_bytes, void *address)
     errno = saved;
 }
 
-/* Net allocation crossed a window: one sample carries the whole net volume. */
-static inline void settle(int64_t bytes, void *address);
-
-static inline void note(int64_t bytes, int python, void *address)
+/* A block of a window or more is a sample by itself: its size is exact and it is
+ * charged to its own line, not mixed with the small volume this thread has
+ * pending from other lines (which stays pending). */
+static COLD void sample_block(int64_t bytes, void *address)
 {
-    int64_t magnitude = bytes < 0 ? -bytes : bytes;
-    if (UNLIKELY(magnitude >= atomic_load_explicit(&window, memory_order_relaxed))) {
-        /* A block of a window or more is a sample by itself: its size is exact and
-         * it is charged to its own line, not mixed with the small volume this
-         * thread has pending from other lines (which stays pending). */
-        if (bytes > 0) {
-            emit(MEMHOOKS_ALLOC, bytes, python ? bytes : 0, address);
-        } else {
-            emit(MEMHOOKS_FREE, magnitude, python ? magnitude : 0, NULL);
-        }
-        return;
+    if (bytes > 0) {
+        emit(MEMHOOKS_ALLOC, bytes, 0, address);
+    } else {
+        emit(MEMHOOKS_FREE, -bytes, 0, NULL);
     }
-    T.net += bytes;
-    if (python) {
-        T.python_net += bytes;
-    }
-    settle(bytes, address);
 }
 
-/* Samples due once this thread's counters moved by `bytes`. */
-static inline void settle(int64_t bytes, void *address)
+/* Net allocation crossed a window: one sample carries the whole net volume. */
+static COLD void settle(int64_t bytes, void *address)
+{
+    int64_t net = T.net;
+    T.net = 0;
+    if (net > 0) {
+        emit(MEMHOOKS_ALLOC, net, 0, bytes > 0 ? address : NULL);
+    } else {
+        emit(MEMHOOKS_FREE, -net, 0, NULL);
+    }
+}
+
+static inline void note(int64_t bytes, void *address)
 {
     int64_t w = atomic_load_explicit(&window, memory_order_relaxed);
-    if (UNLIKELY(T.net >= w || T.net <= -w)) {
-        int64_t net = T.net, py = T.python_net;
-        T.net = 0;
-        T.python_net = 0;
-        if (net > 0) {
-            emit(MEMHOOKS_ALLOC, net, py > 0 ? (py < net ? py : net) : 0, bytes > 0 ? address : NULL);
-        } else {
-            emit(MEMHOOKS_FREE, -net, py < 0 ? (-py < -net ? -py : -net) : 0, NULL);
-        }
+    if (UNLIKELY(bytes >= w || -bytes >= w)) {
+        sample_block(bytes, address);
+        return;
     }
+    int64_t net = T.net + bytes;
+    T.net = net;
+    if (UNLIKELY(net >= w || net <= -w)) {
+        settle(bytes, address);
+    }
+}
+
+static COLD void copy_sample(void)
+{
+    int64_t copied = (int64_t)T.copied;
+    T.copied = 0;
+    emit(MEMHOOKS_COPY, copied, 0, NULL);
 }
 
 static inline void note_copy(size_t n)
 {
-    T.copied += n;
-    if (UNLIKELY(T.copied >= (uint64_t)atomic_load_explicit(&copy_window, memory_order_relaxed))) {
-        int64_t copied = (int64_t)T.copied;
-        T.copied = 0;
-        emit(MEMHOOKS_COPY, copied, 0, NULL);
+    uint64_t copied = T.copied + n;
+    T.copied = copied;
+    if (UNLIKELY(copied >= (uint64_t)atomic_load_explicit(&copy_window, memory_order_relaxed))) {
+        copy_sample();
     }
 }
 
 static inline void counted_alloc(void *p)
 {
     if (p != NULL && counting()) {
-        note((int64_t)real.malloc_usable_size(p), 0, p);
+        note((int64_t)real.malloc_usable_size(p), p);
     }
 }
 
@@ -286,7 +293,7 @@ static inline void counted_free(void *p)
     if (atomic_load_explicit(&enabled, memory_order_relaxed)) {
         unwatch(p);
         if (T.busy == 0 && T.python_depth == 0) {
-            note(-(int64_t)real.malloc_usable_size(p), 0, NULL);
+            note(-(int64_t)real.malloc_usable_size(p), NULL);
         }
     }
 }
@@ -350,7 +357,7 @@ EXPORT void *realloc(void *p, size_t size)
     if (p != NULL && atomic_load_explicit(&enabled, memory_order_relaxed)) {
         token = unwatch_quietly(p);
         if (T.busy == 0 && T.python_depth == 0) {
-            note(-(int64_t)real.malloc_usable_size(p), 0, NULL);
+            note(-(int64_t)real.malloc_usable_size(p), NULL);
         }
     }
     void *q = real.realloc(p, size);
@@ -440,7 +447,7 @@ EXPORT size_t malloc_usable_size(void *p)
 
 /* Before resolution (inside the dynamic loader) copies go byte by byte; volatile
  * keeps the compiler from turning this loop back into a call to memcpy. */
-static void *plain_copy(void *dst, const void *src, size_t n)
+static COLD void *plain_copy(void *dst, const void *src, size_t n)
 {
     volatile unsigned char *d = dst;
     const volatile unsigned char *s = src;
@@ -543,15 +550,16 @@ EXPORT memhooks_thread *pyrometer_memhooks_thread(void)
     return &T;
 }
 
-EXPORT void pyrometer_memhooks_note_python(int64_t bytes, void *address)
+EXPORT void pyrometer_memhooks_sample_python(int64_t bytes, void *address)
 {
-    if (!atomic_load_explicit(&enabled, memory_order_relaxed) || T.busy != 0) {
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed) || T.busy != 0 || bytes == 0) {
         return;
     }
-    if (bytes < 0 && address != NULL) {
-        unwatch(address);
+    if (bytes > 0) {
+        emit(MEMHOOKS_ALLOC, bytes, bytes, address);
+    } else {
+        emit(MEMHOOKS_FREE, -bytes, -bytes, NULL);
     }
-    note(bytes, 1, address);
 }
 
 EXPORT const volatile uintptr_t *pyrometer_memhooks_watch_table(void)
@@ -563,13 +571,6 @@ EXPORT void pyrometer_memhooks_unwatch(void *address)
 {
     if (T.busy == 0) {
         unwatch(address);
-    }
-}
-
-EXPORT void pyrometer_memhooks_settle(void *address)
-{
-    if (atomic_load_explicit(&enabled, memory_order_relaxed) && T.busy == 0) {
-        settle(address != NULL ? 1 : -1, address);
     }
 }
 
@@ -586,11 +587,20 @@ EXPORT size_t pyrometer_memhooks_usable_size(void *p)
 
 EXPORT size_t pyrometer_memhooks_python_block_size(void *p)
 {
-    if (p == NULL || !pymalloc_arenas_tracking()) {
+    pymalloc_arena_map *m = pymalloc_arenas_map();
+    if (p == NULL || m == NULL) {
         return 0;
     }
-    size_t small = pymalloc_arenas_block_size(p);
-    return small != 0 ? small : pyrometer_memhooks_usable_size(p);
+    if (pymalloc_arenas_find(m, (uintptr_t)p)) {
+        return pymalloc_pool_block_size((uintptr_t)p);
+    }
+    return m->tracking ? pyrometer_memhooks_usable_size(p) : 0;
+}
+
+EXPORT void *pyrometer_memhooks_python_arenas(void)
+{
+    pymalloc_arena_map *m = pymalloc_arenas_map();
+    return m != NULL && m->tracking ? m : NULL;
 }
 
 EXPORT int64_t pyrometer_memhooks_footprint(void)

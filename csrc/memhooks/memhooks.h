@@ -2,12 +2,15 @@
  * program's memory and copy traffic.  Its public face, used by the extension
  * module through dlsym so that the library never links libpython.
  *
- * Every thread counts, in thread-local memory, the bytes it allocated minus the
- * bytes it freed since its last sample ("net"), and the bytes it copied with
- * memcpy/memmove.  When net crosses +window or -window, or copies cross
- * copy_window, the thread calls the registered sample function (on itself, with
- * counting suspended).  Sampling by volume keeps large allocations exact and makes
- * the cost proportional to the bytes that matter.
+ * Every thread counts, in thread-local memory, the bytes it allocated with malloc
+ * and friends minus the bytes it freed since its last sample ("net"), and the
+ * bytes it copied with memcpy/memmove.  When net crosses +window or -window, or
+ * copies cross copy_window, the thread calls the registered sample function (on
+ * itself, with counting suspended).  Sampling by volume keeps large allocations
+ * exact and makes the cost proportional to the bytes that matter.
+ *
+ * Python's own allocators are counted by the extension (csrc/memory/pyalloc.c),
+ * which hands its samples over with pyrometer_memhooks_sample_python.
  */
 #ifndef PYROMETER_MEMHOOKS_H
 #define PYROMETER_MEMHOOKS_H
@@ -18,11 +21,10 @@
 enum memhooks_kind { MEMHOOKS_ALLOC = 1, MEMHOOKS_FREE = 2, MEMHOOKS_COPY = 3 };
 
 /* Per-thread counters.  The Python allocator wrapper raises python_depth around
- * calls into Python's own allocators, so that what those pass on to malloc is not
- * counted a second time as native. */
+ * calls into Python's own allocators that may reach malloc, so that what those
+ * pass on to malloc is not counted a second time as native. */
 typedef struct {
-    int64_t net;        /* bytes allocated - freed since the last sample */
-    int64_t python_net; /* the part of net that came through Python's allocators */
+    int64_t net;        /* bytes malloc'd - freed since the last sample */
     uint64_t copied;    /* bytes copied since the last copy sample */
     int busy;           /* > 0 inside the profiler's own code: nothing is counted */
     int python_depth;   /* > 0 inside a Python allocator call */
@@ -58,17 +60,21 @@ static inline size_t memhooks_watch_slot(uintptr_t address)
 }
 const volatile uintptr_t *pyrometer_memhooks_watch_table(void);
 void pyrometer_memhooks_unwatch(void *address);
-/* Takes the sample(s) due after the caller changed this thread's net and
- * python_net itself (address: the allocation that crossed, or NULL). */
-void pyrometer_memhooks_settle(void *address);
-/* Counts bytes allocated (>0) or freed (<0) through Python's allocators. */
-void pyrometer_memhooks_note_python(int64_t bytes, void *address);
+/* A sample of Python's allocators, taken now on the calling thread: bytes is the
+ * net volume allocated (>0; address: the block that crossed the window, watched
+ * if the sample function asks) or freed (<0).  Nothing happens while counting is
+ * off or suspended on this thread (inside the sample function). */
+void pyrometer_memhooks_sample_python(int64_t bytes, void *address);
 /* malloc_usable_size that also knows the library's bootstrap blocks. */
 size_t pyrometer_memhooks_usable_size(void *p);
 /* The size of a block from Python's object or memory allocators (a pymalloc size
- * class, or malloc's usable size); 0 when the library could not track pymalloc's
- * arenas from the start.  Caller holds the GIL. */
+ * class, or malloc's usable size); 0 when it cannot tell (pymalloc's arenas not
+ * all known).  Caller holds the GIL. */
 size_t pyrometer_memhooks_python_block_size(void *p);
+/* The table of pymalloc's arenas (a pymalloc_arena_map, see pymalloc_arenas.h),
+ * for a caller holding the GIL to find a block's size itself; NULL when not every
+ * arena is known. */
+void *pyrometer_memhooks_python_arenas(void);
 /* Net bytes of all samples so far: the footprint, to within one window per thread. */
 int64_t pyrometer_memhooks_footprint(void);
 

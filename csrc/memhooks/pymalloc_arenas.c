@@ -28,27 +28,18 @@ typedef struct {
     void (*free)(void *ctx, void *ptr, size_t size);
 } arena_allocator; /* PyObjectArenaAllocator's layout */
 
-typedef struct {
-    uintptr_t granule; /* (address >> GRANULE_BITS) + 1; 0 = empty slot */
-    uintptr_t base[2]; /* arenas overlapping the granule; 0 = none */
-    size_t size[2];
-} granule_slot;
+typedef pymalloc_granule_slot granule_slot;
 
-#define GRANULE_BITS 18 /* the smallest arena (256 KiB): a granule meets at most two arenas */
+#define GRANULE_BITS PYMALLOC_GRANULE_BITS
 /* The arena allocator also serves other memory (3.11's frame data stack takes
  * 16 KiB chunks from it); pymalloc's arenas are 256 KiB or 1 MiB, and no Python
  * object lives in the other mappings, so those are not tracked. */
 #define MIN_ARENA ((size_t)1 << GRANULE_BITS)
-#define POOL_SIZE ((uintptr_t)16 * 1024)
 
 static arena_allocator original;
-/* Open addressing over granules, sized to the arenas in use (grown x2 at half
- * load, tombstones dropped then): a free's lookup touches a small, hot table. */
-static granule_slot *slots;
-static size_t capacity, used;
-static uintptr_t last_base;  /* the arena of the previous lookup: frees cluster */
-static size_t last_size;
-static int state;            /* 0: not installed, 1: tracking every arena, -1: incomplete */
+static pymalloc_arena_map map; /* see pymalloc_arenas.h */
+static size_t used;
+static int installed;
 
 static granule_slot *map_slots(size_t n)
 {
@@ -57,25 +48,21 @@ static granule_slot *map_slots(size_t n)
     return m == MAP_FAILED ? NULL : m;
 }
 
-static size_t slot_index(uintptr_t granule, size_t n)
-{
-    return (size_t)(granule * 0x9E3779B97F4A7C15ULL >> 32) & (n - 1);
-}
-
 static granule_slot *slot_for(uintptr_t granule, int insert)
 {
-    size_t mask = capacity - 1;
-    for (size_t n = 0, i = slot_index(granule, capacity); n < capacity; n++, i = (i + 1) & mask) {
-        if (slots[i].granule == granule + 1) {
-            return &slots[i];
+    size_t mask = map.capacity - 1;
+    for (size_t n = 0, i = pymalloc_granule_index(granule, map.capacity); n < map.capacity;
+         n++, i = (i + 1) & mask) {
+        if (map.slots[i].granule == granule + 1) {
+            return &map.slots[i];
         }
-        if (slots[i].granule == 0) {
+        if (map.slots[i].granule == 0) {
             if (!insert) {
                 return NULL;
             }
-            slots[i].granule = granule + 1;
+            map.slots[i].granule = granule + 1;
             used++;
-            return &slots[i];
+            return &map.slots[i];
         }
     }
     return NULL;
@@ -83,15 +70,15 @@ static granule_slot *slot_for(uintptr_t granule, int insert)
 
 static int grow(void)
 {
-    size_t bigger = capacity * 2;
+    size_t bigger = map.capacity * 2;
     granule_slot *fresh = map_slots(bigger);
     if (fresh == NULL) {
         return -1;
     }
-    granule_slot *old = slots;
-    size_t old_capacity = capacity;
-    slots = fresh;
-    capacity = bigger;
+    granule_slot *old = map.slots;
+    size_t old_capacity = map.capacity;
+    map.slots = fresh;
+    map.capacity = bigger;
     used = 0;
     for (size_t i = 0; i < old_capacity; i++) {
         if (old[i].granule != 0 && (old[i].base[0] != 0 || old[i].base[1] != 0)) {
@@ -103,20 +90,27 @@ static int grow(void)
     return 0;
 }
 
+/* Lookups of the arenas still in the table stay right (arenas are forgotten as
+ * they go), but a block not found may now be pymalloc's all the same. */
+static void stop_tracking(void)
+{
+    map.tracking = 0;
+}
+
 static void remember(uintptr_t base, size_t size)
 {
     if (size < MIN_ARENA) {
         return;
     }
     for (uintptr_t g = base >> GRANULE_BITS; g <= (base + size - 1) >> GRANULE_BITS; g++) {
-        if ((used + 1) * 2 > capacity && grow() != 0) {
-            state = -1;
+        if ((used + 1) * 2 > map.capacity && grow() != 0) {
+            stop_tracking();
             return;
         }
         granule_slot *s = slot_for(g, 1);
         int k = s == NULL ? -1 : s->base[0] == 0 ? 0 : s->base[1] == 0 ? 1 : -1;
         if (k < 0) {
-            state = -1; /* cannot record it: stop trusting lookups */
+            stop_tracking(); /* cannot record it: stop trusting lookups */
             return;
         }
         s->base[k] = base;
@@ -126,9 +120,9 @@ static void remember(uintptr_t base, size_t size)
 
 static void forget(uintptr_t base, size_t size)
 {
-    if (last_base == base) {
-        last_base = 0;
-        last_size = 0;
+    if (map.last_base == base) {
+        map.last_base = 0;
+        map.last_size = 0;
     }
     for (uintptr_t g = base >> GRANULE_BITS; g <= (base + size - 1) >> GRANULE_BITS; g++) {
         granule_slot *s = slot_for(g, 0);
@@ -145,7 +139,7 @@ static void *arena_alloc(void *ctx, size_t size)
 {
     (void)ctx;
     void *p = original.alloc(original.ctx, size);
-    if (p != NULL && state == 1) {
+    if (p != NULL && map.tracking) {
         remember((uintptr_t)p, size);
     }
     return p;
@@ -154,7 +148,7 @@ static void *arena_alloc(void *ctx, size_t size)
 static void arena_free(void *ctx, void *p, size_t size)
 {
     (void)ctx;
-    if (p != NULL && state == 1) {
+    if (p != NULL && installed) {
         forget((uintptr_t)p, size);
     }
     original.free(original.ctx, p, size);
@@ -167,41 +161,22 @@ void pymalloc_arenas_install(void)
     if (get == NULL || set == NULL) {
         return; /* not a CPython process (or libpython is loaded later) */
     }
-    capacity = 1024;
-    slots = map_slots(capacity);
-    if (slots == NULL) {
+    map.capacity = 1024;
+    map.slots = map_slots(map.capacity);
+    if (map.slots == NULL) {
         return;
     }
     get(&original);
     if (original.alloc == NULL || original.free == NULL) {
         return;
     }
-    state = 1;
+    installed = 1;
+    map.tracking = 1;
     arena_allocator mine = {NULL, arena_alloc, arena_free};
     set(&mine);
 }
 
-size_t pymalloc_arenas_block_size(const void *p)
+pymalloc_arena_map *pymalloc_arenas_map(void)
 {
-    uintptr_t a = (uintptr_t)p;
-    if (a - last_base >= last_size) {
-        granule_slot *s = slot_for(a >> GRANULE_BITS, 0);
-        int k = 0;
-        while (s != NULL && k < 2 && !(s->base[k] != 0 && a - s->base[k] < s->size[k])) {
-            k++;
-        }
-        if (s == NULL || k == 2) {
-            return 0;
-        }
-        last_base = s->base[k];
-        last_size = s->size[k];
-    }
-    const unsigned char *pool = (const unsigned char *)(a & ~(POOL_SIZE - 1));
-    unsigned int szidx = *(const unsigned int *)(pool + 4 * sizeof(void *) + sizeof(unsigned int));
-    return ((size_t)szidx + 1) << 4;
-}
-
-int pymalloc_arenas_tracking(void)
-{
-    return state == 1;
+    return installed ? &map : NULL;
 }

@@ -9,12 +9,12 @@ typedef struct {
     int (*start)(const memhooks_config *);
     void (*stop)(void);
     memhooks_thread *(*thread)(void);
-    void (*note_python)(int64_t, void *);
+    void (*sample_python)(int64_t, void *);
     size_t (*python_block_size)(void *);
+    void *(*python_arenas)(void);
     int64_t (*footprint)(void);
     const volatile uintptr_t *(*watch_table)(void);
     void (*unwatch)(void *);
-    void (*settle)(void *);
 } memhooks_api;
 
 /* 0 when the library is loaded in this process, -1 otherwise. */

@@ -2,23 +2,28 @@
 #include <Python.h>
 
 #include "pyalloc.h"
+#include "../memhooks/pymalloc_arenas.h"
 
 #include <dlfcn.h>
+
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define COLD __attribute__((noinline, cold))
 
 int memhooks_api_find(memhooks_api *api)
 {
     api->start = (int (*)(const memhooks_config *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_start");
     api->stop = (void (*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_stop");
     api->thread = (memhooks_thread * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_thread");
-    api->note_python = (void (*)(int64_t, void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_note_python");
+    api->sample_python = (void (*)(int64_t, void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_sample_python");
     api->python_block_size = (size_t(*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_python_block_size");
+    api->python_arenas = (void *(*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_python_arenas");
     api->footprint = (int64_t(*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_footprint");
     api->watch_table =
         (const volatile uintptr_t * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch_table");
     api->unwatch = (void (*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_unwatch");
-    api->settle = (void (*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_settle");
-    return api->start && api->stop && api->thread && api->note_python && api->python_block_size &&
-                   api->footprint && api->watch_table && api->unwatch && api->settle
+    return api->start && api->stop && api->thread && api->sample_python && api->python_block_size &&
+                   api->python_arenas && api->footprint && api->watch_table && api->unwatch
                ? 0
                : -1;
 }
@@ -31,62 +36,129 @@ typedef struct {
 static wrapped_domain domains[2] = {{PYMEM_DOMAIN_MEM, {0}}, {PYMEM_DOMAIN_OBJ, {0}}};
 static memhooks_api hooks;
 static int installed;
-static int frees_counted;
 static int64_t window;
 static const volatile uintptr_t *watched;
+static pymalloc_arena_map *arenas;
+/* Requests of 1 to small_limit bytes are served by pymalloc from its pools, never
+ * by malloc, and their blocks' sizes can be read back; 0 when the layout check
+ * failed (another allocator, debug hooks), which sends every call the slow way. */
+static size_t small_limit;
 
-/* Counts a Python block on this thread, with the library's rules (memhooks.h),
- * inline: this runs for every Python allocation and free.  The library is
- * called only to stop watching a sampled block or to take a due sample. */
-static inline void count(memhooks_thread *t, int64_t bytes, void *p)
+/* Python's allocations are counted here, not in the library's per-thread
+ * counters: the "mem" and "object" domains are called only with the GIL held, so
+ * one process-wide net volume, guarded by the GIL, needs no thread-local lookup.
+ * A sample is charged to the thread that crosses the window (it holds the GIL and
+ * is, more likely than not, the one allocating).  Not for a free-threaded build. */
+static int64_t python_net;
+
+static COLD void cross(int64_t bytes, void *p)
 {
-    if (t->busy != 0) {
-        return;
-    }
+    int64_t net;
     if (bytes >= window || -bytes >= window) {
-        hooks.note_python(bytes, p); /* a sample by itself (see note() in hooks.c) */
-        return;
+        /* A block of a window or more is a sample by itself (as in hooks.c). */
+        python_net -= bytes;
+        net = bytes;
+    } else {
+        net = python_net;
+        python_net = 0;
     }
-    if (bytes < 0 && watched[memhooks_watch_slot((uintptr_t)p)] == (uintptr_t)p) {
-        hooks.unwatch(p);
-    }
-    t->net += bytes;
-    t->python_net += bytes;
-    if (t->net >= window || t->net <= -window) {
-        hooks.settle(bytes > 0 ? p : NULL);
+    hooks.sample_python(net, net > 0 ? p : NULL);
+}
+
+/* Whether v is a window or more away from 0, in one comparison. */
+static inline int beyond_window(int64_t v)
+{
+    return (uint64_t)(v + (window - 1)) > (uint64_t)(2 * (window - 1));
+}
+
+/* Counts a pymalloc block (smaller than a window) allocated or freed. */
+static inline void count_small(int64_t bytes, void *p)
+{
+    int64_t net = python_net + bytes;
+    python_net = net;
+    if (UNLIKELY(beyond_window(net))) {
+        cross(bytes, p);
     }
 }
 
-/* What a new block counts for: its real size when sizes can be read back (so that
- * its free subtracts exactly what was added), else what was asked for. */
-static size_t counted_size(void *p, size_t asked)
+/* Counts a Python block allocated (bytes > 0) or freed (bytes < 0). */
+static inline void count(int64_t bytes, void *p)
 {
-    if (!frees_counted) {
-        return asked;
+    int64_t net = python_net + bytes;
+    python_net = net;
+    if (UNLIKELY(beyond_window(net) || beyond_window(bytes))) {
+        cross(bytes, p);
     }
-    if (asked - 1 < 512) {
-        /* 1 to 512 bytes: pymalloc's size class, without the arena lookup
-         * (frees_counted means block_sizes_readable() saw pymalloc serve such
-         * requests).  0 wraps around: pymalloc hands it to malloc. */
-        return (asked + 15) & ~(size_t)15;
+}
+
+static inline int64_t small_size(size_t asked)
+{
+    return (int64_t)((asked + 15) & ~(size_t)15); /* pymalloc's size class */
+}
+
+/* The size of a live Python block, and whether it is pymalloc's (pooled) or
+ * malloc's: pymalloc's arenas are looked up inline, and the block's pool header
+ * read; the library is called only for a malloc block. */
+static inline size_t block_size(void *ptr, int *pooled)
+{
+    uintptr_t a = (uintptr_t)ptr;
+    if (LIKELY(pymalloc_arenas_find(arenas, a))) {
+        *pooled = 1;
+        return pymalloc_pool_block_size(a);
     }
-    size_t n = hooks.python_block_size(p);
-    return n != 0 ? n : asked;
+    *pooled = 0;
+    return hooks.python_block_size(ptr);
+}
+
+/* A block stops being watched (for leaks) before it is given back: afterwards
+ * another thread may already have its address. */
+static inline void unwatch(void *ptr)
+{
+    if (UNLIKELY(watched[memhooks_watch_slot((uintptr_t)ptr)] == (uintptr_t)ptr)) {
+        hooks.unwatch(ptr);
+    }
 }
 
 /* Allocator hooks: called with the GIL held, for every Python allocation.  They
- * only forward and count; the count may call the sample function, which runs with
- * counting suspended on this thread. */
+ * forward and count.  Calls that may reach malloc (large requests, realloc, and
+ * every call when sizes cannot be read back) raise the thread's python_depth, so
+ * that the library does not count that malloc again as native. */
 
-static void *wrapped_malloc(void *ctx, size_t size)
+static COLD void *malloc_through(wrapped_domain *d, size_t size)
 {
-    wrapped_domain *d = ctx;
     memhooks_thread *t = hooks.thread();
     t->python_depth++;
     void *p = d->original.malloc(d->original.ctx, size);
     t->python_depth--;
     if (p != NULL) {
-        count(t, (int64_t)counted_size(p, size), p);
+        size_t n = small_limit != 0 ? hooks.python_block_size(p) : 0;
+        count((int64_t)(n != 0 ? n : size), p);
+    }
+    return p;
+}
+
+static void *wrapped_malloc(void *ctx, size_t size)
+{
+    wrapped_domain *d = ctx;
+    if (LIKELY(size - 1 < small_limit)) { /* 0 wraps around: pymalloc hands it to malloc */
+        void *p = d->original.malloc(d->original.ctx, size);
+        if (LIKELY(p != NULL)) {
+            count_small(small_size(size), p);
+        }
+        return p;
+    }
+    return malloc_through(d, size);
+}
+
+static COLD void *calloc_through(wrapped_domain *d, size_t nelem, size_t elsize)
+{
+    memhooks_thread *t = hooks.thread();
+    t->python_depth++;
+    void *p = d->original.calloc(d->original.ctx, nelem, elsize);
+    t->python_depth--;
+    if (p != NULL) {
+        size_t n = small_limit != 0 ? hooks.python_block_size(p) : 0;
+        count((int64_t)(n != 0 ? n : nelem * elsize), p);
     }
     return p;
 }
@@ -94,46 +166,72 @@ static void *wrapped_malloc(void *ctx, size_t size)
 static void *wrapped_calloc(void *ctx, size_t nelem, size_t elsize)
 {
     wrapped_domain *d = ctx;
-    memhooks_thread *t = hooks.thread();
-    t->python_depth++;
-    void *p = d->original.calloc(d->original.ctx, nelem, elsize);
-    t->python_depth--;
-    if (p != NULL) {
-        count(t, (int64_t)counted_size(p, nelem * elsize), p);
+    size_t size;
+    if (!__builtin_mul_overflow(nelem, elsize, &size) && LIKELY(size - 1 < small_limit)) {
+        void *p = d->original.calloc(d->original.ctx, nelem, elsize);
+        if (LIKELY(p != NULL)) {
+            count_small(small_size(size), p);
+        }
+        return p;
     }
-    return p;
+    return calloc_through(d, nelem, elsize);
 }
 
+/* Counted as a free of the old block and an allocation of the new one.  The old
+ * block's watch ends before the call (if the call fails, that sample counts as
+ * freed: rare, and never a false leak). */
 static void *wrapped_realloc(void *ctx, void *ptr, size_t size)
 {
     wrapped_domain *d = ctx;
-    size_t before = ptr != NULL && frees_counted ? hooks.python_block_size(ptr) : 0;
+    size_t before = 0;
+    if (ptr != NULL && small_limit != 0) {
+        int pooled;
+        before = block_size(ptr, &pooled);
+        unwatch(ptr);
+    }
     memhooks_thread *t = hooks.thread();
     t->python_depth++;
     void *p = d->original.realloc(d->original.ctx, ptr, size);
     t->python_depth--;
     if (p != NULL) {
         if (before != 0) {
-            count(t, -(int64_t)before, ptr);
+            count(-(int64_t)before, ptr);
         }
-        count(t, (int64_t)counted_size(p, size), p);
+        int pooled;
+        size_t n = small_limit != 0 ? block_size(p, &pooled) : 0;
+        count((int64_t)(n != 0 ? n : size), p);
     }
     return p;
+}
+
+static COLD void free_through(wrapped_domain *d, void *ptr)
+{
+    memhooks_thread *t = hooks.thread();
+    t->python_depth++;
+    d->original.free(d->original.ctx, ptr);
+    t->python_depth--;
 }
 
 static void wrapped_free(void *ctx, void *ptr)
 {
     wrapped_domain *d = ctx;
-    memhooks_thread *t = hooks.thread();
-    if (ptr != NULL && frees_counted) {
-        size_t size = hooks.python_block_size(ptr); /* before: the block may vanish */
-        if (size != 0) {
-            count(t, -(int64_t)size, ptr);
-        }
+    if (ptr == NULL || small_limit == 0) {
+        free_through(d, ptr);
+        return;
     }
-    t->python_depth++;
-    d->original.free(d->original.ctx, ptr);
-    t->python_depth--;
+    int pooled;
+    size_t size = block_size(ptr, &pooled); /* before: the block may vanish */
+    if (LIKELY(pooled)) {
+        unwatch(ptr);
+        count_small(-(int64_t)size, ptr);
+        d->original.free(d->original.ctx, ptr); /* a pymalloc block: no free() underneath */
+        return;
+    }
+    if (size != 0) {
+        unwatch(ptr);
+        count(-(int64_t)size, ptr);
+    }
+    free_through(d, ptr);
 }
 
 /* The layout facts pymalloc_arenas.c relies on, checked on this interpreter:
@@ -156,13 +254,15 @@ static int block_sizes_readable(void)
 int pyalloc_install(const memhooks_api *api, int64_t window_bytes)
 {
     if (installed) {
-        return frees_counted;
+        return small_limit != 0;
     }
     hooks = *api;
     window = window_bytes;
     watched = api->watch_table();
-    frees_counted = 1;
-    frees_counted = block_sizes_readable();
+    arenas = api->python_arenas();
+    /* The fast paths count a block against the net only: it must be under a window. */
+    small_limit = arenas != NULL && window > 512 && block_sizes_readable() ? 512 : 0;
+    python_net = 0;
     for (int i = 0; i < 2; i++) {
         PyMem_GetAllocator(domains[i].domain, &domains[i].original);
         PyMemAllocatorEx mine = {&domains[i], wrapped_malloc, wrapped_calloc, wrapped_realloc,
@@ -170,7 +270,7 @@ int pyalloc_install(const memhooks_api *api, int64_t window_bytes)
         PyMem_SetAllocator(domains[i].domain, &mine);
     }
     installed = 1;
-    return frees_counted;
+    return small_limit != 0;
 }
 
 void pyalloc_uninstall(void)

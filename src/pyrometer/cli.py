@@ -1,5 +1,9 @@
 """The pyrometer command: parse the command line, run the program under the
-profiler, write the report, and exit with the program's own status."""
+profiler, write the report, and exit with the program's own status.
+
+With memory profiling the command runs twice (preload.py): the first process
+parses the options and re-executes itself, so it imports only what that needs;
+the rest is imported where it is used."""
 
 from __future__ import annotations
 
@@ -8,9 +12,7 @@ import os
 import signal
 import sys
 
-from . import launcher, model
 from .options import Options, UsageError, parse
-from .render import html, json_out, report, text
 
 
 def _error(message: str, status: int = 2) -> int:
@@ -38,6 +40,7 @@ def report_path(fmt: str, outfile: str | None, periodic: bool = False) -> str | 
 
 
 def write_report(profile: dict, fmt: str, path: str | None, web: bool = False) -> None:
+    from .render import json_out, report, text
     if path is None:
         stream = _report_stream()
         to_terminal = (stream or sys.stderr).isatty()
@@ -54,7 +57,8 @@ def write_report(profile: dict, fmt: str, path: str | None, web: bool = False) -
 
 def _open_page(path: str) -> None:
     """--web: the browser, or the path when there is none; never an error."""
-    from .profiler import environment_without_memhooks
+    from .preload import environment_without_memhooks
+    from .render import html
     # The browser must not inherit the memory library.
     clean = environment_without_memhooks()
     os.environ.pop("LD_PRELOAD", None)
@@ -67,18 +71,20 @@ def _open_page(path: str) -> None:
 
 
 def _profile(options: Options) -> int:
+    if options.memory:
+        from .preload import ensure_memhooks_preloaded
+        problem = ensure_memhooks_preloaded()  # returns only when the library is in
+        if problem is not None:
+            return _error(problem, 1)
+    from . import launcher, model
+    from .periodic import PeriodicWriter, discount
+    from .profiler import Session
     script = None if options.module is not None else options.program[0]
     args = options.program if options.module is not None else options.program[1:]
     try:
         target = launcher.resolve(script, options.module, args)
     except launcher.ProgramNotFound as e:
         return _error(str(e))
-    from .periodic import PeriodicWriter, discount
-    from .profiler import Session, ensure_memhooks_preloaded
-    if options.memory:
-        problem = ensure_memhooks_preloaded()
-        if problem is not None:
-            return _error(problem, 1)
     fmt = options.format
     path = report_path(fmt, options.outfile, periodic=options.profile_interval is not None)
     if path is not None:
@@ -153,6 +159,7 @@ class _ViewParser(argparse.ArgumentParser):
 
 
 def _view(argv: list[str]) -> int:
+    from . import model
     parser = _ViewParser(
         prog="pyrometer view",
         usage="pyrometer view PROFILE.json [--cli | --json | --html [-o FILE] | --web] [--reduced-profile]",

@@ -47,7 +47,7 @@ class PeriodicWriter:
         """Start the writer process and the thread, and wait until the thread
         exists: the sampler, started next, then knows it from the start (see
         discount)."""
-        from .profiler import environment_without_memhooks  # not in the writer process: it needs _core
+        from .preload import environment_without_memhooks
         package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         argv = [sys.executable, "-I", "-S", "-c",
                 f"import sys; sys.path.insert(0, {package_parent!r}); "

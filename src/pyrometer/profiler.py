@@ -39,51 +39,6 @@ def _installation_directories() -> list[str]:
     return sorted(out)
 
 
-MEMHOOKS_LIBRARY = "libpyrometer_memhooks.so"
-_REEXEC_MARK = "PYROMETER_MEMHOOKS_PRELOADED"
-
-
-def memhooks_library() -> str | None:
-    """The preloaded memory library shipped beside the extension."""
-    for directory in (OWN_DIRECTORY, os.path.dirname(os.path.abspath(_core.__file__))):
-        path = os.path.join(directory, MEMHOOKS_LIBRARY)
-        if os.path.exists(path):
-            return path
-    return None
-
-
-def ensure_memhooks_preloaded() -> str | None:
-    """Memory profiling needs the hooks in the process from its start: re-execute
-    this same command with the library first in LD_PRELOAD (same pid, same
-    standard streams).  Returns an error message when that cannot be done."""
-    if _core.memory_available():
-        os.environ.pop(_REEXEC_MARK, None)
-        return None
-    if os.environ.get(_REEXEC_MARK):
-        return "could not preload the memory library (is LD_PRELOAD ignored here?); use --no-memory"
-    library = memhooks_library()
-    if library is None:
-        return f"{MEMHOOKS_LIBRARY} is missing from the installation; reinstall pyrometer or use --no-memory"
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = library + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
-    env[_REEXEC_MARK] = "1"
-    argv = [sys.executable, *sys.orig_argv[1:]]
-    os.execve(sys.executable, argv, env)
-    return "exec failed"  # not reached
-
-
-def environment_without_memhooks() -> dict[str, str]:
-    """This process's environment without the memory library in LD_PRELOAD: for
-    the processes pyrometer itself starts (report writers, the browser)."""
-    env = dict(os.environ)
-    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and not p.endswith(MEMHOOKS_LIBRARY)]
-    if preload:
-        env["LD_PRELOAD"] = ":".join(preload)
-    else:
-        env.pop("LD_PRELOAD", None)
-    return env
-
-
 class Session:
     """One profiled run: wall-clock bounds plus the C core's aggregates."""
 

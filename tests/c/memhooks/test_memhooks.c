@@ -11,7 +11,7 @@
  * What is checked: totals of ALLOC/FREE/COPY samples against what was allocated,
  * freed and copied (usable sizes, so they can be exact); every hooked function's
  * results, errno and alignment against libc's; nothing counted while stopped, inside
- * the sample function, or under python_depth; Python bytes through note_python;
+ * the sample function, or under python_depth; Python samples through sample_python;
  * watched addresses (freed / evicted callbacks); threads, fork, dlopen and a
  * program that never starts a thread (single_thread.c).
  *
@@ -49,7 +49,8 @@ static struct {
     int (*start)(const memhooks_config *);
     void (*stop)(void);
     memhooks_thread *(*thread)(void);
-    void (*note_python)(int64_t, void *);
+    void (*sample_python)(int64_t, void *);
+    void (*unwatch)(void *);
     size_t (*usable_size)(void *);
     int64_t (*footprint)(void);
 } api;
@@ -76,7 +77,8 @@ static int hooks_loaded(void)
     *(void **)&api.start = dlsym(RTLD_DEFAULT, "pyrometer_memhooks_start");
     *(void **)&api.stop = dlsym(RTLD_DEFAULT, "pyrometer_memhooks_stop");
     *(void **)&api.thread = dlsym(RTLD_DEFAULT, "pyrometer_memhooks_thread");
-    *(void **)&api.note_python = dlsym(RTLD_DEFAULT, "pyrometer_memhooks_note_python");
+    *(void **)&api.sample_python = dlsym(RTLD_DEFAULT, "pyrometer_memhooks_sample_python");
+    *(void **)&api.unwatch = dlsym(RTLD_DEFAULT, "pyrometer_memhooks_unwatch");
     *(void **)&api.usable_size = dlsym(RTLD_DEFAULT, "pyrometer_memhooks_usable_size");
     *(void **)&api.footprint = dlsym(RTLD_DEFAULT, "pyrometer_memhooks_footprint");
     void *c = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
@@ -91,7 +93,7 @@ static int hooks_loaded(void)
         *(void **)&libc.memalign = dlsym(c, "memalign");
         *(void **)&libc.malloc_usable_size = dlsym(c, "malloc_usable_size");
     }
-    int found = api.start && api.stop && api.thread && api.note_python && api.usable_size &&
+    int found = api.start && api.stop && api.thread && api.sample_python && api.unwatch && api.usable_size &&
                 api.footprint && libc.malloc && libc.calloc && libc.realloc && libc.reallocarray &&
                 libc.free && libc.posix_memalign && libc.aligned_alloc && libc.memalign &&
                 libc.malloc_usable_size;
@@ -288,7 +290,6 @@ static int session_start(int64_t window, int64_t copy_window)
     reset_recorder();
     volatile memhooks_thread *t = api.thread();
     t->net = 0;
-    t->python_net = 0;
     t->copied = 0;
     footprint_at_start = api.footprint();
     memhooks_config config = {window, copy_window, record_sample, record_freed};
@@ -751,11 +752,10 @@ static void memhooks_nothing_counted_while_stopped(void)
     for (int i = 0; i < 16; i++) {
         free(blocks[i]);
     }
-    api.note_python(8 * MiB, blocks[0]);
-    api.note_python(-8 * MiB, blocks[0]);
+    api.sample_python(8 * MiB, blocks[0]);
+    api.sample_python(-8 * MiB, blocks[0]);
     free_watched(watched); /* stop forgot every watch: no callback */
     CHECK_EQ(t->net, before.net);
-    CHECK_EQ(t->python_net, before.python_net);
     CHECK_EQ(t->copied, before.copied);
     CHECK_EQ(samples(MEMHOOKS_ALLOC) + samples(MEMHOOKS_FREE) + samples(MEMHOOKS_COPY), counted);
     CHECK_EQ(api.footprint(), footprint);
@@ -813,14 +813,14 @@ static void memhooks_python_depth_suppresses_counting(void)
     api.stop();
 }
 
-static void memhooks_note_python_counts_python_bytes(void)
+static void memhooks_sample_python_is_python_and_leaves_native_counts(void)
 {
     REQUIRE(session_start(MiB, MiB) == 0);
     volatile memhooks_thread *t = api.thread();
     static char object_a, object_b;
 
-    /* A Python allocation over the window: all of it Python's. */
-    api.note_python(3 * MiB / 2, &object_a);
+    /* A Python sample: all of it Python's, with its address. */
+    api.sample_python(3 * MiB / 2, &object_a);
     CHECK_EQ(samples(MEMHOOKS_ALLOC), 1);
     CHECK_EQ(atomic_load(&rec.last_bytes), 3 * MiB / 2);
     CHECK_EQ(atomic_load(&rec.last_python), 3 * MiB / 2);
@@ -833,53 +833,49 @@ static void memhooks_note_python_counts_python_bytes(void)
     t->python_depth--;
     REQUIRE(p != NULL);
     CHECK_EQ(samples(MEMHOOKS_ALLOC), 1);
-    api.note_python(2 * MiB, p);
+    api.sample_python(2 * MiB, p);
     CHECK_EQ(samples(MEMHOOKS_ALLOC), 2);
     CHECK_EQ(atomic_load(&rec.last_bytes), 2 * MiB);
     CHECK_EQ(atomic_load(&rec.last_python), 2 * MiB);
 
-    /* Mixed: native below the window, then Python takes it over. */
+    /* Native volume pending below the window stays pending, and native. */
     void *native = malloc(512 * KiB);
     REQUIRE(native != NULL);
     int64_t native_usable = (int64_t)malloc_usable_size(native);
     CHECK_EQ(t->net, native_usable);
-    CHECK_EQ(t->python_net, 0);
-    api.note_python(768 * KiB, &object_b);
+    api.sample_python(768 * KiB, &object_b);
     CHECK_EQ(samples(MEMHOOKS_ALLOC), 3);
-    CHECK_EQ(atomic_load(&rec.last_bytes), native_usable + 768 * KiB);
+    CHECK_EQ(atomic_load(&rec.last_bytes), 768 * KiB);
     CHECK_EQ(atomic_load(&rec.last_python), 768 * KiB);
-    CHECK_EQ(sampled_bytes(MEMHOOKS_ALLOC), 3 * MiB / 2 + 2 * MiB + native_usable + 768 * KiB);
+    CHECK_EQ(t->net, native_usable);
+    CHECK_EQ(sampled_bytes(MEMHOOKS_ALLOC), 3 * MiB / 2 + 2 * MiB + 768 * KiB);
     CHECK_EQ(atomic_load(&rec.python_bytes[MEMHOOKS_ALLOC]), 3 * MiB / 2 + 2 * MiB + 768 * KiB);
 
     /* Python frees */
-    api.note_python(-2 * MiB, p);
+    api.sample_python(-2 * MiB, p);
     CHECK_EQ(samples(MEMHOOKS_FREE), 1);
     CHECK_EQ(atomic_load(&rec.last_bytes), 2 * MiB);
     CHECK_EQ(atomic_load(&rec.last_python), 2 * MiB);
+    CHECK(atomic_load(&rec.last_address) == NULL);
     t->python_depth++;
     free(p);
     t->python_depth--;
     free(native);
-    CHECK_EQ(t->net, -native_usable);
-    CHECK_EQ(t->python_net, 0);
+    CHECK_EQ(t->net, 0);
 
-    /* A watched Python block: its note_python free reports it. */
+    /* A watched Python block: the caller unwatches it when it frees it. */
     watch_mine = 1;
-    api.note_python(2 * MiB, &object_b);
+    api.sample_python(2 * MiB, &object_b);
     watch_mine = 0;
     CHECK_EQ(atomic_load(&rec.next_token), 1);
-    freeing = &object_b;
-    api.note_python(-16, &object_b);
-    freeing = NULL;
-    CHECK_EQ(atomic_load(&rec.freed_calls), 1);
-    CHECK_EQ(atomic_load(&rec.misattributed), 0);
+    CHECK(atomic_load(&rec.token_address[1]) == (uintptr_t)&object_b);
 
-    /* Inside the profiler's own code (busy), Python bytes are not counted either. */
-    int64_t net = t->net;
+    /* Inside the profiler's own code (busy), nothing is sampled. */
+    long before = samples(MEMHOOKS_ALLOC);
     t->busy++;
-    api.note_python(4 * MiB, &object_a);
+    api.sample_python(4 * MiB, &object_a);
     t->busy--;
-    CHECK_EQ(t->net, net);
+    CHECK_EQ(samples(MEMHOOKS_ALLOC), before);
     api.stop();
 }
 
@@ -1328,7 +1324,7 @@ static void memhooks_failed_realloc_keeps_watch(void)
     api.stop();
 }
 
-/* Watched Python-like addresses in one static field: note_python takes any
+/* Watched Python-like addresses in one static field: sample_python takes any
  * address, so a test can choose addresses and find ones that share a slot. */
 static char field[1 << 20];
 
@@ -1342,13 +1338,13 @@ static int find_slot_mates(char **first, char **second)
             return 0;
         }
         watch_mine = 1;
-        api.note_python(16, field);
+        api.sample_python(16, field);
         uintptr_t home = atomic_load(&rec.next_token);
         for (size_t off = 16; off < sizeof field && found[n] == NULL; off += 16) {
             if (field + off == found[0]) {
                 continue;
             }
-            api.note_python(16, field + off);
+            api.sample_python(16, field + off);
             if (atomic_load(&rec.token_evicted[home]) != 0) {
                 found[n] = field + off;
             }
@@ -1370,7 +1366,7 @@ static void *watch_when_paused(void *arg)
         sched_yield();
     }
     watch_mine = 1;
-    api.note_python(16, racing_address);
+    api.sample_python(16, racing_address);
     watch_mine = 0;
     atomic_store(&resumed, 1);
     return NULL;
@@ -1392,16 +1388,16 @@ static void memhooks_watch_slot_changes_are_atomic(void)
     pthread_t other; /* started first: what pthread_create allocates gets no token */
     REQUIRE(pthread_create(&other, NULL, watch_when_paused, NULL) == 0);
     watch_mine = 1;
-    api.note_python(16, field); /* token 1 */
+    api.sample_python(16, field); /* token 1 */
     atomic_store(&pause_on_evicting, 1);
-    api.note_python(16, y); /* token 2 evicts token 1; the callback waits for z's watch */
+    api.sample_python(16, y); /* token 2 evicts token 1; the callback waits for z's watch */
     watch_mine = 0;
     pthread_join(other, NULL);
     CHECK(atomic_load(&paused) && atomic_load(&resumed));
     freeing = y;
-    api.note_python(-16, y);
+    api.unwatch(y); /* as the Python wrapper frees a block */
     freeing = z;
-    api.note_python(-16, z);
+    api.unwatch(z);
     freeing = NULL;
     api.stop();
     CHECK_EQ(atomic_load(&rec.next_token), 3);
@@ -1423,7 +1419,7 @@ static const unit_test memhooks_tests[] = {
     UNIT_TEST(memhooks_nothing_counted_while_stopped),
     UNIT_TEST(memhooks_sample_function_is_not_counted_or_reentered),
     UNIT_TEST(memhooks_python_depth_suppresses_counting),
-    UNIT_TEST(memhooks_note_python_counts_python_bytes),
+    UNIT_TEST(memhooks_sample_python_is_python_and_leaves_native_counts),
     UNIT_TEST(memhooks_freed_callback_for_watched_address),
     UNIT_TEST(memhooks_watch_slots_evict_and_free_each_token_once),
     UNIT_TEST(memhooks_threads_give_consistent_totals),
