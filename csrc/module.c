@@ -10,6 +10,7 @@
 #include "profile/codes.h"
 #include "profile/filter.h"
 #include "profile/line_stats.h"
+#include "profile/periodic.h"
 #include "memory/mem_profile.h"
 #include "memory/memhooks_api.h"
 #include "sampler/sampler.h"
@@ -164,17 +165,55 @@ static PyObject *core_collect(PyObject *module, PyObject *unused)
         return NULL;
     }
     return Py_BuildValue(
-        "{s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K}", "memory", memory,
+        "{s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K}", "memory", memory,
         "records", records,
         "unattributed", unattributed, "start_wall_ns", (unsigned long long)t.start_wall_ns,
         "stop_wall_ns", (unsigned long long)t.stop_wall_ns, "snapshots",
         (unsigned long long)t.snapshots, "main_snapshots", (unsigned long long)t.main_snapshots,
         "threads_seen", (unsigned long long)t.threads_seen, "process_cpu_ns",
         (unsigned long long)t.process_cpu_ns, "sampler_cpu_ns", (unsigned long long)t.sampler_cpu_ns,
-        "untracked_native_ns", (unsigned long long)t.untracked_native_ns, "mean_interval_ns",
+        "untracked_native_ns", (unsigned long long)t.untracked_native_ns, "periodic_cpu_ns",
+        (unsigned long long)t.periodic_cpu_ns, "mean_interval_ns",
         t.mean_interval_ns, "n_cpus", sysconf(_SC_NPROCESSORS_ONLN), "code_objects",
         (Py_ssize_t)codes_count(), "profiler_memory_bytes",
         (unsigned long long)(t.memory_bytes + codes_memory_bytes() + line_stats_memory_bytes()));
+}
+
+static PyObject *core_periodic_socketpair(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    int fds[2];
+    if (periodic_socketpair(fds) != 0) {
+        return NULL;
+    }
+    return Py_BuildValue("(ii)", fds[0], fds[1]);
+}
+
+static PyObject *core_periodic_start(PyObject *module, PyObject *args)
+{
+    (void)module;
+    double interval;
+    int fd;
+    PyObject *make_payload;
+    if (!PyArg_ParseTuple(args, "diO:periodic_start", &interval, &fd, &make_payload)) {
+        return NULL;
+    }
+    if (!(interval > 0.0 && interval < 1e9) || !PyCallable_Check(make_payload)) {
+        PyErr_SetString(PyExc_ValueError, "periodic_start needs a positive interval and a callable");
+        return NULL;
+    }
+    if (periodic_start((uint64_t)(interval * 1e9), fd, make_payload) != 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_periodic_stop(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return periodic_stop();
 }
 
 static PyObject *core_reset(PyObject *module, PyObject *unused)
@@ -214,6 +253,13 @@ static PyMethodDef core_methods[] = {
      "profile_all)\nStart the CPU sampler with the given file filter."},
     {"stop", core_stop, METH_NOARGS, "Stop the CPU sampler and join its thread."},
     {"collect", core_collect, METH_NOARGS, "The aggregates measured so far, as plain data."},
+    {"periodic_socketpair", core_periodic_socketpair, METH_NOARGS,
+     "A connected socket pair (mine, the writer's) for periodic reports."},
+    {"periodic_start", core_periodic_start, METH_VARARGS,
+     "periodic_start(interval, fd, make_payload)\nSend make_payload() over fd every interval "
+     "seconds, from the thread that takes a CPU sample (see csrc/profile/periodic.h)."},
+    {"periodic_stop", core_periodic_stop, METH_NOARGS,
+     "Wait for the report in flight; (reports written, error or None)."},
     {"reset", core_reset, METH_NOARGS, "Forget every aggregate (the sampler must be stopped)."},
     {"running", core_running, METH_NOARGS, "Whether the sampler is running."},
     {"memory_available", core_memory_available, METH_NOARGS,

@@ -419,3 +419,26 @@ void mem_profile_release(void)
     atomic_store(&M.native_thread_copy, 0);
     atomic_store(&M.dropped, 0);
 }
+
+/* The profiler's own work on a thread that holds the GIL (a periodic report):
+ * nothing it allocates, frees or copies is counted.  The thread's native counting
+ * is suspended, and Python's process-wide count is put back as it was, so blocks
+ * made and dropped inside are never seen.  The work must not release the GIL
+ * (another thread's Python allocations would be put back too). */
+int64_t mem_profile_pause(void)
+{
+    if (!M.active) {
+        return 0;
+    }
+    M.api.thread()->busy++;
+    return pyalloc_net();
+}
+
+void mem_profile_resume(int64_t paused)
+{
+    if (!M.active) {
+        return;
+    }
+    pyalloc_set_net(paused);
+    M.api.thread()->busy--;
+}

@@ -24,5 +24,9 @@ void mem_profile_drain(void);
 /* The memory part of the profile as Python data; GIL held. */
 PyObject *mem_profile_collect(void);
 void mem_profile_release(void);
+/* The profiler's own work on this thread (GIL held, not released meanwhile) is
+ * not counted: pause returns what resume needs. */
+int64_t mem_profile_pause(void);
+void mem_profile_resume(int64_t paused);
 
 #endif

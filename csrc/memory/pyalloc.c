@@ -283,3 +283,13 @@ void pyalloc_uninstall(void)
     }
     installed = 0;
 }
+
+int64_t pyalloc_net(void)
+{
+    return python_net;
+}
+
+void pyalloc_set_net(int64_t net)
+{
+    python_net = net;
+}

@@ -13,5 +13,9 @@
  * returns whether Python frees are counted by size (1) or not at all (0). */
 int pyalloc_install(const memhooks_api *api, int64_t window_bytes);
 void pyalloc_uninstall(void);
+/* Python's process-wide net count since its last sample (GIL held): for the
+ * profiler's own work, which puts it back as it was (mem_profile_pause). */
+int64_t pyalloc_net(void);
+void pyalloc_set_net(int64_t net);
 
 #endif

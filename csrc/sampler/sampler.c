@@ -4,6 +4,7 @@
 #include "../common/table.h"
 #include "../profile/codes.h"
 #include "../profile/line_stats.h"
+#include "../profile/periodic.h"
 #include "../memory/mem_profile.h"
 
 #include <errno.h>
@@ -307,12 +308,46 @@ static void snapshot(enum snapshot_source source)
     PyErr_Restore(type, value, traceback);
 }
 
+/* A periodic report made on the main thread right after its snapshot is the
+ * profiler's work, not the program's: the main thread's next window starts after
+ * it, and its CPU is left out of the process's (which feeds the time charged to
+ * threads without Python state).  On the sampler thread it is left out anyway. */
+static void periodic_on_main(uint64_t now)
+{
+    uint64_t cpu0 = clock_thread_cpu_ns(S.main_tid);
+    periodic_tick(now);
+    uint64_t cpu1 = clock_thread_cpu_ns(S.main_tid);
+    if (cpu0 == CLOCK_UNAVAILABLE || cpu1 == CLOCK_UNAVAILABLE) {
+        return;
+    }
+    int created;
+    table_key key = {pyframe_thread_serial(S.main_ts), 0};
+    thread_track *t = table_upsert(&S.threads, key, &created);
+    if (t != NULL) {
+        t->last_wall_ns = clock_wall_ns();
+        t->last_cpu_ns = cpu1;
+        t->tid = S.main_tid;
+        t->seen_in = S.serial;
+    }
+    S.last_process_cpu_ns += delta(cpu1, cpu0);
+    S.totals.periodic_cpu_ns += delta(cpu1, cpu0);
+}
+
 /* A pending call: runs on the main thread, with the GIL, at a bytecode boundary. */
 static int answer_request(void *unused)
 {
     (void)unused;
     if (atomic_load(&S.running) && getpid() == S.owner_pid) {
-        snapshot(PyThreadState_Get() == S.main_ts ? ANSWERED_BY_MAIN : TAKEN_BY_SAMPLER);
+        int main = PyThreadState_Get() == S.main_ts;
+        snapshot(main ? ANSWERED_BY_MAIN : TAKEN_BY_SAMPLER);
+        uint64_t now = clock_wall_ns();
+        if (periodic_due(now)) {
+            if (main) {
+                periodic_on_main(now);
+            } else {
+                periodic_tick(now);
+            }
+        }
     }
     atomic_store(&S.request_pending, 0);
     return 0;
@@ -376,6 +411,10 @@ static void *sampler_main(void *unused)
         }
         if (atomic_load(&S.running) && atomic_load(&S.request_pending)) {
             snapshot(TAKEN_BY_SAMPLER);
+            uint64_t now = clock_wall_ns();
+            if (periodic_due(now)) {
+                periodic_tick(now); /* the main thread cannot: it is away */
+            }
         }
         PyEval_SaveThread();
     }

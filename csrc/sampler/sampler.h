@@ -38,6 +38,7 @@ typedef struct {
     uint64_t main_live_ns;       /* measured main-thread time before its requests */
     uint64_t main_live_units;    /* requests it answered: the estimated units */
     uint64_t memory_bytes;       /* the sampler's own bookkeeping */
+    uint64_t periodic_cpu_ns;    /* main-thread CPU spent on periodic reports (left out) */
     cpu_sums unattributed;       /* threads with no reported frame on their stack */
 } sampler_totals;
 

@@ -77,7 +77,7 @@ def _profile(options: Options) -> int:
         if problem is not None:
             return _error(problem, 1)
     from . import launcher, model
-    from .periodic import PeriodicWriter, discount
+    from .periodic import PeriodicWriter
     from .profiler import Session
     script = None if options.module is not None else options.program[0]
     args = options.program if options.module is not None else options.program[1:]
@@ -98,31 +98,27 @@ def _profile(options: Options) -> int:
     def start() -> None:
         nonlocal writer
         if options.profile_interval is not None:
-            writer = PeriodicWriter(options.profile_interval, session.collect, {
+            writer = PeriodicWriter(options.profile_interval, {
                 "program": target.display, "argv": target.argv, "options": options.as_profile_options(),
-                "start_time": 0.0, "format": fmt, "path": path}, 0.0)
-            writer.start()  # before the sampler, which then knows its thread from the start
+                "format": fmt, "path": path})
+            writer.spawn()
         session.start()
         if writer is not None:
-            writer.job["start_time"] = session.start_time
-            writer.t0 = session.t0
+            writer.begin(session.start_time, session.t0)
 
     def stop() -> None:
+        session.stop()
         if writer is not None:
-            writer.request_stop()
-        session.stop()  # before waiting for the writer: that wait is not the program's time
-        if writer is not None:
-            writer.join()  # its last write must not replace the final report
+            writer.stop()  # after the sampler, which drives it; its last write must not
+            # replace the final report
 
     parent = os.getpid()
     outcome = launcher.run(target, start, stop)
     if os.getpid() != parent:
         return outcome.status  # a child forked by the program: the parent reports
     raw = session.collect()
-    if writer is not None:
-        raw = discount(raw, writer.cpu_ns)
-        if writer.error is not None:
-            print(f"pyrometer: warning: {writer.error}", file=sys.stderr)
+    if writer is not None and writer.error is not None:
+        print(f"pyrometer: warning: {writer.error}", file=sys.stderr)
     profile = model.build(raw, program=target.display, argv=target.argv,
                           options=options.as_profile_options(), elapsed=session.elapsed,
                           start_time=session.start_time, exit_status=outcome.status)

@@ -1,154 +1,94 @@
 """--profile-interval: the report, rewritten every N seconds while the program runs.
 
-The writer is a thread of the profiled process, and whatever it does there is
-measured like the program's own work.  So it does as little as it can there,
-and only in C: it takes the C core's aggregates (`collect`), serialises them
-with `marshal`, and hands them through a pipe to a writer process (a separate,
-low-priority interpreter started once with `posix_spawn`, without the memory
-hooks), which builds the profile, renders it and replaces the file atomically,
-then answers on a second pipe.  Its frames are pyrometer's own (never reported) and it calls no
-Python code of the standard library, so even with --profile-all no line of
-json, tokenize or threading shows up in the report.  It is started with
-`_thread`, not `threading`, so the program's `threading.enumerate()` does not
-see it.  What remains measurable (the CPU of `collect` and `marshal`, charged
-as time with no reported line, and the thread itself) is taken off the final
-profile by `discount`.
+The work that needs the GIL is done by the thread that already holds it for a CPU
+sample (csrc/profile/periodic.h says why a thread of our own does not work): it
+takes the C core's aggregates (`collect`), serialises them with `marshal`, and
+sends them over a socket to a writer process (a separate, low-priority
+interpreter started once with `posix_spawn`, without the memory hooks), which
+builds the profile, renders it and replaces the file atomically, then answers.
+The C core leaves that work out of the program's CPU time and memory, and sends
+a new report only once the previous one is answered.  Only the writer process
+runs the standard library's json or tokenize, so no line of them shows up in the
+report, even with --profile-all.
 """
 
 from __future__ import annotations
 
-import _thread
 import marshal
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 from .render import json_out
 
 
 class PeriodicWriter:
-    def __init__(self, interval: float, collect: Callable[[], dict], job: dict[str, Any], t0: float):
+    def __init__(self, interval: float, job: dict[str, Any]):
         self.interval = interval
-        self.collect = collect
-        self.job = job            # program, argv, options, start_time, format, path
-        self.t0 = t0              # perf_counter() at the start of profiling
-        self.cpu_ns = 0           # this thread's CPU while writing
+        self.job = job            # program, argv, options, format, path (start_time: begin)
+        self.t0 = 0.0             # perf_counter() at the start of profiling
         self.writes = 0
         self.error: str | None = None
-        self._stop = _thread.allocate_lock()
-        self._stop.acquire()      # released to stop the thread
-        self._done = _thread.allocate_lock()
-        self._done.acquire()      # released by the thread when it ends
         self._pid = 0
-        self._to_child = self._from_child = -1
+        self._mine = -1           # this process's end of the socket to the writer
+        self._begun = False
 
-    def start(self) -> None:
-        """Start the writer process and the thread, and wait until the thread
-        exists: the sampler, started next, then knows it from the start (see
-        discount)."""
+    def spawn(self) -> None:
+        """Start the writer process (before profiling starts: not the program's work)."""
+        from . import _core  # not at the top: the writer process imports this module without it
         from .preload import environment_without_memhooks
         package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         argv = [sys.executable, "-I", "-S", "-c",
                 f"import sys; sys.path.insert(0, {package_parent!r}); "
                 "from pyrometer.periodic import child_main; child_main()"]
-        jobs_r, self._to_child = os.pipe()
-        self._from_child, acks_w = os.pipe()
+        mine, theirs = _core.periodic_socketpair()
         try:
             self._pid = os.posix_spawn(argv[0], argv, environment_without_memhooks(),
-                                       file_actions=[(os.POSIX_SPAWN_DUP2, jobs_r, 0),
-                                                     (os.POSIX_SPAWN_DUP2, acks_w, 1)])
+                                       file_actions=[(os.POSIX_SPAWN_DUP2, theirs, 0),
+                                                     (os.POSIX_SPAWN_DUP2, theirs, 1)])
         except OSError as e:
             self.error = f"cannot start the periodic report writer: {e}"
-            os.close(self._to_child)
-            os.close(self._from_child)
-            self._done.release()
+            os.close(mine)
             return
         finally:
-            os.close(jobs_r)
-            os.close(acks_w)
-        # A child forked by the program must not hold the pipe to the writer
-        # process open: the writer would never see the end of its input.
-        os.register_at_fork(after_in_child=self._close_pipes)
-        running = _thread.allocate_lock()
-        running.acquire()
-        _thread.start_new_thread(self._run, (running,))
-        running.acquire()
+            os.close(theirs)
+        self._mine = mine
 
-    def _close_pipes(self) -> None:
-        for fd in (self._to_child, self._from_child):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._to_child = self._from_child = -1
+    def begin(self, start_time: float, t0: float) -> None:
+        """Start the reports; the sampler, which drives them, is running."""
+        if self._mine < 0:
+            return
+        from . import _core
+        self.job["start_time"] = start_time
+        self.t0 = t0
+        _core.periodic_start(self.interval, self._mine, self._payload)
+        self._begun = True
 
-    def request_stop(self) -> None:
-        """Ask the thread to end (it finishes the write in progress first)."""
-        self._stop.release()
+    def _payload(self) -> bytes:
+        """Called by the C core, GIL held, memory counting paused: must not release
+        the GIL (no I/O) and must not raise."""
+        from . import _core
+        return marshal.dumps({**self.job, "raw": _core.collect(),
+                              "elapsed": time.perf_counter() - self.t0})
 
-    def join(self) -> None:
-        """Wait for the thread's end, so that its last write cannot replace the
-        final report written after this."""
-        while not self._done.acquire(timeout=0.5):
-            pass
-
-    def _run(self, running) -> None:
-        running.release()
-        try:
-            due = time.monotonic() + self.interval
-            while self.error is None and not self._stop.acquire(timeout=max(0.0, due - time.monotonic())):
-                before = time.thread_time_ns()
-                self._write()
-                self.cpu_ns += time.thread_time_ns() - before
-                now = time.monotonic()
-                due += self.interval
-                if due < now:  # a write took longer than the interval: skip, do not pile up
-                    due = now + self.interval
-        finally:
-            try:
-                os.close(self._to_child)  # the writer process ends at end of input
-                os.waitpid(self._pid, 0)
-                os.close(self._from_child)
-            except OSError:
-                pass
-            self._done.release()
-
-    def _write(self) -> None:
-        """One report: the aggregates to the writer process, then wait for its
-        answer (one line: "ok", or what went wrong)."""
-        try:
-            payload = marshal.dumps({**self.job, "raw": self.collect(), "writer_cpu_ns": self.cpu_ns,
-                                     "elapsed": time.perf_counter() - self.t0})
-            view = memoryview(len(payload).to_bytes(8, "little") + payload)
-            while view:
-                view = view[os.write(self._to_child, view):]
-            answer = b""
-            while not answer.endswith(b"\n"):
-                chunk = os.read(self._from_child, 4096)
-                if not chunk:
-                    raise OSError("the periodic report writer ended")
-                answer += chunk
-            if answer == b"ok\n":
-                self.writes += 1
+    def stop(self) -> None:
+        """After the sampler stopped: wait for the report in flight (its write must
+        not replace the final report) and for the writer process to end."""
+        if self._mine >= 0:
+            if self._begun:
+                from . import _core
+                self.writes, error = _core.periodic_stop()  # closes the socket
+                self.error = self.error or error
             else:
-                self.error = answer.decode("utf-8", "replace").strip()
-        except OSError as e:
-            self.error = f"cannot write the periodic report: {e}"
-
-
-def discount(raw: dict[str, Any], writer_cpu_ns: int) -> dict[str, Any]:
-    """Take the writer thread out of the C core's totals: its CPU was charged as
-    time with no reported line (native while in C, the rest Python), and it was
-    one of the threads seen (it exists before the sampler starts)."""
-    python, native, system, busy, samples = raw["unattributed"]
-    cpu = float(writer_cpu_ns)
-    from_native = min(native, cpu)
-    from_python = min(python, cpu - from_native)
-    raw = dict(raw)
-    raw["unattributed"] = (python - from_python, native - from_native, system, busy, samples)
-    raw["threads_seen"] = max(raw["threads_seen"] - 1, 0)
-    return raw
+                os.close(self._mine)
+            self._mine = -1
+        if self._pid != 0:
+            try:
+                os.waitpid(self._pid, 0)
+            except OSError:
+                pass
+            self._pid = 0
 
 
 def _read_exactly(stream, n: int) -> bytes:
@@ -177,7 +117,7 @@ def child_main() -> None:
             return
         try:
             job = marshal.loads(_read_exactly(jobs, int.from_bytes(header, "little")))
-            profile = model.build(discount(job["raw"], job["writer_cpu_ns"]), program=job["program"],
+            profile = model.build(job["raw"], program=job["program"],
                                   argv=job["argv"], options=job["options"], elapsed=job["elapsed"],
                                   start_time=job["start_time"], exit_status=None)
             json_out.write_atomically(job["path"], report(profile, job["format"]))

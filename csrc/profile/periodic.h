@@ -1,0 +1,41 @@
+/* periodic: --profile-interval, driven from the sampler.
+ *
+ * A profile written every N seconds needs the GIL (the aggregates are read into
+ * Python data), and a Python thread of its own can wait seconds for it: CPython's
+ * GIL hands itself back to a thread that releases and retakes it in a loop (I/O,
+ * short C calls) before a waiting thread gets it.  So the thread that already
+ * holds the GIL for a CPU sample does the work: the main thread when it answers a
+ * sample request, or the sampler thread when it took the GIL itself.
+ *
+ * Per report: make_payload() (Python, returns bytes: the aggregates, marshalled)
+ * runs with the memory profile paused, the bytes go to a writer process over a
+ * socket, and the writer (a separate, niced interpreter) renders the report and
+ * replaces the file, then answers one line.  A new report is sent only once the
+ * previous one is answered, so reports never pile up and the send never waits for
+ * rendering.  The main thread's CPU in all this is taken out of its samples by
+ * the sampler (see periodic_tick).
+ */
+#ifndef PYROMETER_PERIODIC_H
+#define PYROMETER_PERIODIC_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+/* A connected socket pair: fds[0] for this process, fds[1] for the writer's
+ * standard input and output.  0, or -1 with an exception set. */
+int periodic_socketpair(int fds[2]);
+/* GIL held.  Takes fd (this process's end) and a reference to make_payload. */
+int periodic_start(uint64_t interval_ns, int fd, PyObject *make_payload);
+/* Whether a report is due at `now` (monotonic wall clock, clock.h) and the
+ * writer is ready for it; cheap, GIL held. */
+int periodic_due(uint64_t now);
+/* GIL held: reads the writer's answer if there is one, and sends the report if
+ * due.  Never raises (a failure stops the reports and is kept for periodic_stop). */
+void periodic_tick(uint64_t now);
+/* GIL held (released while waiting): waits for the answer to the report in
+ * flight, closes the socket (the writer then exits) and returns
+ * (reports written, error message or None). */
+PyObject *periodic_stop(void);
+
+#endif
