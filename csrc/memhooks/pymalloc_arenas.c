@@ -120,9 +120,11 @@ static void remember(uintptr_t base, size_t size)
 
 static void forget(uintptr_t base, size_t size)
 {
-    if (map.last_base == base) {
-        map.last_base = 0;
-        map.last_size = 0;
+    for (int i = 0; i < PYMALLOC_RECENT; i++) {
+        if (map.recent[i].base == base) {
+            map.recent[i].base = 0;
+            map.recent[i].size = 0;
+        }
     }
     for (uintptr_t g = base >> GRANULE_BITS; g <= (base + size - 1) >> GRANULE_BITS; g++) {
         granule_slot *s = slot_for(g, 0);

@@ -18,9 +18,16 @@ typedef struct {
     size_t size[2];
 } pymalloc_granule_slot;
 
+/* Recently found arenas, direct-mapped by granule: frees cluster in a few arenas. */
+#define PYMALLOC_RECENT 16
+
 typedef struct {
-    uintptr_t last_base; /* the arena of the latest successful lookup: frees cluster */
-    size_t last_size;    /* 0: none */
+    uintptr_t base;
+    size_t size; /* 0: none */
+} pymalloc_recent_arena;
+
+typedef struct {
+    pymalloc_recent_arena recent[PYMALLOC_RECENT];
     pymalloc_granule_slot *slots;
     size_t capacity;     /* a power of two */
     int tracking;        /* every arena of the process is in the table */
@@ -34,7 +41,8 @@ static inline size_t pymalloc_granule_index(uintptr_t granule, size_t capacity)
 /* Whether address a lies in one of pymalloc's arenas (which becomes the last). */
 static inline int pymalloc_arenas_find(pymalloc_arena_map *m, uintptr_t a)
 {
-    if (a - m->last_base < m->last_size) {
+    pymalloc_recent_arena *r = &m->recent[(a >> PYMALLOC_GRANULE_BITS) & (PYMALLOC_RECENT - 1)];
+    if (a - r->base < r->size) {
         return 1;
     }
     uintptr_t key = (a >> PYMALLOC_GRANULE_BITS) + 1;
@@ -45,8 +53,8 @@ static inline int pymalloc_arenas_find(pymalloc_arena_map *m, uintptr_t a)
         if (s->granule == key) {
             for (int k = 0; k < 2; k++) {
                 if (s->base[k] != 0 && a - s->base[k] < s->size[k]) {
-                    m->last_base = s->base[k];
-                    m->last_size = s->size[k];
+                    r->base = s->base[k];
+                    r->size = s->size[k];
                     return 1;
                 }
             }
