@@ -107,12 +107,24 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows a default only where it says something: not for flags (False), for
+    options that are off (None) or for empty lists, nor where the help names it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.default not in (None, False, [], argparse.SUPPRESS)
+                and "default" not in text):
+            text += " (default: %(default)s)"
+        return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="pyrometer",
         usage="pyrometer [run] [options] (prog.py | -m module) [args...]",
         description="A high-precision, low-overhead CPU, GPU and memory profiler for Python.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
         add_help=True,
     )
     out = p.add_argument_group("output")
