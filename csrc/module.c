@@ -52,14 +52,15 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     (void)module;
     static char *keywords[] = {"interval", "virtual_time", "include", "exclude", "own",
-                               "only", "exclude_substrings", "profile_all", "memory_window", NULL};
+                               "only", "exclude_substrings", "profile_all", "memory_window",
+                               "leak_detector", NULL};
     double interval;
-    int virtual_time, profile_all;
+    int virtual_time, profile_all, leak_detector = 1;
     long long memory_window = 0;
     PyObject *lists[5];
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "dpOOOOOp|L:start", keywords, &interval,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "dpOOOOOp|Lp:start", keywords, &interval,
                                      &virtual_time, &lists[0], &lists[1], &lists[2], &lists[3],
-                                     &lists[4], &profile_all, &memory_window)) {
+                                     &lists[4], &profile_all, &memory_window, &leak_detector)) {
         return NULL;
     }
     if (memory_window < 0) {
@@ -91,7 +92,7 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     sampler_options options = {(uint64_t)(interval * 1e9), virtual_time};
-    if (memory_window > 0 && mem_profile_start((int64_t)memory_window) != 0) {
+    if (memory_window > 0 && mem_profile_start((int64_t)memory_window, leak_detector) != 0) {
         return NULL;
     }
     if (sampler_start(&options) != 0) {

@@ -211,6 +211,17 @@ def test_dropped_allocations_are_not_a_leak(profile_program):
     assert str(run.lineno("# @loop")) not in leaks, f"a loop that frees is reported as a leak:\n  {info}"
 
 
+def test_no_leak_detector_reports_no_leak(profile_program):
+    """--no-leak-detector: the same kept 300 MB is still measured, but nothing is
+    watched and no leak is reported; the profile says the detector was off."""
+    run = profile_program(LEAK, options=["--no-leak-detector"])
+    line = run.line("# @loop")
+    info = memory_summary(run)
+    assert run.profile["options"]["leak_detector"] is False, info
+    assert line["n_growth_mb"] == pytest.approx(300, rel=0.10), info
+    assert run.file()["leaks"] == {}, f"leaks reported with --no-leak-detector:\n  {info}"
+
+
 # ---------------------------------------------------------------------------
 # (e) a thread with no Python state
 # ---------------------------------------------------------------------------

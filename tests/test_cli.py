@@ -20,7 +20,9 @@ TIMEOUT_S = 60
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 ALL_OPTIONS = ["--outfile", "--json", "--cli", "--cpu-only", "--profile-all", "--profile-only",
                "--profile-exclude", "--use-virtual-time", "--cpu-percent-threshold",
-               "--cpu-sampling-rate", "--reduced-profile", "--html", "--web", "--profile-interval"]
+               "--cpu-sampling-rate", "--reduced-profile", "--html", "--web", "--profile-interval",
+               "--memory", "--no-memory", "--malloc-threshold", "--allocation-sampling-window",
+               "--no-leak-detector"]
 
 # About 0.4 s of pure-Python work, enough to be sampled many times.
 BUSY = """

@@ -45,6 +45,7 @@ typedef struct {
 
 static struct {
     int active, initialised, frees_counted;
+    int leak_detector; /* watch sampled allocations (off: no watch, no leak report) */
     memhooks_api api;
     int64_t window;
     uint64_t start_ns;
@@ -163,7 +164,7 @@ static uintptr_t charge(PyThreadState *ts, int kind, int64_t bytes, int64_t pyth
         M.max_lineno = lineno;
         M.max_t_ns = t_ns - M.start_ns;
     }
-    if (kind == MEMHOOKS_ALLOC && m->site != NULL) {
+    if (kind == MEMHOOKS_ALLOC && m->site != NULL && M.leak_detector) {
         atomic_fetch_add(&m->site->watched, 1);
         return (uintptr_t)m->site;
     }
@@ -265,7 +266,7 @@ static void stop_in_child(void)
     }
 }
 
-int mem_profile_start(int64_t window_bytes)
+int mem_profile_start(int64_t window_bytes, int leak_detector)
 {
     static int atfork_registered;
     if (!atfork_registered) {
@@ -301,6 +302,7 @@ int mem_profile_start(int64_t window_bytes)
     M.api = api;
     M.main_ts = PyThreadState_Get();
     M.window = window_bytes;
+    M.leak_detector = leak_detector;
     M.start_ns = clock_wall_ns();
     M.frees_counted = pyalloc_install(&api, window_bytes);
     M.active = 1;
@@ -387,7 +389,7 @@ PyObject *mem_profile_collect(void)
                                ? Py_BuildValue("(Oi)", M.max_code->co_filename, M.max_lineno)
                                : (Py_INCREF(Py_None), Py_None);
     return Py_BuildValue(
-        "{s:N,s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:i}", "lines", lines,
+        "{s:N,s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:O}", "lines", lines,
         "footprint", series_list(M.footprint), "max_footprint_bytes", (long long)M.max_footprint,
         "max_footprint_where", peak_where, "max_footprint_time_sec", (double)M.max_t_ns * 1e-9,
         "footprint_bytes", (long long)(M.api.footprint ? M.api.footprint() : 0), "window_bytes",
@@ -399,7 +401,7 @@ PyObject *mem_profile_collect(void)
         "native_thread_free_bytes", (unsigned long long)atomic_load(&M.native_thread_free),
         "native_thread_copy_bytes", (unsigned long long)atomic_load(&M.native_thread_copy),
         "dropped_samples", (unsigned long long)atomic_load(&M.dropped), "python_frees_counted",
-        M.frees_counted);
+        M.frees_counted, "leak_detector", M.leak_detector ? Py_True : Py_False);
 }
 
 void mem_profile_release(void)

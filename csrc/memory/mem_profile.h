@@ -15,8 +15,9 @@
 #include <Python.h>
 #include <stdint.h>
 
-/* GIL held.  0, or -1 with an exception set (e.g. the library is not preloaded). */
-int mem_profile_start(int64_t window_bytes);
+/* GIL held.  0, or -1 with an exception set (e.g. the library is not preloaded).
+ * leak_detector: whether sampled allocations are watched until they are freed. */
+int mem_profile_start(int64_t window_bytes, int leak_detector);
 void mem_profile_stop(void);
 int mem_profile_active(void);
 /* Charge queued samples; GIL held (called by every CPU snapshot). */

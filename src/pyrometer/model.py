@@ -152,6 +152,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     malloc_threshold = options["malloc_threshold"] if memory else None
     reduced = options["reduced_profile"]
     footprint_grew = bool(memory) and memory["footprint_bytes"] >= memory["window_bytes"]
+    leak_detector = bool(memory) and memory["leak_detector"]
 
     files: dict[str, Any] = {}
     for filename in sorted(lines):
@@ -168,7 +169,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
                 m = per_line_mem.get(lineno, _NO_MEMORY)
                 entry.update(m.fields(activity, elapsed))
                 likelihood = m.leak_likelihood()
-                if (footprint_grew and m.net > 0 and m.watched - m.evicted >= LEAK_MIN_SAMPLES
+                if (leak_detector and footprint_grew and m.net > 0 and m.watched - m.evicted >= LEAK_MIN_SAMPLES
                         and likelihood >= LEAK_LIKELIHOOD):
                     leaks[str(lineno)] = {"likelihood": likelihood,
                                           "velocity_mb_s": m.net / MB / elapsed if elapsed > 0 else 0.0,

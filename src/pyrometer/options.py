@@ -32,6 +32,7 @@ class Options:
     memory: bool = True
     malloc_threshold: float = 100.0
     allocation_sampling_window: int = 1 << 20
+    leak_detector: bool = True
     module: str | None = None
     program: list[str] = dataclasses.field(default_factory=list)
 
@@ -54,6 +55,7 @@ class Options:
             "memory": self.memory,
             "malloc_threshold": self.malloc_threshold,
             "allocation_sampling_window": self.allocation_sampling_window,
+            "leak_detector": self.leak_detector and self.memory,
             "profile_interval": self.profile_interval,
         }
 
@@ -159,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="profile memory, copy volume and leaks (on unless --cpu-only)")
     what.add_argument("--no-memory", dest="memory_off", action="store_true",
                       help="do not profile memory")
+    what.add_argument("--no-leak-detector", dest="leak_detector", action="store_false",
+                      help="with memory profiling: do not look for leaks (no allocation is watched "
+                           "until it is freed)")
     what.add_argument("--profile-all", action="store_true",
                       help="report all files, including the standard library and site-packages")
     what.add_argument("--profile-only", metavar="SUBSTRINGS", type=_substrings, default=[],

@@ -64,6 +64,7 @@ class Session:
             exclude_substrings=self.options.profile_exclude,
             profile_all=self.options.profile_all,
             memory_window=self.options.allocation_sampling_window if self.options.memory else 0,
+            leak_detector=self.options.leak_detector,
         )
 
     def stop(self) -> None:

@@ -158,6 +158,8 @@ def _options_words(profile: dict[str, Any]) -> str:
         window = profile.get("allocation_sampling_window_bytes", o.get("allocation_sampling_window"))
         if window:
             parts.append(f"--allocation-sampling-window {window}")
+        if o.get("leak_detector") is False:
+            parts.append("--no-leak-detector")
     for flag in ("use_virtual_time", "profile_all", "reduced_profile"):
         if o.get(flag):
             parts.append("--" + flag.replace("_", "-"))
