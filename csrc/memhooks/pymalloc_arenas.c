@@ -28,121 +28,133 @@ typedef struct {
     void (*free)(void *ctx, void *ptr, size_t size);
 } arena_allocator; /* PyObjectArenaAllocator's layout */
 
-typedef pymalloc_granule_slot granule_slot;
-
-#define GRANULE_BITS PYMALLOC_GRANULE_BITS
-/* The arena allocator also serves other memory (3.11's frame data stack takes
- * 16 KiB chunks from it); pymalloc's arenas are 256 KiB or 1 MiB, and no Python
- * object lives in the other mappings, so those are not tracked. */
-#define MIN_ARENA ((size_t)1 << GRANULE_BITS)
+#define PAGE ((uintptr_t)1 << PYMALLOC_PAGE_BITS)
+#define PAGES PYMALLOC_PAGES_PER_GRANULE
 
 static arena_allocator original;
 static pymalloc_arena_map map; /* see pymalloc_arenas.h */
-static size_t used;
 static int installed;
 
-static granule_slot *map_slots(size_t n)
+/* The map's memory comes from mmap, never from the hooked malloc. */
+static void *map_memory(size_t bytes)
 {
-    void *m = mmap(NULL, n * sizeof(granule_slot), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
     return m == MAP_FAILED ? NULL : m;
 }
 
-static granule_slot *slot_for(uintptr_t granule, int insert)
+int pymalloc_map_init(pymalloc_arena_map *m)
 {
-    size_t mask = map.capacity - 1;
-    for (size_t n = 0, i = pymalloc_granule_index(granule, map.capacity); n < map.capacity;
-         n++, i = (i + 1) & mask) {
-        if (map.slots[i].granule == granule + 1) {
-            return &map.slots[i];
-        }
-        if (map.slots[i].granule == 0) {
-            if (!insert) {
-                return NULL;
-            }
-            map.slots[i].granule = granule + 1;
-            used++;
-            return &map.slots[i];
-        }
-    }
-    return NULL;
+    m->leaves = map_memory(PYMALLOC_LEAVES * sizeof *m->leaves);
+    m->tracking = m->leaves != NULL;
+    return m->leaves != NULL ? 0 : -1;
 }
 
-static int grow(void)
+void pymalloc_map_release(pymalloc_arena_map *m)
 {
-    size_t bigger = map.capacity * 2;
-    granule_slot *fresh = map_slots(bigger);
-    if (fresh == NULL) {
-        return -1;
+    if (m->leaves == NULL) {
+        return;
     }
-    granule_slot *old = map.slots;
-    size_t old_capacity = map.capacity;
-    map.slots = fresh;
-    map.capacity = bigger;
-    used = 0;
-    for (size_t i = 0; i < old_capacity; i++) {
-        if (old[i].granule != 0 && (old[i].base[0] != 0 || old[i].base[1] != 0)) {
-            granule_slot *s = slot_for(old[i].granule - 1, 1);
-            *s = old[i];
+    for (size_t i = 0; i < PYMALLOC_LEAVES; i++) {
+        if (m->leaves[i] != NULL) {
+            munmap(m->leaves[i], PYMALLOC_GRANULES_PER_LEAF * sizeof(pymalloc_granule));
         }
     }
-    munmap(old, old_capacity * sizeof(granule_slot));
+    munmap(m->leaves, PYMALLOC_LEAVES * sizeof *m->leaves);
+    m->leaves = NULL;
+    m->tracking = 0;
+}
+
+static pymalloc_granule *granule_at(pymalloc_arena_map *m, uintptr_t g, int make)
+{
+    size_t leaf = g >> (PYMALLOC_LEAF_BITS - PYMALLOC_GRANULE_BITS);
+    if (m->leaves[leaf] == NULL) {
+        if (!make || (m->leaves[leaf] = map_memory(PYMALLOC_GRANULES_PER_LEAF *
+                                                   sizeof(pymalloc_granule))) == NULL) {
+            return NULL;
+        }
+    }
+    return &m->leaves[leaf][g & (PYMALLOC_GRANULES_PER_LEAF - 1)];
+}
+
+/* The pages of granule g that [base, end) covers, as (head, tail) counts; the
+ * arena is at least a granule long, so it covers a prefix, a suffix or all. */
+static void coverage(uintptr_t g, uintptr_t base, uintptr_t end, unsigned *head, unsigned *tail)
+{
+    uintptr_t first = g << PYMALLOC_GRANULE_BITS, last = first + ((uintptr_t)PAGES << PYMALLOC_PAGE_BITS);
+    *head = *tail = 0;
+    if (base <= first) {
+        *head = end >= last ? PAGES : (unsigned)((end - first) >> PYMALLOC_PAGE_BITS);
+    } else {
+        *tail = (unsigned)((last - base) >> PYMALLOC_PAGE_BITS);
+    }
+}
+
+int pymalloc_map_add(pymalloc_arena_map *m, uintptr_t base, size_t size)
+{
+    uintptr_t end = base + size;
+    if (m->leaves == NULL || size < ((size_t)1 << PYMALLOC_GRANULE_BITS) || base % PAGE != 0 ||
+        size % PAGE != 0 || end < base || (end - 1) >> PYMALLOC_ADDRESS_BITS != 0) {
+        return -1;
+    }
+    /* Checked first, written after: a failure leaves the map as it was. */
+    for (int write = 0; write < 2; write++) {
+        for (uintptr_t g = base >> PYMALLOC_GRANULE_BITS; g <= (end - 1) >> PYMALLOC_GRANULE_BITS; g++) {
+            pymalloc_granule *slot = granule_at(m, g, 1);
+            if (slot == NULL) {
+                return -1;
+            }
+            unsigned head, tail;
+            coverage(g, base, end, &head, &tail);
+            if (!write) {
+                if ((head != 0 && slot->head != 0) || (tail != 0 && slot->tail != 0) ||
+                    head + slot->tail > PAGES || tail + slot->head > PAGES) {
+                    return -1; /* overlaps an arena the map has */
+                }
+            } else if (head != 0) {
+                slot->head = (uint8_t)head;
+            } else {
+                slot->tail = (uint8_t)tail;
+            }
+        }
+    }
     return 0;
 }
 
-/* Lookups of the arenas still in the table stay right (arenas are forgotten as
- * they go), but a block not found may now be pymalloc's all the same. */
-static void stop_tracking(void)
+void pymalloc_map_remove(pymalloc_arena_map *m, uintptr_t base, size_t size)
 {
-    map.tracking = 0;
-}
-
-static void remember(uintptr_t base, size_t size)
-{
-    if (size < MIN_ARENA) {
+    uintptr_t end = base + size;
+    if (m->leaves == NULL || size == 0 || end < base || (end - 1) >> PYMALLOC_ADDRESS_BITS != 0) {
         return;
     }
-    for (uintptr_t g = base >> GRANULE_BITS; g <= (base + size - 1) >> GRANULE_BITS; g++) {
-        if ((used + 1) * 2 > map.capacity && grow() != 0) {
-            stop_tracking();
-            return;
+    for (uintptr_t g = base >> PYMALLOC_GRANULE_BITS; g <= (end - 1) >> PYMALLOC_GRANULE_BITS; g++) {
+        pymalloc_granule *slot = granule_at(m, g, 0);
+        unsigned head, tail;
+        coverage(g, base, end, &head, &tail);
+        if (slot != NULL && head != 0 && slot->head == head) {
+            slot->head = 0;
+        } else if (slot != NULL && tail != 0 && slot->tail == tail) {
+            slot->tail = 0;
         }
-        granule_slot *s = slot_for(g, 1);
-        int k = s == NULL ? -1 : s->base[0] == 0 ? 0 : s->base[1] == 0 ? 1 : -1;
-        if (k < 0) {
-            stop_tracking(); /* cannot record it: stop trusting lookups */
-            return;
-        }
-        s->base[k] = base;
-        s->size[k] = size;
     }
 }
 
-static void forget(uintptr_t base, size_t size)
+/* The arena allocator also serves other memory (3.11's frame data stack takes
+ * 16 KiB chunks from it); pymalloc's arenas are 256 KiB or 1 MiB, and no Python
+ * object lives in the other mappings, so those are not tracked. */
+static int is_arena(size_t size)
 {
-    for (int i = 0; i < PYMALLOC_RECENT; i++) {
-        if (map.recent[i].base == base) {
-            map.recent[i].base = 0;
-            map.recent[i].size = 0;
-        }
-    }
-    for (uintptr_t g = base >> GRANULE_BITS; g <= (base + size - 1) >> GRANULE_BITS; g++) {
-        granule_slot *s = slot_for(g, 0);
-        for (int k = 0; s != NULL && k < 2; k++) {
-            if (s->base[k] == base) {
-                s->base[k] = 0;
-                s->size[k] = 0;
-            }
-        }
-    }
+    return size >= ((size_t)1 << PYMALLOC_GRANULE_BITS);
 }
 
 static void *arena_alloc(void *ctx, size_t size)
 {
     (void)ctx;
     void *p = original.alloc(original.ctx, size);
-    if (p != NULL && map.tracking) {
-        remember((uintptr_t)p, size);
+    if (p != NULL && map.tracking && is_arena(size) && pymalloc_map_add(&map, (uintptr_t)p, size) != 0) {
+        /* Lookups of the arenas already in the map stay right (arenas are
+         * forgotten as they go), but a block not found may now be pymalloc's. */
+        map.tracking = 0;
     }
     return p;
 }
@@ -150,8 +162,8 @@ static void *arena_alloc(void *ctx, size_t size)
 static void arena_free(void *ctx, void *p, size_t size)
 {
     (void)ctx;
-    if (p != NULL && installed) {
-        forget((uintptr_t)p, size);
+    if (p != NULL && installed && is_arena(size)) {
+        pymalloc_map_remove(&map, (uintptr_t)p, size);
     }
     original.free(original.ctx, p, size);
 }
@@ -163,17 +175,11 @@ void pymalloc_arenas_install(void)
     if (get == NULL || set == NULL) {
         return; /* not a CPython process (or libpython is loaded later) */
     }
-    map.capacity = 1024;
-    map.slots = map_slots(map.capacity);
-    if (map.slots == NULL) {
-        return;
-    }
     get(&original);
-    if (original.alloc == NULL || original.free == NULL) {
+    if (original.alloc == NULL || original.free == NULL || pymalloc_map_init(&map) != 0) {
         return;
     }
     installed = 1;
-    map.tracking = 1;
     arena_allocator mine = {NULL, arena_alloc, arena_free};
     set(&mine);
 }

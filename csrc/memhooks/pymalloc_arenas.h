@@ -6,66 +6,56 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Where pymalloc's arenas are: open addressing over 256 KiB granules (a granule
- * meets at most two arenas), grown x2 at half load.  Read and changed only with
- * the GIL held (arenas come and go inside pymalloc), so a caller holding the GIL
- * may look a block up itself, inline (pymalloc_arenas_find). */
+/* Where pymalloc's arenas are: a two-level map over the address space, as
+ * CPython's own obmalloc radix tree.  The root has one entry per GiB (1 MiB of
+ * virtual memory, touched only where arenas are); a leaf, made on demand, has
+ * one entry per 256 KiB granule of that GiB.  An arena (page-aligned, at least a
+ * granule long) covers whole granules except at its two ends, so a granule holds
+ * at most the tail of one arena and the head of the next: two page counts.  A
+ * lookup is two dependent loads and a compare, with no loop, whatever the number
+ * of arenas.  Read and changed only with the GIL held (arenas come and go inside
+ * pymalloc), so a caller holding the GIL may look a block up itself, inline. */
+#define PYMALLOC_PAGE_BITS 12
 #define PYMALLOC_GRANULE_BITS 18
+#define PYMALLOC_LEAF_BITS 30
+#define PYMALLOC_ADDRESS_BITS 47 /* user space on x86-64 and aarch64 (4-level tables) */
+#define PYMALLOC_PAGES_PER_GRANULE (1u << (PYMALLOC_GRANULE_BITS - PYMALLOC_PAGE_BITS))
+#define PYMALLOC_GRANULES_PER_LEAF ((size_t)1 << (PYMALLOC_LEAF_BITS - PYMALLOC_GRANULE_BITS))
+#define PYMALLOC_LEAVES ((size_t)1 << (PYMALLOC_ADDRESS_BITS - PYMALLOC_LEAF_BITS))
+
+/* Pages of the granule in an arena: the first `head` (an arena that ends here,
+ * or covers the whole granule: head = PAGES_PER_GRANULE) and the last `tail` (an
+ * arena that starts here).  All zero: no arena. */
+typedef struct {
+    uint8_t head, tail;
+} pymalloc_granule;
 
 typedef struct {
-    uintptr_t granule; /* (address >> GRANULE_BITS) + 1; 0 = empty slot */
-    uintptr_t base[2]; /* arenas overlapping the granule; 0 = none */
-    size_t size[2];
-} pymalloc_granule_slot;
-
-/* Recently found arenas, direct-mapped by granule: frees cluster in a few arenas. */
-#define PYMALLOC_RECENT 16
-
-typedef struct {
-    uintptr_t base;
-    size_t size; /* 0: none */
-} pymalloc_recent_arena;
-
-typedef struct {
-    pymalloc_recent_arena recent[PYMALLOC_RECENT];
-    pymalloc_granule_slot *slots;
-    size_t capacity;     /* a power of two */
-    int tracking;        /* every arena of the process is in the table */
+    pymalloc_granule **leaves; /* PYMALLOC_LEAVES entries */
+    int tracking;              /* every arena of the process is in the map */
 } pymalloc_arena_map;
 
-static inline size_t pymalloc_granule_index(uintptr_t granule, size_t capacity)
+/* Whether address a lies in one of pymalloc's arenas. */
+static inline int pymalloc_arenas_find(const pymalloc_arena_map *m, uintptr_t a)
 {
-    return (size_t)(granule * 0x9E3779B97F4A7C15ULL >> 32) & (capacity - 1);
+    uintptr_t leaf = a >> PYMALLOC_LEAF_BITS;
+    if (leaf >= PYMALLOC_LEAVES || m->leaves[leaf] == NULL) {
+        return 0;
+    }
+    const pymalloc_granule *g =
+        &m->leaves[leaf][(a >> PYMALLOC_GRANULE_BITS) & (PYMALLOC_GRANULES_PER_LEAF - 1)];
+    unsigned page = (unsigned)(a >> PYMALLOC_PAGE_BITS) & (PYMALLOC_PAGES_PER_GRANULE - 1);
+    return page < g->head || page >= PYMALLOC_PAGES_PER_GRANULE - g->tail;
 }
 
-/* Whether address a lies in one of pymalloc's arenas (which becomes the last). */
-static inline int pymalloc_arenas_find(pymalloc_arena_map *m, uintptr_t a)
-{
-    pymalloc_recent_arena *r = &m->recent[(a >> PYMALLOC_GRANULE_BITS) & (PYMALLOC_RECENT - 1)];
-    if (a - r->base < r->size) {
-        return 1;
-    }
-    uintptr_t key = (a >> PYMALLOC_GRANULE_BITS) + 1;
-    size_t mask = m->capacity - 1;
-    for (size_t n = 0, i = pymalloc_granule_index(key - 1, m->capacity); n < m->capacity;
-         n++, i = (i + 1) & mask) {
-        const pymalloc_granule_slot *s = &m->slots[i];
-        if (s->granule == key) {
-            for (int k = 0; k < 2; k++) {
-                if (s->base[k] != 0 && a - s->base[k] < s->size[k]) {
-                    r->base = s->base[k];
-                    r->size = s->size[k];
-                    return 1;
-                }
-            }
-            return 0;
-        }
-        if (s->granule == 0) {
-            return 0;
-        }
-    }
-    return 0;
-}
+/* The map itself, apart from the interpreter (for tests): 0, or -1 when out of
+ * memory.  add fails (-1) too for an arena it cannot represent (not page-aligned,
+ * shorter than a granule, beyond the address bits, or overlapping one it has):
+ * the caller then stops trusting the map (tracking = 0). */
+int pymalloc_map_init(pymalloc_arena_map *m);
+int pymalloc_map_add(pymalloc_arena_map *m, uintptr_t base, size_t size);
+void pymalloc_map_remove(pymalloc_arena_map *m, uintptr_t base, size_t size);
+void pymalloc_map_release(pymalloc_arena_map *m);
 
 /* The size of the pymalloc block at address a, read from its pool's header (the
  * layout facts in pymalloc_arenas.c): a must lie in a pymalloc arena. */

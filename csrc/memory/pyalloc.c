@@ -38,7 +38,9 @@ static memhooks_api hooks;
 static int installed;
 static int64_t window;
 static const volatile uintptr_t *watched;
-static pymalloc_arena_map *arenas;
+/* A copy of the library's arena map: its leaves pointer never changes, and a
+ * copy here saves the fast paths one load. */
+static pymalloc_arena_map arenas;
 /* Requests of 1 to small_limit bytes are served by pymalloc from its pools, never
  * by malloc, and their blocks' sizes can be read back; 0 when the layout check
  * failed (another allocator, debug hooks), which sends every call the slow way. */
@@ -102,7 +104,7 @@ static inline int64_t small_size(size_t asked)
 static inline size_t block_size(void *ptr, int *pooled)
 {
     uintptr_t a = (uintptr_t)ptr;
-    if (LIKELY(pymalloc_arenas_find(arenas, a))) {
+    if (LIKELY(pymalloc_arenas_find(&arenas, a))) {
         *pooled = 1;
         return pymalloc_pool_block_size(a);
     }
@@ -212,26 +214,44 @@ static COLD void free_through(wrapped_domain *d, void *ptr)
     t->python_depth--;
 }
 
-static void wrapped_free(void *ctx, void *ptr)
+/* Every free that is not a plain pymalloc block below the window: NULL, a block
+ * malloc serves, sizes not readable, a watched block, a net crossing the window. */
+static COLD void free_slow(wrapped_domain *d, void *ptr)
 {
-    wrapped_domain *d = ctx;
     if (ptr == NULL || small_limit == 0) {
         free_through(d, ptr);
         return;
     }
     int pooled;
     size_t size = block_size(ptr, &pooled); /* before: the block may vanish */
-    if (LIKELY(pooled)) {
-        unwatch(ptr);
-        count_small(-(int64_t)size, ptr);
-        d->original.free(d->original.ctx, ptr); /* a pymalloc block: no free() underneath */
-        return;
-    }
     if (size != 0) {
         unwatch(ptr);
         count(-(int64_t)size, ptr);
     }
-    free_through(d, ptr);
+    if (pooled) {
+        d->original.free(d->original.ctx, ptr); /* a pymalloc block: no free() underneath */
+    } else {
+        free_through(d, ptr);
+    }
+}
+
+/* The common free, of a pymalloc block, has no call but the final one (a tail
+ * call), so it saves no registers and sets up no frame: whatever needs more goes
+ * to free_slow, which counts the block itself (python_net is left as it was). */
+static void wrapped_free(void *ctx, void *ptr)
+{
+    wrapped_domain *d = ctx;
+    uintptr_t a = (uintptr_t)ptr;
+    if (LIKELY(small_limit != 0) && LIKELY(pymalloc_arenas_find(&arenas, a)) &&
+        LIKELY(watched[memhooks_watch_slot(a)] != a)) {
+        int64_t net = python_net - (int64_t)pymalloc_pool_block_size(a);
+        if (LIKELY(!beyond_window(net))) {
+            python_net = net;
+            d->original.free(d->original.ctx, ptr);
+            return;
+        }
+    }
+    free_slow(d, ptr);
 }
 
 /* The layout facts pymalloc_arenas.c relies on, checked on this interpreter:
@@ -259,9 +279,12 @@ int pyalloc_install(const memhooks_api *api, int64_t window_bytes)
     hooks = *api;
     window = window_bytes;
     watched = api->watch_table();
-    arenas = api->python_arenas();
+    pymalloc_arena_map *map = api->python_arenas();
+    if (map != NULL) {
+        arenas = *map;
+    }
     /* The fast paths count a block against the net only: it must be under a window. */
-    small_limit = arenas != NULL && window > 512 && block_sizes_readable() ? 512 : 0;
+    small_limit = map != NULL && window > 512 && block_sizes_readable() ? 512 : 0;
     python_net = 0;
     for (int i = 0; i < 2; i++) {
         PyMem_GetAllocator(domains[i].domain, &domains[i].original);

@@ -7,5 +7,7 @@ extern const unit_test arena_tests[];
 extern const unit_test table_tests[];
 extern const unit_test filter_tests[];
 extern const unit_test clock_tests[];
+extern const unit_test pymalloc_map_tests[];
 
-const unit_test *const unit_suites[] = {arena_tests, table_tests, filter_tests, clock_tests, NULL};
+const unit_test *const unit_suites[] = {arena_tests, table_tests, filter_tests, clock_tests, pymalloc_map_tests,
+                                     NULL};

@@ -1,0 +1,110 @@
+/* pymalloc_map: where pymalloc's arenas are.  Every address of an added arena is
+ * found, no address outside one is, including the pages beside an arena in a
+ * granule it shares with another; removing an arena forgets exactly it; arenas
+ * the map cannot represent are refused without changing it. */
+#include "unit.h"
+#include "memhooks/pymalloc_arenas.h"
+
+#include <stdint.h>
+
+#define KiB ((uintptr_t)1 << 10)
+#define MiB ((uintptr_t)1 << 20)
+#define GiB ((uintptr_t)1 << 30)
+
+/* Addresses only: nothing is mapped there, the map never touches them. */
+static const uintptr_t BASE = 0x7f0000000000ULL;
+
+static int found(const pymalloc_arena_map *m, uintptr_t a)
+{
+    return pymalloc_arenas_find(m, a);
+}
+
+/* Every page of [lo, hi), at its first and last byte, is (expect = 1) or is not
+ * (expect = 0) in an arena. */
+static void check_span(const pymalloc_arena_map *m, uintptr_t lo, uintptr_t hi, int expect)
+{
+    for (uintptr_t a = lo; a < hi; a += 4 * KiB) {
+        CHECK_EQ(found(m, a), expect);
+        CHECK_EQ(found(m, a + 4 * KiB - 1), expect);
+    }
+}
+
+static void map_finds_exactly_the_arenas(void)
+{
+    pymalloc_arena_map m;
+    REQUIRE(pymalloc_map_init(&m) == 0);
+    /* Two 1 MiB arenas not aligned to granules, sharing one granule, with a gap
+     * of three pages between them; one aligned 256 KiB arena elsewhere. */
+    uintptr_t a = BASE + 40 * KiB, b = a + MiB + 12 * KiB, c = BASE + 3 * GiB;
+    REQUIRE(pymalloc_map_add(&m, a, MiB) == 0);
+    REQUIRE(pymalloc_map_add(&m, b, MiB) == 0);
+    REQUIRE(pymalloc_map_add(&m, c, 256 * KiB) == 0);
+    check_span(&m, BASE, a, 0);
+    check_span(&m, a, a + MiB, 1);
+    check_span(&m, a + MiB, b, 0);
+    check_span(&m, b, b + MiB, 1);
+    check_span(&m, b + MiB, b + 2 * MiB, 0);
+    check_span(&m, c - 256 * KiB, c, 0);
+    check_span(&m, c, c + 256 * KiB, 1);
+    check_span(&m, c + 256 * KiB, c + MiB, 0);
+    CHECK_EQ(found(&m, 0), 0);
+    CHECK_EQ(found(&m, UINTPTR_MAX), 0);
+
+    /* Removing one arena of a shared granule leaves the other found. */
+    pymalloc_map_remove(&m, a, MiB);
+    check_span(&m, a, a + MiB, 0);
+    check_span(&m, b, b + MiB, 1);
+    REQUIRE(pymalloc_map_add(&m, a, MiB) == 0);
+    check_span(&m, a, a + MiB, 1);
+    pymalloc_map_release(&m);
+}
+
+static void map_refuses_what_it_cannot_represent(void)
+{
+    pymalloc_arena_map m;
+    REQUIRE(pymalloc_map_init(&m) == 0);
+    uintptr_t a = BASE + 64 * KiB;
+    REQUIRE(pymalloc_map_add(&m, a, MiB) == 0);
+    CHECK_EQ(pymalloc_map_add(&m, a + 512 * KiB, MiB), -1);      /* overlaps a */
+    CHECK_EQ(pymalloc_map_add(&m, a - 4 * KiB, MiB), -1);        /* overlaps a's first page */
+    CHECK_EQ(pymalloc_map_add(&m, BASE + 8 * MiB + 1, MiB), -1); /* not page-aligned */
+    CHECK_EQ(pymalloc_map_add(&m, BASE + 8 * MiB, 16 * KiB), -1); /* shorter than a granule */
+    CHECK_EQ(pymalloc_map_add(&m, (uintptr_t)1 << 47, MiB), -1); /* beyond the address bits */
+    /* The refusals changed nothing. */
+    check_span(&m, a - 256 * KiB, a, 0);
+    check_span(&m, a, a + MiB, 1);
+    check_span(&m, a + MiB, a + 2 * MiB, 0);
+    check_span(&m, BASE + 8 * MiB, BASE + 9 * MiB, 0);
+    pymalloc_map_release(&m);
+}
+
+static void map_handles_many_arenas(void)
+{
+    /* 4096 arenas of 1 MiB, back to back over 4 GiB (five leaves), then every
+     * other one removed. */
+    pymalloc_arena_map m;
+    REQUIRE(pymalloc_map_init(&m) == 0);
+    uintptr_t start = BASE + 3 * GiB + 28 * KiB;
+    for (uintptr_t i = 0; i < 4096; i++) {
+        REQUIRE(pymalloc_map_add(&m, start + i * MiB, MiB) == 0);
+    }
+    for (uintptr_t i = 0; i < 4096; i += 2) {
+        pymalloc_map_remove(&m, start + i * MiB, MiB);
+    }
+    for (uintptr_t i = 0; i < 4096; i++) {
+        uintptr_t lo = start + i * MiB;
+        CHECK_EQ(found(&m, lo), (int)(i % 2));
+        CHECK_EQ(found(&m, lo + MiB / 2), (int)(i % 2));
+        CHECK_EQ(found(&m, lo + MiB - 1), (int)(i % 2));
+    }
+    CHECK_EQ(found(&m, start - 1), 0);
+    CHECK_EQ(found(&m, start + 4096 * MiB), 0);
+    pymalloc_map_release(&m);
+}
+
+const unit_test pymalloc_map_tests[] = {
+    UNIT_TEST(map_finds_exactly_the_arenas),
+    UNIT_TEST(map_refuses_what_it_cannot_represent),
+    UNIT_TEST(map_handles_many_arenas),
+    {NULL, NULL, NULL},
+};
