@@ -434,9 +434,11 @@ def scale_section(sc: dict) -> str:
     out = ["## Scale", "",
            f"`bench/scale.py`. **Long run**: one program looping over the same lines "
            f"(pure-Python work, allocation churn, a bounded cache) for {d / 4:.0f} s and "
-           f"for {d:.0f} s under pyrometer's full profile. The issue asks for a 10-minute "
-           f"run; this published run used {d:.0f} s (`--duration {d:.0f}`) to fit the "
-           f"time available. Peak RSS is the whole process's (ru_maxrss).", "",
+           f"for {d:.0f} s under pyrometer's full profile"
+           + (". " if d >= LONG_RUN_ASKED_S else
+              f". The issue asks for a 10-minute run; this published run used {d:.0f} s "
+              f"(`--duration {d:.0f}`) to fit the time available. ")
+           + "Peak RSS is the whole process's (ru_maxrss).", "",
            "| run length | bare peak RSS (measured at the shorter length) | pyrometer peak RSS | profiler_memory_bytes | "
            "profile size | lines in profile |", "| --- | --- | --- | --- | --- | --- |"]
     for r in sc["long_run"]:
@@ -600,10 +602,10 @@ MISSING = """\
 - The accuracy programs are single-threaded; the CPU split of threads and of
   C threads without Python state is covered by the test suite, not here.
 - GPU profiling is not compared (no GPU on this machine).
-- The scale study's long run is shorter than the 10 minutes the issue asks
-  for (the duration is above); the sampling-rate comparison uses three
-  workloads.
+- The sampling-rate comparison uses three workloads{short_run}.
 """
+# The scale study's long run that the issue asks for (10 minutes).
+LONG_RUN_ASKED_S = 600
 
 
 def render(res: dict) -> str:
@@ -649,7 +651,10 @@ def render(res: dict) -> str:
     if ov and acc:
         parts.append(pyrometer_findings(ov, acc))
         parts.append(tool_paragraphs(ov, acc, wins))
-    parts.append(MISSING)
+    short = sc and sc["duration_s"] < LONG_RUN_ASKED_S
+    parts.append(MISSING.format(short_run=", and the scale study's long run is shorter than "
+                                "the 10 minutes the issue asks for (the duration is above)"
+                                if short else ""))
     return "\n".join(parts)
 
 
