@@ -182,9 +182,8 @@ static void *wrapped_calloc(void *ctx, size_t nelem, size_t elsize)
 /* Counted as a free of the old block and an allocation of the new one.  The old
  * block's watch ends before the call (if the call fails, that sample counts as
  * freed: rare, and never a false leak). */
-static void *wrapped_realloc(void *ctx, void *ptr, size_t size)
+static COLD void *realloc_slow(wrapped_domain *d, void *ptr, size_t size)
 {
-    wrapped_domain *d = ctx;
     size_t before = 0;
     if (ptr != NULL && small_limit != 0) {
         int pooled;
@@ -204,6 +203,27 @@ static void *wrapped_realloc(void *ctx, void *ptr, size_t size)
         count((int64_t)(n != 0 ? n : size), p);
     }
     return p;
+}
+
+/* The common realloc (strings and lists being built) moves an unwatched pymalloc
+ * block to a size pymalloc serves itself: no malloc underneath, so no
+ * python_depth, and only the difference of the two size classes is counted.
+ * pymalloc keeps the block in place only when the new size fits its class (and
+ * is over 3/4 of it): then nothing changed. */
+static void *wrapped_realloc(void *ctx, void *ptr, size_t size)
+{
+    wrapped_domain *d = ctx;
+    uintptr_t a = (uintptr_t)ptr;
+    if (LIKELY(size - 1 < small_limit) && LIKELY(pymalloc_arenas_find(&arenas, a)) &&
+        LIKELY(watched[memhooks_watch_slot(a)] != a)) {
+        int64_t before = (int64_t)pymalloc_pool_block_size(a);
+        void *p = d->original.realloc(d->original.ctx, ptr, size);
+        if (LIKELY(p != NULL) && p != ptr) {
+            count_small(small_size(size) - before, p);
+        }
+        return p;
+    }
+    return realloc_slow(d, ptr, size);
 }
 
 static COLD void free_through(wrapped_domain *d, void *ptr)
