@@ -616,12 +616,6 @@ def render(res: dict) -> str:
         # One part measured again alone (bench/accuracy.py), e.g. after a fix.
         parts.append("Exception: the accuracy section was measured again on its own, "
                      + res["accuracy_rerun"] + ".\n")
-    rerun = res.get("overhead_rerun")
-    if rerun and (RESULTS / rerun["file"]).exists():
-        # The overhead of some tools measured again alone (bench/run.py --tools ...),
-        # e.g. after a change to pyrometer; its tables, as run.py printed them.
-        parts.append("## Overhead measured again: " + rerun["title"] + "\n\n" + rerun["note"] + "\n\n"
-                     + (RESULTS / rerun["file"]).read_text().strip() + "\n")
     parts.append(f"Machine: {m['cpu']}, {m['cpus']} usable CPUs, {m['memory']} memory, "
                  f"{m['os']}; Python {m['python']}, numpy {m['numpy']}. Load average "
                  f"{res.get('load_before', 0):.2f} before the study, "
@@ -642,6 +636,12 @@ def render(res: dict) -> str:
         parts.append("## Full (CPU + memory) profiling overhead\n")
         parts.append(bench.markers("memory")[0] + "\n" + tables["memory"]
                      + bench.markers("memory")[1] + "\n")
+        rerun = res.get("overhead_rerun")
+        if rerun and (RESULTS / rerun["file"]).exists():
+            # The overhead of some tools measured again alone (bench/run.py --tools
+            # ...), e.g. after a change to pyrometer; its tables as run.py printed them.
+            parts.append("## Overhead measured again: " + rerun["title"] + "\n\n" + rerun["note"]
+                         + "\n\n" + (RESULTS / rerun["file"]).read_text().strip() + "\n")
         text, wins = peer_wins(ov)
         parts.append(text)
     if acc:
