@@ -39,7 +39,8 @@ static int installed;
 static int64_t window;
 static const volatile uintptr_t *watched;
 /* A copy of the library's arena map: its leaves pointer never changes, and a
- * copy here saves the fast paths one load. */
+ * copy here saves the fast paths one load.  Read only while small_limit != 0,
+ * which install() sets only after copying it (else its leaves are NULL). */
 static pymalloc_arena_map arenas;
 /* Requests of 1 to small_limit bytes are served by pymalloc from its pools, never
  * by malloc, and their blocks' sizes can be read back; 0 when the layout check
