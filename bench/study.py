@@ -44,7 +44,7 @@ def log(msg: str) -> None:
 
 # -------------------------------------------------------------- measuring --
 
-def measure_overhead(rounds: int, scale_: float, timeout: float) -> dict:
+def measure_overhead(rounds: int, scale_: float, timeout: float, min_seconds: float) -> dict:
     workloads = sorted(bench.WORKLOADS_DIR.glob("*.py"))
     tools = bench.ALL_TOOLS
     tool_info = {"bare": bench.Tool("bare", platform.python_version())}
@@ -55,8 +55,7 @@ def measure_overhead(rounds: int, scale_: float, timeout: float) -> dict:
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     times, ratios, problems, notes, capped, scales = bench.run_benchmark(
-        workloads, runnable, rounds, scale_, timeout, None, 1,
-        0.0 if scale_ < 1 else bench.MIN_SECONDS)
+        workloads, runnable, rounds, scale_, timeout, None, 1, min_seconds)
     elapsed = time.perf_counter() - started
 
     def nest(d):
@@ -698,7 +697,8 @@ def main(argv=None) -> int:
         if args.quick:
             bench.MPROF_TIMEOUT = 10.0
         if "overhead" not in skip:
-            res["overhead"] = measure_overhead(rounds, sc_, args.timeout)
+            res["overhead"] = measure_overhead(rounds, sc_, args.timeout,
+                                               0.0 if args.quick else bench.MIN_SECONDS)
             store.write_text(json.dumps(res, indent=1))
         if "accuracy" not in skip:
             res["accuracy"] = accuracy.study()

@@ -90,10 +90,18 @@ static void coverage(uintptr_t g, uintptr_t base, uintptr_t end, unsigned *head,
     }
 }
 
+/* The arena allocator also serves other memory (3.11's frame data stack takes
+ * 16 KiB chunks from it); pymalloc's arenas are 256 KiB or 1 MiB, and no Python
+ * object lives in the other mappings, so those are not tracked. */
+static int is_arena(size_t size)
+{
+    return size >= ((size_t)1 << PYMALLOC_GRANULE_BITS);
+}
+
 int pymalloc_map_add(pymalloc_arena_map *m, uintptr_t base, size_t size)
 {
     uintptr_t end = base + size;
-    if (m->leaves == NULL || size < ((size_t)1 << PYMALLOC_GRANULE_BITS) || base % PAGE != 0 ||
+    if (m->leaves == NULL || !is_arena(size) || base % PAGE != 0 ||
         size % PAGE != 0 || end < base || (end - 1) >> PYMALLOC_ADDRESS_BITS != 0) {
         return -1;
     }
@@ -137,14 +145,6 @@ void pymalloc_map_remove(pymalloc_arena_map *m, uintptr_t base, size_t size)
             slot->tail = 0;
         }
     }
-}
-
-/* The arena allocator also serves other memory (3.11's frame data stack takes
- * 16 KiB chunks from it); pymalloc's arenas are 256 KiB or 1 MiB, and no Python
- * object lives in the other mappings, so those are not tracked. */
-static int is_arena(size_t size)
-{
-    return size >= ((size_t)1 << PYMALLOC_GRANULE_BITS);
 }
 
 static void *arena_alloc(void *ctx, size_t size)

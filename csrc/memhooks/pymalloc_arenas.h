@@ -69,7 +69,8 @@ static inline size_t pymalloc_pool_block_size(uintptr_t a)
 /* From the library's constructor; does nothing in a process without CPython. */
 void pymalloc_arenas_install(void);
 /* The table, or NULL when it was not installed before the interpreter's first
- * arena.  Its `tracking` turns 0 if it runs out of room. */
+ * arena.  Its `tracking` turns 0 if an arena cannot be recorded (out of memory, or
+ * an arena the map cannot represent). */
 pymalloc_arena_map *pymalloc_arenas_map(void);
 
 #endif
