@@ -13,6 +13,7 @@
 #include "profile/periodic.h"
 #include "memory/mem_profile.h"
 #include "memory/memhooks_api.h"
+#include "cpython/pyframe.h"
 #include "sampler/sampler.h"
 
 #include <unistd.h>
@@ -133,7 +134,7 @@ static PyObject *collect_records(double unit_ns)
         PyObject *cpu = sums_tuple(&rec->cpu, unit_ns);
         PyObject *item = cpu == NULL ? NULL
                                      : Py_BuildValue("(OiOiN)", code->co_filename, lineno,
-                                                     code->co_qualname, code->co_firstlineno, cpu);
+                                                     pyframe_code_qualname(code), code->co_firstlineno, cpu);
         if (item == NULL || PyList_Append(records, item) != 0) {
             Py_XDECREF(item);
             Py_DECREF(records);
@@ -268,7 +269,25 @@ static PyMethodDef core_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* What the CLI needs to know before it runs anything: which versions were
+ * tested, and whether this build's frame layout is one of them. */
+static int core_exec(PyObject *module)
+{
+#ifdef PYROMETER_UNTESTED_VERSION
+    int tested = 0;
+#else
+    int tested = 1;
+#endif
+    if (PyModule_AddStringConstant(module, "TESTED_VERSIONS", PYROMETER_TESTED_VERSIONS) != 0 ||
+        PyModule_AddStringConstant(module, "FRAME_LAYOUT", pyframe_layout) != 0 ||
+        PyModule_AddIntConstant(module, "VERSION_TESTED", tested) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
 static PyModuleDef_Slot core_slots[] = {
+    {Py_mod_exec, core_exec},
     {0, NULL},
 };
 

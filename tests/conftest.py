@@ -212,13 +212,15 @@ def profile_program(tmp_path, run_pyrometer):
 
 @pytest.fixture
 def run_bare(tmp_path, groundtruth_dir):
-    """run_bare(source, args=[], name="bare.py") -> CompletedProcess: the program run by
+    """run_bare(source, args=[], name="bare.py", python_args=[]) -> CompletedProcess: the program run by
     plain python, without the profiler, in tmp_path and the same environment."""
 
     def run(source: str, args: list[str] | None = None, name: str = "bare.py",
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+            env: dict[str, str] | None = None,
+            python_args: list[str] | None = None) -> subprocess.CompletedProcess:
         prog = write_program(tmp_path, source, name)
-        return subprocess.run([sys.executable, str(prog), *[str(a) for a in args or []]], cwd=tmp_path,
+        return subprocess.run([sys.executable, *(python_args or []), str(prog),
+                               *[str(a) for a in args or []]], cwd=tmp_path,
                               capture_output=True, text=True, env=program_env(groundtruth_dir, env),
                               timeout=PROGRAM_TIMEOUT_S, stdin=subprocess.DEVNULL)
 

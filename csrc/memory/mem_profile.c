@@ -5,7 +5,7 @@
 #include "../common/table.h"
 #include "../profile/codes.h"
 #include "../sampler/clock.h"
-#include "../sampler/pyframe.h"
+#include "../cpython/pyframe.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -369,7 +369,7 @@ PyObject *mem_profile_collect(void)
         PyObject *item = timeline == NULL ? NULL : Py_BuildValue(
             "{s:O,s:i,s:O,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L,s:L,s:K,s:K,s:K,s:N}",
             "filename", code->co_filename, "lineno", (int)(int64_t)key.k2, "function",
-            code->co_qualname, "function_lineno", code->co_firstlineno, "alloc_bytes",
+            pyframe_code_qualname(code), "function_lineno", code->co_firstlineno, "alloc_bytes",
             (unsigned long long)m->alloc_bytes, "python_bytes", (unsigned long long)m->python_bytes,
             "free_bytes", (unsigned long long)m->free_bytes, "copy_bytes",
             (unsigned long long)m->copy_bytes, "alloc_samples", (unsigned long long)m->alloc_samples,

@@ -10,17 +10,14 @@ static arena code_arena; /* per-code instruction maps */
 static int initialised;
 
 /* Opcodes at which the eval loop checks its eval breaker and so may hand over the
- * GIL while running Python: function entry and loop back-edges.  A thread parked
- * anywhere else released the GIL from inside a call into C (or is waiting to take
- * it back after one), i.e. it was running native code.  Numbers come from the
- * running interpreter's `opcode` module, so they follow the version. */
-static int op_resume = -1, op_jump_backward = -1;
-
-static int opcode_number(PyObject *opmap, const char *name)
-{
-    PyObject *v = PyDict_GetItemString(opmap, name);
-    return v == NULL ? -1 : (int)PyLong_AsLong(v);
-}
+ * GIL while running Python (the layout's list: function entry and loop
+ * back-edges).  A thread parked anywhere else released the GIL from inside a call
+ * into C (or is waiting to take it back after one), i.e. it was running native
+ * code.  Numbers come from the running interpreter's `opcode` module, so they
+ * follow the version. */
+#define MAX_PARK_OPCODES 4
+static int park_opcodes[MAX_PARK_OPCODES];
+static int n_park_opcodes;
 
 int codes_init(void)
 {
@@ -36,8 +33,13 @@ int codes_init(void)
     if (opmap == NULL) {
         return -1;
     }
-    op_resume = opcode_number(opmap, "RESUME");
-    op_jump_backward = opcode_number(opmap, "JUMP_BACKWARD");
+    n_park_opcodes = 0;
+    for (int i = 0; pyframe_python_park_opcodes[i] != NULL && n_park_opcodes < MAX_PARK_OPCODES; i++) {
+        PyObject *v = PyDict_GetItemString(opmap, pyframe_python_park_opcodes[i]);
+        if (v != NULL) {
+            park_opcodes[n_park_opcodes++] = (int)PyLong_AsLong(v);
+        }
+    }
     Py_DECREF(opmap);
     if (table_init(&code_table, sizeof(code_info), 1024) != 0) {
         PyErr_NoMemory();
@@ -45,6 +47,16 @@ int codes_init(void)
     }
     arena_init(&code_arena);
     initialised = 1;
+    return 0;
+}
+
+static int parks_python(int op)
+{
+    for (int i = 0; i < n_park_opcodes; i++) {
+        if (op == park_opcodes[i]) {
+            return 1;
+        }
+    }
     return 0;
 }
 
@@ -58,11 +70,11 @@ static int file_is_reported(PyCodeObject *code)
     return filter_reports(name);
 }
 
-/* PyCode_GetCode gives the unspecialised bytecode, so adaptive (quickened)
- * instructions map back to the opcodes looked up in codes_init. */
+/* The unspecialised bytecode, so that adaptive (quickened) instructions map back
+ * to the opcodes looked up in codes_init. */
 static int map_instructions(PyCodeObject *code, code_info *info)
 {
-    PyObject *bytes = PyCode_GetCode(code);
+    PyObject *bytes = pyframe_code_bytes(code);
     if (bytes == NULL) {
         PyErr_Clear();
         return -1;
@@ -76,7 +88,7 @@ static int map_instructions(PyCodeObject *code, code_info *info)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         int op = raw[2 * i];
-        map[i] = (op == op_resume || op == op_jump_backward);
+        map[i] = (uint8_t)parks_python(op);
     }
     Py_DECREF(bytes);
     info->n_units = (int)n;

@@ -29,7 +29,7 @@ int codes_python_at(const code_info *info, int lasti);
 /* The nearest frame of a reported file on a thread's stack, from the innermost
  * outward: *reported is NULL when there is none, *innermost the thread's current
  * frame (NULL: no Python frame).  Returns 0 when memory runs out. */
-#include "../sampler/pyframe.h"
+#include "../cpython/pyframe.h"
 int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported);
 size_t codes_count(void);
 size_t codes_memory_bytes(void);

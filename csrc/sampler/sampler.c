@@ -1,6 +1,7 @@
 #include "sampler.h"
 #include "clock.h"
-#include "pyframe.h"
+#include "../cpython/pyframe.h"
+#include "../forks/forks.h"
 #include "../common/table.h"
 #include "../profile/codes.h"
 #include "../profile/line_stats.h"
@@ -38,6 +39,8 @@ static struct {
     atomic_int sampler_tid;
     pthread_t thread;
     int thread_started;
+    int active;             /* between sampler_start and sampler_stop, thread or not */
+    int suspended_for_fork; /* stopped for a fork, to start again in the parent */
     pthread_mutex_t wake_lock;
     pthread_cond_t wake;
 
@@ -434,15 +437,74 @@ static void forget_sampler_in_child(void)
     atomic_store(&S.request_pending, 0);
     atomic_store(&S.sampler_tid, 0);
     S.thread_started = 0;
+    S.active = 0;
+    S.suspended_for_fork = 0;
     S.sampler_ts = NULL;
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     S.wake_lock = fresh;
 }
 
+/* Starts the sampler thread; 0, or an errno value. */
+static int launch_thread(void)
+{
+    atomic_store(&S.sampler_tid, 0);
+    atomic_store(&S.running, 1);
+    /* The sampler thread blocks every signal, so signals meant for the program are
+     * never delivered to it and it never interrupts the program's system calls. */
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    int rc = pthread_create(&S.thread, NULL, sampler_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    if (rc != 0) {
+        atomic_store(&S.running, 0);
+        return rc;
+    }
+    S.thread_started = 1;
+    return 0;
+}
+
+/* Stops the sampler thread and waits until it has ended; GIL held (released
+ * while waiting: the thread may be waiting for it).  Returns its kernel tid. */
+static pid_t join_thread(void)
+{
+    pthread_t thread = S.thread;
+    S.thread_started = 0; /* before the GIL is released: another thread may fork */
+    pthread_mutex_lock(&S.wake_lock);
+    atomic_store(&S.running, 0);
+    pthread_cond_signal(&S.wake);
+    pthread_mutex_unlock(&S.wake_lock);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(thread, NULL);
+    Py_END_ALLOW_THREADS
+    return (pid_t)atomic_exchange(&S.sampler_tid, 0); /* its first act was to set it */
+}
+
+/* Around the program's forks (forks.h): the thread stops, and starts again in
+ * the parent. */
+static void stop_for_fork(void)
+{
+    if (S.active && S.thread_started && getpid() == S.owner_pid) {
+        pid_t tid = join_thread();
+        S.suspended_for_fork = 1;
+        forks_wait_until_thread_gone(tid);
+    }
+}
+
+static void start_after_fork(void)
+{
+    if (S.suspended_for_fork && S.active) {
+        S.suspended_for_fork = 0;
+        /* Should the thread not start (out of threads), the program goes on
+         * and the profile has no samples from here on. */
+        (void)launch_thread();
+    }
+}
+
 int sampler_start(const sampler_options *options)
 {
     static int atfork_registered;
-    if (S.thread_started) {
+    if (S.active) {
         PyErr_SetString(PyExc_RuntimeError, "the CPU sampler is already running");
         return -1;
     }
@@ -498,40 +560,33 @@ int sampler_start(const sampler_options *options)
             S.totals.threads_seen++;
         }
     }
-    atomic_store(&S.sampler_tid, 0);
     atomic_store(&S.request_pending, 0);
-    atomic_store(&S.running, 1);
-
-    /* The sampler thread blocks every signal, so signals meant for the program are
-     * never delivered to it and it never interrupts the program's system calls. */
-    sigset_t all, previous;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &previous);
-    int rc = pthread_create(&S.thread, NULL, sampler_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    S.suspended_for_fork = 0;
+    if (forks_register(stop_for_fork, start_after_fork) != 0) {
+        return -1;
+    }
+    int rc = launch_thread();
     if (rc != 0) {
-        atomic_store(&S.running, 0);
+        forks_unregister(stop_for_fork);
         errno = rc;
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
-    S.thread_started = 1;
+    S.active = 1;
     return 0;
 }
 
 void sampler_stop(void)
 {
-    if (!S.thread_started) {
+    if (!S.active) {
         return;
     }
-    pthread_mutex_lock(&S.wake_lock);
-    atomic_store(&S.running, 0);
-    pthread_cond_signal(&S.wake);
-    pthread_mutex_unlock(&S.wake_lock);
-    Py_BEGIN_ALLOW_THREADS
-    pthread_join(S.thread, NULL);
-    Py_END_ALLOW_THREADS
-    S.thread_started = 0;
+    if (S.thread_started) {
+        (void)join_thread();
+    }
+    forks_unregister(stop_for_fork);
+    S.active = 0;
+    S.suspended_for_fork = 0;
     pthread_cond_destroy(&S.wake);
     S.totals.stop_wall_ns = clock_wall_ns();
     S.totals.process_cpu_ns = delta(clock_process_cpu_ns(), S.totals.process_cpu_ns);
@@ -540,13 +595,13 @@ void sampler_stop(void)
 
 int sampler_running(void)
 {
-    return S.thread_started;
+    return S.active;
 }
 
 void sampler_get_totals(sampler_totals *out)
 {
     *out = S.totals;
-    uint64_t end = S.thread_started ? clock_wall_ns() : S.totals.stop_wall_ns;
+    uint64_t end = S.active ? clock_wall_ns() : S.totals.stop_wall_ns;
     out->stop_wall_ns = end;
     out->memory_bytes = table_memory_bytes(&S.threads);
     out->unit_ns = S.totals.main_live_units

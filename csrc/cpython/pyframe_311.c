@@ -1,32 +1,29 @@
-/* CPython 3.11 - 3.13 frame layout.  See pyframe.h. */
+/* CPython 3.11 and 3.12: _PyInterpreterFrames reached through ts->cframe, the
+ * instruction at prev_instr.  See pyframe.h. */
 #define Py_BUILD_CORE 1
 #include "pyframe.h"
 
-#if PY_VERSION_HEX < 0x030B0000
-#error "pyrometer needs CPython 3.11 or newer"
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000
+#error "pyframe_311.c is the CPython 3.11/3.12 layout"
 #endif
 
 #include <internal/pycore_frame.h>
 #include <internal/pycore_interp.h>
 
-static PyCodeObject *frame_code(const _PyInterpreterFrame *f)
-{
-#if PY_VERSION_HEX >= 0x030D0000
-    return (PyCodeObject *)f->f_executable;
+#if PY_VERSION_HEX >= 0x030C0000
+const char pyframe_layout[] = "3.12";
 #else
-    return f->f_code;
+const char pyframe_layout[] = "3.11";
 #endif
-}
+
+/* Function entry and loop back-edges (see codes.c). */
+const char *const pyframe_python_park_opcodes[] = {"RESUME", "JUMP_BACKWARD", NULL};
 
 static int frame_is_complete(const _PyInterpreterFrame *f)
 {
-#if PY_VERSION_HEX >= 0x030D0000
-    if (f->owner == FRAME_OWNED_BY_CSTACK || !PyCode_Check(f->f_executable)) {
-        return 0;
-    }
-#elif PY_VERSION_HEX >= 0x030C0000
+#if PY_VERSION_HEX >= 0x030C0000
     if (f->owner == FRAME_OWNED_BY_CSTACK) {
-        return 0;
+        return 0; /* 3.12's shim frames between C and the eval loop */
     }
 #endif
     /* _PyFrame_IsIncomplete casts away const; the check only reads. */
@@ -43,11 +40,7 @@ static pyframe first_complete(const _PyInterpreterFrame *f)
 
 pyframe pyframe_innermost(PyThreadState *ts)
 {
-#if PY_VERSION_HEX >= 0x030D0000
-    return first_complete(ts->current_frame);
-#else
     return ts->cframe == NULL ? NULL : first_complete(ts->cframe->current_frame);
-#endif
 }
 
 pyframe pyframe_caller(pyframe f)
@@ -57,17 +50,23 @@ pyframe pyframe_caller(pyframe f)
 
 PyCodeObject *pyframe_code(pyframe f)
 {
-    return frame_code(f);
+    return ((const _PyInterpreterFrame *)f)->f_code;
 }
 
 int pyframe_lasti(pyframe f)
 {
     const _PyInterpreterFrame *frame = f;
-#if PY_VERSION_HEX >= 0x030D0000
-    return (int)(frame->instr_ptr - _PyCode_CODE(frame_code(frame)));
-#else
-    return (int)(frame->prev_instr - _PyCode_CODE(frame_code(frame)));
-#endif
+    return (int)(frame->prev_instr - _PyCode_CODE(frame->f_code));
+}
+
+PyObject *pyframe_code_bytes(PyCodeObject *code)
+{
+    return PyCode_GetCode(code);
+}
+
+PyObject *pyframe_code_qualname(PyCodeObject *code)
+{
+    return code->co_qualname;
 }
 
 uint64_t pyframe_thread_serial(PyThreadState *ts)
@@ -82,13 +81,9 @@ pid_t pyframe_thread_tid(PyThreadState *ts)
 
 void pyframe_wake_main_thread(PyInterpreterState *interp)
 {
-#if PY_VERSION_HEX < 0x030D0000
     /* The same store CPython makes when a thread asks for the GIL: harmless to
      * other threads, which recompute the flag and carry on. */
     _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
-#else
-    (void)interp; /* 3.13+: Py_AddPendingCall signals the main thread itself. */
-#endif
 }
 
 PyThreadState *pyframe_my_thread_state(void)
@@ -98,7 +93,7 @@ PyThreadState *pyframe_my_thread_state(void)
 
 int pyframe_gil_is_mine(void)
 {
-    /* 3.11: the "current" thread state is the GIL holder's; 3.12+: it is this
+    /* 3.11: the "current" thread state is the GIL holder's; 3.12: it is this
      * thread's while attached, i.e. while it holds the GIL.  Either way a match
      * means this thread holds it. */
     PyThreadState *mine = PyGILState_GetThisThreadState();

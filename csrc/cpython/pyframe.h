@@ -1,0 +1,61 @@
+/* pyframe: the one place that knows how a CPython version lays out thread states,
+ * frames and code objects.  Every subsystem (the CPU sampler, the memory side)
+ * reads frames through this door.
+ *
+ * Frames are read without creating frame objects: PyThreadState_GetFrame() would
+ * allocate a PyFrameObject per frame, which perturbs memory profiles and costs
+ * more than the sample.  One file per frame layout implements this header, and
+ * the build picks the file for the interpreter it compiles against:
+ *   pyframe_310.c  3.10        PyFrameObject chain from ts->frame, f_lasti
+ *   pyframe_311.c  3.11, 3.12  _PyInterpreterFrame via ts->cframe, prev_instr
+ *   pyframe_313.c  3.13        _PyInterpreterFrame at ts->current_frame, f_executable
+ * A version without a file is refused by the build (module_unsupported.c), never
+ * guessed.  Callers hold the GIL unless a function says otherwise.
+ */
+#ifndef PYROMETER_PYFRAME_H
+#define PYROMETER_PYFRAME_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef const void *pyframe; /* an interpreter frame; NULL ends a walk */
+
+/* The layout this build reads, e.g. "3.11-3.12", for the profile's header. */
+extern const char pyframe_layout[];
+
+pyframe pyframe_innermost(PyThreadState *ts); /* the thread's current complete frame */
+pyframe pyframe_caller(pyframe f);            /* next complete frame outward */
+PyCodeObject *pyframe_code(pyframe f);
+int pyframe_lasti(pyframe f);                 /* index in code units of the instruction; -1: not started */
+
+/* Code objects.  The bytecode without adaptive specialisation (a new reference
+ * to bytes of 2-byte code units), so that opcode numbers from the `opcode`
+ * module apply; NULL with an exception set on failure. */
+PyObject *pyframe_code_bytes(PyCodeObject *code);
+PyObject *pyframe_code_qualname(PyCodeObject *code); /* borrowed */
+
+/* Opcodes (names, NULL-terminated) at which the eval loop checks its eval
+ * breaker while running Python and may hand over the GIL there: a thread parked
+ * at one of them was running bytecode, not inside a call into C. */
+extern const char *const pyframe_python_park_opcodes[];
+
+/* After Py_AddPendingCall from a thread other than the main one, make the main
+ * thread notice the request at its next bytecode boundary.  CPython 3.10-3.12
+ * recompute the "eval breaker" in the calling thread, where pending calls do not
+ * count, so the request would otherwise wait for an unrelated event (a GIL
+ * switch, a signal).  Any thread may call this; it only stores an atomic flag. */
+void pyframe_wake_main_thread(PyInterpreterState *interp);
+
+/* Whether the calling thread holds the GIL (callable without it: reads only the
+ * thread's own state and the GIL holder, never allocates). */
+int pyframe_gil_is_mine(void);
+/* The calling thread's state whether or not it holds the GIL; NULL for a thread
+ * that never ran Python. */
+PyThreadState *pyframe_my_thread_state(void);
+
+uint64_t pyframe_thread_serial(PyThreadState *ts); /* unique for the life of the interpreter */
+pid_t pyframe_thread_tid(PyThreadState *ts);       /* kernel thread id; 0 when unknown */
+
+#endif

@@ -1,0 +1,90 @@
+/* CPython 3.10: frames are PyFrameObjects linked by f_back from ts->frame.  See
+ * pyframe.h. */
+#define Py_BUILD_CORE 1
+#include "pyframe.h"
+
+#if PY_VERSION_HEX < 0x030A0000 || PY_VERSION_HEX >= 0x030B0000
+#error "pyframe_310.c is the CPython 3.10 layout"
+#endif
+
+#include <frameobject.h>
+#include <internal/pycore_interp.h>
+#include <pthread.h>
+#include <time.h>
+
+const char pyframe_layout[] = "3.10";
+
+/* JUMP_ABSOLUTE is the loop back-edge.  The eval breaker is also checked after
+ * CALL_FUNCTION & co., but a thread parked there cannot be told from one still
+ * inside the call (both leave f_lasti at the call), so those count as native;
+ * a frame that has not started (f_lasti -1) counts as Python (codes.c). */
+const char *const pyframe_python_park_opcodes[] = {"JUMP_ABSOLUTE", NULL};
+
+pyframe pyframe_innermost(PyThreadState *ts)
+{
+    return ts->frame;
+}
+
+pyframe pyframe_caller(pyframe f)
+{
+    return ((const PyFrameObject *)f)->f_back;
+}
+
+PyCodeObject *pyframe_code(pyframe f)
+{
+    return ((const PyFrameObject *)f)->f_code;
+}
+
+int pyframe_lasti(pyframe f)
+{
+    return ((const PyFrameObject *)f)->f_lasti; /* 3.10 counts code units */
+}
+
+PyObject *pyframe_code_bytes(PyCodeObject *code)
+{
+    Py_INCREF(code->co_code); /* 3.10 specialises nothing: co_code is the bytecode */
+    return code->co_code;
+}
+
+PyObject *pyframe_code_qualname(PyCodeObject *code)
+{
+    return code->co_name; /* 3.10 code objects carry no qualified name */
+}
+
+uint64_t pyframe_thread_serial(PyThreadState *ts)
+{
+    return ts->id;
+}
+
+pid_t pyframe_thread_tid(PyThreadState *ts)
+{
+    /* 3.10 records no kernel thread id, only the pthread_t of the thread that
+     * made the state.  With the GIL held, a state still in the interpreter's list
+     * belongs to a thread that has not finished (a thread deletes its state, under
+     * the GIL, before it ends), so its pthread_t is valid.  Its CPU clock id
+     * encodes the kernel tid (~tid << 3 | flags, the kernel's ABI, see clock.c). */
+    clockid_t cid;
+    if (pthread_getcpuclockid((pthread_t)ts->thread_id, &cid) != 0) {
+        return 0;
+    }
+    return (pid_t)(~(unsigned int)cid >> 3);
+}
+
+void pyframe_wake_main_thread(PyInterpreterState *interp)
+{
+    /* The same store CPython makes when a thread asks for the GIL: harmless to
+     * other threads, which recompute the flag and carry on. */
+    _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
+}
+
+PyThreadState *pyframe_my_thread_state(void)
+{
+    return PyGILState_GetThisThreadState();
+}
+
+int pyframe_gil_is_mine(void)
+{
+    /* The "current" thread state is the GIL holder's. */
+    PyThreadState *mine = PyGILState_GetThisThreadState();
+    return mine != NULL && mine == _PyThreadState_UncheckedGet();
+}

@@ -1,0 +1,92 @@
+/* CPython 3.13: _PyInterpreterFrames from ts->current_frame, the code in
+ * f_executable (which may also hold other objects), the instruction at
+ * instr_ptr.  See pyframe.h. */
+#define Py_BUILD_CORE 1
+#include "pyframe.h"
+
+#if PY_VERSION_HEX < 0x030D0000 || (PY_VERSION_HEX >= 0x030E0000 && !defined(PYROMETER_UNTESTED_VERSION))
+#error "pyframe_313.c is the CPython 3.13 layout (newer versions only with -Dforce_version=true)"
+#endif
+
+#include <internal/pycore_frame.h>
+
+const char pyframe_layout[] = "3.13";
+
+/* Function entry and loop back-edges (see codes.c). */
+const char *const pyframe_python_park_opcodes[] = {"RESUME", "JUMP_BACKWARD", NULL};
+
+static int frame_is_complete(const _PyInterpreterFrame *f)
+{
+    if (f->owner == FRAME_OWNED_BY_CSTACK || !PyCode_Check(f->f_executable)) {
+        return 0;
+    }
+    /* _PyFrame_IsIncomplete casts away const; the check only reads. */
+    return !_PyFrame_IsIncomplete((_PyInterpreterFrame *)f);
+}
+
+static pyframe first_complete(const _PyInterpreterFrame *f)
+{
+    while (f != NULL && !frame_is_complete(f)) {
+        f = f->previous;
+    }
+    return f;
+}
+
+pyframe pyframe_innermost(PyThreadState *ts)
+{
+    return first_complete(ts->current_frame);
+}
+
+pyframe pyframe_caller(pyframe f)
+{
+    return first_complete(((const _PyInterpreterFrame *)f)->previous);
+}
+
+PyCodeObject *pyframe_code(pyframe f)
+{
+    return (PyCodeObject *)((const _PyInterpreterFrame *)f)->f_executable;
+}
+
+int pyframe_lasti(pyframe f)
+{
+    const _PyInterpreterFrame *frame = f;
+    return (int)(frame->instr_ptr - _PyCode_CODE(pyframe_code(f)));
+}
+
+PyObject *pyframe_code_bytes(PyCodeObject *code)
+{
+    return PyCode_GetCode(code);
+}
+
+PyObject *pyframe_code_qualname(PyCodeObject *code)
+{
+    return code->co_qualname;
+}
+
+uint64_t pyframe_thread_serial(PyThreadState *ts)
+{
+    return ts->id;
+}
+
+pid_t pyframe_thread_tid(PyThreadState *ts)
+{
+    return (pid_t)ts->native_thread_id;
+}
+
+void pyframe_wake_main_thread(PyInterpreterState *interp)
+{
+    (void)interp; /* Py_AddPendingCall signals the main thread itself. */
+}
+
+PyThreadState *pyframe_my_thread_state(void)
+{
+    return PyGILState_GetThisThreadState();
+}
+
+int pyframe_gil_is_mine(void)
+{
+    /* The "current" thread state is this thread's while attached, i.e. while it
+     * holds the GIL. */
+    PyThreadState *mine = PyGILState_GetThisThreadState();
+    return mine != NULL && mine == _PyThreadState_UncheckedGet();
+}

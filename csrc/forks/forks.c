@@ -1,0 +1,227 @@
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "forks.h"
+
+#include <stdio.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_THREADS 4
+
+static struct {
+    void (*stop[MAX_THREADS])(void);
+    void (*start[MAX_THREADS])(void);
+    int count;
+    int hooks_registered;   /* os.register_at_fork is for the life of the process */
+    int stopped;            /* the threads were stopped for a fork in progress */
+    int in_wrapper;         /* inside our os.fork: it starts the threads itself */
+    pid_t owner_pid;
+    PyObject *originals[2]; /* os.fork and os.forkpty as they were; NULL: not wrapped */
+} F;
+
+static const char *const wrapped_names[2] = {"fork", "forkpty"};
+
+void forks_wait_until_thread_gone(pid_t tid)
+{
+    /* pthread_join returns when the kernel clears the thread's tid, a little
+     * before the thread stops counting among the process's threads (what
+     * /proc/self/stat shows, and CPython 3.12+ reads).  The thread's
+     * /proc/self/task entry goes at the same moment as the count. */
+    if (tid <= 0) {
+        return;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d", (int)tid);
+    struct stat st;
+    struct timespec pause = {0, 20000};
+    for (int i = 0; i < 5000 && stat(path, &st) == 0; i++) {
+        nanosleep(&pause, NULL);
+    }
+}
+
+static void stop_all(void)
+{
+    if (F.stopped || getpid() != F.owner_pid) {
+        return;
+    }
+    for (int i = F.count - 1; i >= 0; i--) {
+        F.stop[i]();
+    }
+    F.stopped = 1;
+}
+
+static void start_all(void)
+{
+    if (!F.stopped || getpid() != F.owner_pid) {
+        return;
+    }
+    F.stopped = 0;
+    for (int i = 0; i < F.count; i++) {
+        F.start[i]();
+    }
+}
+
+static PyObject *before_fork(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    stop_all();
+    Py_RETURN_NONE;
+}
+
+/* 3.13 warns after the after_in_parent hooks have run, so a thread started there
+ * would still be counted: inside our os.fork, the wrapper starts the threads
+ * once os.fork has returned.  A fork through a reference to the original
+ * function taken before profiling started only has this hook. */
+static PyObject *after_fork_in_parent(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    if (!F.in_wrapper) {
+        start_all();
+    }
+    Py_RETURN_NONE;
+}
+
+/* os.fork and os.forkpty while profiling: the original (self), then the
+ * profiler's threads again in the parent. */
+static PyObject *fork_then_restart(PyObject *original, PyObject *args, PyObject *kwargs)
+{
+    F.in_wrapper++;
+    PyObject *result = PyObject_Call(original, args, kwargs);
+    F.in_wrapper--;
+    if (F.in_wrapper == 0) {
+        start_all(); /* also when the fork failed: the threads were stopped */
+    }
+    return result;
+}
+
+static PyMethodDef hook_defs[] = {
+    {"pyrometer_before_fork", before_fork, METH_NOARGS, NULL},
+    {"pyrometer_after_fork_in_parent", after_fork_in_parent, METH_NOARGS, NULL},
+};
+
+static PyMethodDef wrapper_defs[] = {
+    {"fork", (PyCFunction)(void (*)(void))fork_then_restart, METH_VARARGS | METH_KEYWORDS,
+     "Fork a child process (pyrometer keeps its own threads out of the fork)."},
+    {"forkpty", (PyCFunction)(void (*)(void))fork_then_restart, METH_VARARGS | METH_KEYWORDS,
+     "Fork a new process with a new pseudo-terminal as controlling tty (pyrometer keeps its "
+     "own threads out of the fork)."},
+};
+
+static int register_hooks(void)
+{
+    PyObject *os = PyImport_ImportModule("os");
+    PyObject *reg = os != NULL ? PyObject_GetAttrString(os, "register_at_fork") : NULL;
+    Py_XDECREF(os);
+    if (reg == NULL) {
+        return -1;
+    }
+    PyObject *before = PyCFunction_New(&hook_defs[0], NULL);
+    PyObject *parent = PyCFunction_New(&hook_defs[1], NULL);
+    PyObject *args = PyTuple_New(0);
+    PyObject *kwargs = before && parent && args
+                           ? Py_BuildValue("{s:O,s:O}", "before", before, "after_in_parent", parent)
+                           : NULL;
+    PyObject *done = kwargs != NULL ? PyObject_Call(reg, args, kwargs) : NULL;
+    Py_XDECREF(done);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(args);
+    Py_XDECREF(before);
+    Py_XDECREF(parent);
+    Py_DECREF(reg);
+    return done != NULL ? 0 : -1;
+}
+
+/* Puts our wrappers in os (and posix, the module os takes them from). */
+static int wrap_os_functions(void)
+{
+    PyObject *os = PyImport_ImportModule("os");
+    PyObject *posix = PyImport_ImportModule("posix");
+    int rc = os != NULL && posix != NULL ? 0 : -1;
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        PyObject *original = PyObject_GetAttrString(os, wrapped_names[i]);
+        if (original == NULL) {
+            PyErr_Clear(); /* a platform without it */
+            continue;
+        }
+        PyObject *wrapper = PyCFunction_New(&wrapper_defs[i], original);
+        if (wrapper == NULL || PyObject_SetAttrString(os, wrapped_names[i], wrapper) != 0 ||
+            PyObject_SetAttrString(posix, wrapped_names[i], wrapper) != 0) {
+            rc = -1;
+        }
+        Py_XDECREF(wrapper);
+        F.originals[i] = original; /* keeps the reference */
+    }
+    Py_XDECREF(os);
+    Py_XDECREF(posix);
+    return rc;
+}
+
+/* Puts the originals back, where our wrappers are still in place. */
+static void unwrap_os_functions(void)
+{
+    PyObject *modules[2] = {PyImport_ImportModule("os"), PyImport_ImportModule("posix")};
+    for (int i = 0; i < 2; i++) {
+        if (F.originals[i] == NULL) {
+            continue;
+        }
+        for (int m = 0; m < 2; m++) {
+            PyObject *now = modules[m] ? PyObject_GetAttrString(modules[m], wrapped_names[i]) : NULL;
+            if (now != NULL && PyCFunction_Check(now) && PyCFunction_GET_SELF(now) == F.originals[i]) {
+                PyObject_SetAttrString(modules[m], wrapped_names[i], F.originals[i]);
+            }
+            Py_XDECREF(now);
+        }
+        Py_CLEAR(F.originals[i]);
+    }
+    Py_XDECREF(modules[0]);
+    Py_XDECREF(modules[1]);
+    PyErr_Clear();
+}
+
+int forks_register(void (*stop)(void), void (*start)(void))
+{
+    if (F.count == MAX_THREADS) {
+        PyErr_SetString(PyExc_RuntimeError, "too many profiler threads for the fork guard");
+        return -1;
+    }
+    if (!F.hooks_registered) {
+        if (register_hooks() != 0) {
+            return -1;
+        }
+        F.hooks_registered = 1;
+    }
+    if (F.count == 0) {
+        F.owner_pid = getpid();
+        F.stopped = 0;
+        F.in_wrapper = 0;
+        if (wrap_os_functions() != 0) {
+            unwrap_os_functions();
+            return -1;
+        }
+    }
+    F.stop[F.count] = stop;
+    F.start[F.count] = start;
+    F.count++;
+    return 0;
+}
+
+void forks_unregister(void (*stop)(void))
+{
+    for (int i = 0; i < F.count; i++) {
+        if (F.stop[i] == stop) {
+            for (int j = i + 1; j < F.count; j++) {
+                F.stop[j - 1] = F.stop[j];
+                F.start[j - 1] = F.start[j];
+            }
+            F.count--;
+            break;
+        }
+    }
+    if (F.count == 0) {
+        unwrap_os_functions();
+    }
+}
