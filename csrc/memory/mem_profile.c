@@ -44,7 +44,8 @@ typedef struct {
 } ring_slot;
 
 static struct {
-    int active, initialised, frees_counted;
+    int active, initialised;
+    pyalloc_sizing python_sizing; /* how Python's blocks are sized; NOT_SIZED: not profiled */
     int leak_detector; /* watch sampled allocations (off: no watch, no leak report) */
     memhooks_api api;
     int64_t window;
@@ -304,7 +305,7 @@ int mem_profile_start(int64_t window_bytes, int leak_detector)
     M.window = window_bytes;
     M.leak_detector = leak_detector;
     M.start_ns = clock_wall_ns();
-    M.frees_counted = pyalloc_install(&api, window_bytes);
+    M.python_sizing = pyalloc_install(&api, window_bytes);
     M.active = 1;
     memhooks_config config = {window_bytes, window_bytes, on_sample, on_freed};
     if (api.start(&config) != 0) {
@@ -389,7 +390,7 @@ PyObject *mem_profile_collect(void)
                                ? Py_BuildValue("(Oi)", M.max_code->co_filename, M.max_lineno)
                                : (Py_INCREF(Py_None), Py_None);
     return Py_BuildValue(
-        "{s:N,s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:O}", "lines", lines,
+        "{s:N,s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:s,s:O}", "lines", lines,
         "footprint", series_list(M.footprint), "max_footprint_bytes", (long long)M.max_footprint,
         "max_footprint_where", peak_where, "max_footprint_time_sec", (double)M.max_t_ns * 1e-9,
         "footprint_bytes", (long long)(M.api.footprint ? M.api.footprint() : 0), "window_bytes",
@@ -400,8 +401,9 @@ PyObject *mem_profile_collect(void)
         "native_thread_alloc_bytes", (unsigned long long)atomic_load(&M.native_thread_alloc),
         "native_thread_free_bytes", (unsigned long long)atomic_load(&M.native_thread_free),
         "native_thread_copy_bytes", (unsigned long long)atomic_load(&M.native_thread_copy),
-        "dropped_samples", (unsigned long long)atomic_load(&M.dropped), "python_frees_counted",
-        M.frees_counted, "leak_detector", M.leak_detector ? Py_True : Py_False);
+        "dropped_samples", (unsigned long long)atomic_load(&M.dropped), "python_memory_profiled",
+        M.python_sizing != PYALLOC_NOT_SIZED ? Py_True : Py_False, "python_allocator",
+        pyalloc_allocator_name(), "leak_detector", M.leak_detector ? Py_True : Py_False);
 }
 
 void mem_profile_release(void)

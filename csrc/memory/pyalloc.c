@@ -5,6 +5,8 @@
 #include "../memhooks/pymalloc_arenas.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -39,13 +41,17 @@ static int installed;
 static int64_t window;
 static const volatile uintptr_t *watched;
 /* A copy of the library's arena map: its leaves pointer never changes, and a
- * copy here saves the fast paths one load.  Read only while small_limit != 0,
- * which install() sets only after copying it (else its leaves are NULL). */
+ * copy here saves the fast paths one load.  Read only with sizing ==
+ * PYALLOC_POOLS, which install() chooses only with a map to copy (else its
+ * leaves are NULL). */
 static pymalloc_arena_map arenas;
 /* Requests of 1 to small_limit bytes are served by pymalloc from its pools, never
- * by malloc, and their blocks' sizes can be read back; 0 when the layout check
- * failed (another allocator, debug hooks), which sends every call the slow way. */
+ * by malloc, and their blocks' sizes can be read back; 0 under any other Python
+ * allocator (PYTHONMALLOC=malloc, debug hooks), which sends every call the slow
+ * way. */
 static size_t small_limit;
+static pyalloc_sizing sizing;
+static char allocator_name[32];
 
 /* Python's allocations are counted here, not in the library's per-thread
  * counters: the "mem" and "object" domains are called only with the GIL held, so
@@ -99,18 +105,45 @@ static inline int64_t small_size(size_t asked)
     return (int64_t)((asked + 15) & ~(size_t)15); /* pymalloc's size class */
 }
 
-/* The size of a live Python block, and whether it is pymalloc's (pooled) or
- * malloc's: pymalloc's arenas are looked up inline, and the block's pool header
- * read; the library is called only for a malloc block. */
+/* The size CPython's debug hooks (PYTHONMALLOC=debug, pymalloc_debug,
+ * malloc_debug, mimalloc_debug; the same layout from 3.6 to 3.13) write before
+ * every block: the size asked for, big-endian, in the size_t two words before the
+ * block, then the API id byte and size_t - 1 bytes of 0xFD.  install() checks it
+ * on known sizes before trusting it. */
+static size_t debug_header_size(const void *ptr)
+{
+    const unsigned char *header = (const unsigned char *)ptr - 2 * sizeof(size_t);
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(size_t); i++) {
+        n = (n << 8) | header[i];
+    }
+    return n;
+}
+
+static int debug_header_intact(const void *ptr)
+{
+    const unsigned char *pad = (const unsigned char *)ptr - sizeof(size_t) + 1;
+    for (size_t i = 0; i < sizeof(size_t) - 1; i++) {
+        if (pad[i] != 0xFD) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The size of a live Python block, and whether it is pymalloc's (pooled: freed
+ * without reaching free()) or not.  With pymalloc, its arenas are looked up
+ * inline and the block's pool header read; the library is called only for a
+ * malloc block.  Not called with PYALLOC_NOT_SIZED. */
 static inline size_t block_size(void *ptr, int *pooled)
 {
     uintptr_t a = (uintptr_t)ptr;
-    if (LIKELY(pymalloc_arenas_find(&arenas, a))) {
+    if (LIKELY(sizing == PYALLOC_POOLS) && LIKELY(pymalloc_arenas_find(&arenas, a))) {
         *pooled = 1;
         return pymalloc_pool_block_size(a);
     }
     *pooled = 0;
-    return hooks.python_block_size(ptr);
+    return sizing == PYALLOC_DEBUG_HEADER ? debug_header_size(ptr) : hooks.python_block_size(ptr);
 }
 
 /* A block stops being watched (for leaks) before it is given back: afterwards
@@ -134,7 +167,8 @@ static COLD void *malloc_through(wrapped_domain *d, size_t size)
     void *p = d->original.malloc(d->original.ctx, size);
     t->python_depth--;
     if (p != NULL) {
-        size_t n = small_limit != 0 ? hooks.python_block_size(p) : 0;
+        int pooled;
+        size_t n = block_size(p, &pooled);
         count((int64_t)(n != 0 ? n : size), p);
     }
     return p;
@@ -160,7 +194,8 @@ static COLD void *calloc_through(wrapped_domain *d, size_t nelem, size_t elsize)
     void *p = d->original.calloc(d->original.ctx, nelem, elsize);
     t->python_depth--;
     if (p != NULL) {
-        size_t n = small_limit != 0 ? hooks.python_block_size(p) : 0;
+        int pooled;
+        size_t n = block_size(p, &pooled);
         count((int64_t)(n != 0 ? n : nelem * elsize), p);
     }
     return p;
@@ -186,7 +221,7 @@ static void *wrapped_calloc(void *ctx, size_t nelem, size_t elsize)
 static COLD void *realloc_slow(wrapped_domain *d, void *ptr, size_t size)
 {
     size_t before = 0;
-    if (ptr != NULL && small_limit != 0) {
+    if (ptr != NULL) {
         int pooled;
         before = block_size(ptr, &pooled);
         unwatch(ptr);
@@ -200,7 +235,7 @@ static COLD void *realloc_slow(wrapped_domain *d, void *ptr, size_t size)
             count(-(int64_t)before, ptr);
         }
         int pooled;
-        size_t n = small_limit != 0 ? block_size(p, &pooled) : 0;
+        size_t n = block_size(p, &pooled);
         count((int64_t)(n != 0 ? n : size), p);
     }
     return p;
@@ -236,10 +271,10 @@ static COLD void free_through(wrapped_domain *d, void *ptr)
 }
 
 /* Every free that is not a plain pymalloc block below the window: NULL, a block
- * malloc serves, sizes not readable, a watched block, a net crossing the window. */
+ * malloc serves, another allocator, a watched block, a net crossing the window. */
 static COLD void free_slow(wrapped_domain *d, void *ptr)
 {
-    if (ptr == NULL || small_limit == 0) {
+    if (ptr == NULL) {
         free_through(d, ptr);
         return;
     }
@@ -275,27 +310,69 @@ static void wrapped_free(void *ctx, void *ptr)
     free_slow(d, ptr);
 }
 
-/* The layout facts pymalloc_arenas.c relies on, checked on this interpreter:
- * blocks of known size classes must read back their size. */
-static int block_sizes_readable(void)
+/* Blocks of known sizes must read back as expected under the chosen sizing: the
+ * layout facts each one relies on, checked on this interpreter. */
+static int sizes_read_back(void)
 {
-    static const size_t asked[] = {1, 17, 40, 500};
-    static const size_t expect[] = {16, 32, 48, 512};
+    static const size_t asked[] = {1, 17, 40, 500, 3000};
+    static const size_t pooled_class[] = {16, 32, 48, 512, 0};
     for (size_t i = 0; i < sizeof asked / sizeof asked[0]; i++) {
         void *p = PyObject_Malloc(asked[i]);
-        size_t got = p != NULL ? hooks.python_block_size(p) : 0;
+        if (p == NULL) {
+            return 0;
+        }
+        int ok;
+        if (sizing == PYALLOC_DEBUG_HEADER) {
+            ok = debug_header_intact(p) && debug_header_size(p) == asked[i];
+        } else if (sizing == PYALLOC_POOLS && pooled_class[i] != 0) {
+            /* Only pymalloc blocks: a pointer of another allocator must never reach
+             * malloc_usable_size (it may crash there). */
+            ok = pymalloc_arenas_find(&arenas, (uintptr_t)p) &&
+                 pymalloc_pool_block_size((uintptr_t)p) == pooled_class[i];
+        } else {
+            int pooled;
+            size_t got = block_size(p, &pooled);
+            ok = got >= asked[i] && got < asked[i] + 64;
+        }
         PyObject_Free(p);
-        if (got != expect[i]) {
+        if (!ok) {
             return 0;
         }
     }
     return 1;
 }
 
-int pyalloc_install(const memhooks_api *api, int64_t window_bytes)
+/* Which allocator Python's "mem" and "object" domains use, by CPython's own
+ * name for it (the PYTHONMALLOC values).  The function is internal but exported
+ * from 3.8 on; NULL when it is missing or the allocators were replaced (by
+ * tracemalloc, another tool). */
+static const char *current_allocator_name(void)
+{
+    const char *(*name)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "_PyMem_GetCurrentAllocatorName");
+    return name != NULL ? name() : NULL;
+}
+
+static pyalloc_sizing choose_sizing(const char *name, const pymalloc_arena_map *map)
+{
+    if (name == NULL || strcmp(name, "pymalloc") == 0) {
+        /* Unnamed: another tool's hooks, most likely over pymalloc; the
+         * read-back check tells. */
+        return map != NULL ? PYALLOC_POOLS : PYALLOC_NOT_SIZED;
+    }
+    if (strcmp(name, "malloc") == 0) {
+        return PYALLOC_MALLOC;
+    }
+    size_t n = strlen(name);
+    if (n > 6 && strcmp(name + n - 6, "_debug") == 0) {
+        return PYALLOC_DEBUG_HEADER;
+    }
+    return PYALLOC_NOT_SIZED; /* mimalloc: its block sizes cannot be read from outside */
+}
+
+pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes)
 {
     if (installed) {
-        return small_limit != 0;
+        return sizing;
     }
     hooks = *api;
     window = window_bytes;
@@ -304,8 +381,19 @@ int pyalloc_install(const memhooks_api *api, int64_t window_bytes)
     if (map != NULL) {
         arenas = *map;
     }
+    const char *name = current_allocator_name();
+    snprintf(allocator_name, sizeof allocator_name, "%s", name != NULL ? name : "unknown");
+    sizing = choose_sizing(name, map);
+    if (sizing != PYALLOC_NOT_SIZED && !sizes_read_back()) {
+        sizing = PYALLOC_NOT_SIZED;
+    }
+    if (sizing == PYALLOC_NOT_SIZED) {
+        /* Counting allocations whose frees cannot be counted would make every
+         * Python line look like it keeps all it ever allocated: better none. */
+        return sizing;
+    }
     /* The fast paths count a block against the net only: it must be under a window. */
-    small_limit = map != NULL && window > 512 && block_sizes_readable() ? 512 : 0;
+    small_limit = sizing == PYALLOC_POOLS && window > 512 ? 512 : 0;
     python_net = 0;
     for (int i = 0; i < 2; i++) {
         PyMem_GetAllocator(domains[i].domain, &domains[i].original);
@@ -314,7 +402,12 @@ int pyalloc_install(const memhooks_api *api, int64_t window_bytes)
         PyMem_SetAllocator(domains[i].domain, &mine);
     }
     installed = 1;
-    return small_limit != 0;
+    return sizing;
+}
+
+const char *pyalloc_allocator_name(void)
+{
+    return allocator_name[0] != '\0' ? allocator_name : "unknown";
 }
 
 void pyalloc_uninstall(void)

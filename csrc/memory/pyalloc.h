@@ -9,9 +9,22 @@
 
 #include "memhooks_api.h"
 
-/* GIL held.  Verifies that block sizes can be read back (see pymalloc_arenas.c);
- * returns whether Python frees are counted by size (1) or not at all (0). */
-int pyalloc_install(const memhooks_api *api, int64_t window_bytes);
+/* How the sizes of Python's blocks are read, which decides whether Python memory
+ * can be profiled at all: a free must be counted with the size its allocation
+ * was counted with. */
+typedef enum {
+    PYALLOC_NOT_SIZED,    /* mimalloc, or a layout that failed its check: not wrapped */
+    PYALLOC_POOLS,        /* pymalloc (the default): pool headers, malloc above 512 B */
+    PYALLOC_MALLOC,       /* PYTHONMALLOC=malloc: malloc_usable_size */
+    PYALLOC_DEBUG_HEADER, /* PYTHONMALLOC=*debug: the size the debug hooks record */
+} pyalloc_sizing;
+
+/* GIL held.  Chooses the sizing for the running allocator, checks it on blocks
+ * of known sizes, and wraps the domains unless it is PYALLOC_NOT_SIZED. */
+pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes);
+/* CPython's name of the Python allocator met by pyalloc_install ("pymalloc",
+ * "malloc", "pymalloc_debug", "mimalloc", ...; "unknown" for a replaced one). */
+const char *pyalloc_allocator_name(void);
 void pyalloc_uninstall(void);
 /* Python's process-wide net count since its last sample (GIL held): for the
  * profiler's own work, which puts it back as it was (mem_profile_pause). */

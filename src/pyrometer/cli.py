@@ -70,7 +70,26 @@ def _open_page(path: str) -> None:
             stream.flush()
 
 
+def _interpreter_problem(force_version: bool) -> str | None:
+    """Why this interpreter cannot be profiled, in one line, or None.  The
+    measuring core says it: for a free-threaded build or a version without a
+    frame layout it is built as a module that refuses to load, with the reason."""
+    try:
+        from . import _core
+    except ImportError as e:
+        return str(e).splitlines()[0] if str(e) else "pyrometer's measuring core cannot be loaded"
+    if not _core.VERSION_TESTED and not force_version:
+        v = sys.version_info
+        return (f"pyrometer supports CPython {_core.TESTED_VERSIONS}; this is CPython "
+                f"{v.major}.{v.minor}.{v.micro}, untested (this build reads its frames with the "
+                f"{_core.FRAME_LAYOUT} layout): add --force-version to try anyway")
+    return None
+
+
 def _profile(options: Options) -> int:
+    problem = _interpreter_problem(options.force_version)
+    if problem is not None:
+        return _error(problem)
     if options.memory:
         from .preload import ensure_memhooks_preloaded
         problem = ensure_memhooks_preloaded()  # returns only when the library is in

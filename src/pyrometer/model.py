@@ -232,6 +232,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         },
         "memory": bool(memory),
         "gpu": False,
+        "notices": _notices(memory),
         **(_run_memory(memory, mem_lines, elapsed) if memory else {}),
         "files": files,
     }
@@ -260,8 +261,19 @@ def _run_memory(memory: dict[str, Any], mem_lines: dict, elapsed: float) -> dict
                                 "copy_mb": memory["unattributed_copy_bytes"] / MB},
         "allocation_sampling_window_bytes": memory["window_bytes"],
         "memory_samples_dropped": memory["dropped_samples"],
-        "python_frees_counted": bool(memory["python_frees_counted"]),
+        "python_allocator": memory["python_allocator"],
+        "python_memory_profiled": bool(memory["python_memory_profiled"]),
     }
+
+
+def _notices(memory: dict[str, Any] | None) -> list[str]:
+    """What a reader must know to read the profile right, one line each."""
+    out = []
+    if memory and not memory["python_memory_profiled"]:
+        out.append(f"Python's allocator ({memory['python_allocator']}) does not tell its block sizes: "
+                   "Python memory is not profiled, only native memory (PYTHONMALLOC=pymalloc, "
+                   "malloc or debug would be)")
+    return out
 
 
 def significant(entry: dict[str, Any], threshold: float, malloc_threshold: float | None = None) -> bool:
@@ -306,6 +318,7 @@ _NUMBER = (int, float)
 _TOP = {"program": str, "args": list, "elapsed_time_sec": _NUMBER, "options": dict,
         "cpu_time_sec": dict, "files": dict, "total_time_sec": _NUMBER}
 _TOP_DEFAULTS = {"cpu_samples": 0, "sampling_interval_sec": 0.0, "threads": 0, "memory": False, "gpu": False,
+                 "notices": [],
                  "exit_status": None, "python_version": "?", "platform": "?", "n_cpus": 0}
 _OPTION_DEFAULTS = {"cpu_percent_threshold": 1.0, "reduced_profile": False, "malloc_threshold": 100.0,
                     "cpu_sampling_rate": 0.01, "cpu_only": False, "profile_all": False, "profile_only": [],

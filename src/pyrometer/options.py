@@ -33,6 +33,7 @@ class Options:
     malloc_threshold: float = 100.0
     allocation_sampling_window: int = 1 << 20
     leak_detector: bool = True
+    force_version: bool = False
     module: str | None = None
     program: list[str] = dataclasses.field(default_factory=list)
 
@@ -178,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="net bytes a thread allocates (or frees, or copies) between memory samples")
     how.add_argument("--use-virtual-time", action="store_true",
                      help="count CPU time only: no time sleeping, waiting or blocked in I/O")
+    how.add_argument("--force-version", action="store_true",
+                     help="run on a CPython version pyrometer has not been tested on, where this "
+                          "installation was built for it anyway (see the README)")
     later = p.add_argument_group("not available yet (accepted, then refused with a message)")
     for flag in NOT_YET:
         if flag in NOT_YET_WITH_VALUE:

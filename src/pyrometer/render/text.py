@@ -195,6 +195,8 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
     out.append(cut(f"Python {cpu['python']:.3f} s · native {cpu['native']:.3f} s · "
                    f"system {cpu['system']:.3f} s", width))
     out.append(cut("options: " + _options_words(profile), width))
+    for notice in profile.get("notices", []):
+        out.append(paint(_clean("notice: " + str(notice)), BOLD))
     if profile.get("exit_status", 0) is None:
         out.append(cut("A snapshot taken while the program was still running (--profile-interval).", width))
     brief = samples == 0

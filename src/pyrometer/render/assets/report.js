@@ -326,6 +326,9 @@
       (S.start_time_absolute ? " · started " + esc(new Date(S.start_time_absolute * 1000).toLocaleString()) : "") +
       "</div>";
     h += '<div class="meta" id="run-options">options: ' + esc(optionsText()) + "</div>";
+    (Array.isArray(S.notices) ? S.notices : []).forEach(function (n) {
+      h += '<div class="note notice">' + esc(String(n)) + "</div>";
+    });
     if (S.exit_status === null) {
       h += '<div class="note" id="note-partial">A snapshot taken while the program was still running ' +
         "(--profile-interval): the final profile is written when it ends.</div>";

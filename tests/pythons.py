@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Runs the whole test suite on every CPython pyrometer supports that this
+machine has, each in a fresh virtual environment with pyrometer built for it,
+and the free-threaded refusal test on a free-threaded CPython.
+
+    python3 tests/pythons.py [--pythons 3.10,3.11,...] [--require LIST]
+                             [--no-freethreaded | --require-freethreaded] [-- PYTEST ARGS]
+
+Interpreters are looked for as python3.X on PATH and under pyenv's versions
+(`pyenv root`, or ~/.pyenv); the newest patch release of each minor version is
+taken.  A version that is not found is skipped, and the summary says so; one
+named by --require is a failure instead (CI requires all four).  The
+free-threaded CPython 3.13.5t is built once from Debian's source by
+.ci/python-freethreaded.sh and cached outside the clone.  Exit status: 0 when
+every suite that ran passed (and nothing required was missing), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SUPPORTED = ["3.10", "3.11", "3.12", "3.13"]
+VENVS = REPO / "build" / "pythons"
+FREETHREADED_SCRIPT = REPO / ".ci" / "python-freethreaded.sh"
+
+
+def say(text: str) -> None:
+    print(f"[pythons] {text}", flush=True)
+
+
+def _version_of(python: str) -> tuple[int, ...] | None:
+    try:
+        out = subprocess.run([python, "-c", "import sys, sysconfig; print(*sys.version_info[:3], "
+                              "sysconfig.get_config_var('Py_GIL_DISABLED') or 0)"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    parts = out.stdout.split()
+    if out.returncode != 0 or len(parts) != 4 or parts[3] not in ("0", "1"):
+        return None
+    if parts[3] == "1":
+        return None  # a free-threaded build is not one of the suite's interpreters
+    return tuple(int(p) for p in parts[:3])
+
+
+def find_interpreters(wanted: list[str]) -> dict[str, str]:
+    """minor version -> the newest interpreter of it found."""
+    candidates: list[str] = []
+    for minor in wanted:
+        exe = shutil.which(f"python{minor}")
+        if exe:
+            candidates.append(exe)
+    pyenv_root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    try:
+        pyenv_root = subprocess.run(["pyenv", "root"], capture_output=True, text=True,
+                                    timeout=30).stdout.strip() or pyenv_root
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    for minor in wanted:
+        candidates += glob.glob(os.path.join(pyenv_root, "versions", f"{minor}.*", "bin", f"python{minor}"))
+    candidates.append(sys.executable)
+    best: dict[str, tuple[tuple[int, ...], str]] = {}
+    for exe in candidates:
+        if os.sep + "shims" + os.sep in exe:
+            continue  # pyenv's shims run whatever pyenv picks, not what they are named after
+        version = _version_of(exe)
+        if version is None:
+            continue
+        minor = f"{version[0]}.{version[1]}"
+        if minor in wanted and (minor not in best or version > best[minor][0]):
+            best[minor] = (version, exe)
+    return {minor: exe for minor, (_, exe) in sorted(best.items())}
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    say("$ " + " ".join(str(c) for c in cmd))
+    return subprocess.run(cmd, **kw)
+
+
+def make_venv(python: str, name: str, extras: str) -> tuple[str | None, str]:
+    """A fresh venv with pyrometer installed from this tree; (its python, problem)."""
+    venv = VENVS / name
+    shutil.rmtree(venv, ignore_errors=True)
+    if run([python, "-m", "venv", str(venv)]).returncode != 0:
+        return None, "cannot make a virtual environment"
+    vpython = str(venv / "bin" / "python")
+    quiet = ["--quiet", "--disable-pip-version-check"]
+    if run([vpython, "-m", "pip", "install", *quiet, "--upgrade", "pip"]).returncode != 0:
+        return None, "cannot upgrade pip"
+    if run([vpython, "-m", "pip", "install", *quiet, f".{extras}"], cwd=REPO).returncode != 0:
+        return None, "pip install failed"
+    return vpython, ""
+
+
+def freethreaded_python() -> tuple[str | None, str]:
+    """A free-threaded CPython with pyrometer installed, or why there is none."""
+    if not FREETHREADED_SCRIPT.exists():
+        return None, f"{FREETHREADED_SCRIPT} is missing"
+    built = run(["bash", str(FREETHREADED_SCRIPT)], capture_output=True, text=True)
+    sys.stderr.write(built.stderr[-3000:])
+    if built.returncode != 0 or not built.stdout.strip():
+        reason = (built.stderr.strip().splitlines() or ["no reason given"])[-1]
+        return None, f"could not build a free-threaded CPython: {reason}"
+    python = built.stdout.strip().splitlines()[-1]
+    return make_venv(python, "3.13t", "")
+
+
+SUMMARY = re.compile(r"=+ (.*?) in [0-9.]+s")
+
+
+def main(argv: list[str]) -> int:
+    pytest_args: list[str] = []
+    if "--" in argv:
+        pytest_args = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
+    parser = argparse.ArgumentParser(prog="tests/pythons.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pythons", default=",".join(SUPPORTED),
+                        help="minor versions to test (default: %(default)s)")
+    parser.add_argument("--require", default="",
+                        help="minor versions that must be found (a missing one fails the run)")
+    ft = parser.add_mutually_exclusive_group()
+    ft.add_argument("--no-freethreaded", action="store_true",
+                    help="do not build or test the free-threaded CPython")
+    ft.add_argument("--require-freethreaded", action="store_true",
+                    help="fail if the free-threaded CPython cannot be built")
+    ns = parser.parse_args(argv)
+    wanted = [v for v in ns.pythons.split(",") if v]
+    required = [v for v in ns.require.split(",") if v]
+    unknown = [v for v in wanted + required if v not in SUPPORTED]
+    if unknown:
+        parser.error(f"not a supported version: {', '.join(unknown)} (supported: {', '.join(SUPPORTED)})")
+
+    results: list[tuple[str, str, str]] = []  # (version, interpreter, outcome)
+    failed = False
+    env = dict(os.environ)
+    if ns.no_freethreaded:
+        results.append(("3.13t", "-", "skipped: --no-freethreaded"))
+    else:
+        started = time.monotonic()
+        python, problem = freethreaded_python()
+        if python is None:
+            results.append(("3.13t", "-", f"skipped: {problem}"))
+            failed |= ns.require_freethreaded
+        else:
+            env["PYROMETER_FREETHREADED_PYTHON"] = python
+            results.append(("3.13t", python, f"built and installed in {time.monotonic() - started:.0f} s; "
+                                             "refusal tested by each suite (test_interpreters.py)"))
+
+    found = find_interpreters(wanted)
+    for minor in wanted:
+        if minor not in found:
+            results.append((minor, "-", "skipped: no interpreter found"
+                            + (" (REQUIRED)" if minor in required else "")))
+            failed |= minor in required
+            continue
+        started = time.monotonic()
+        vpython, problem = make_venv(found[minor], minor, "[test]")
+        if vpython is None:
+            results.append((minor, found[minor], f"FAILED: {problem}"))
+            failed = True
+            continue
+        say(f"CPython {minor}: the whole suite ({found[minor]})")
+        proc = subprocess.run([vpython, "-m", "pytest", "tests", "-p", "no:cacheprovider", *pytest_args],
+                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        sys.stdout.write(proc.stdout)
+        sys.stdout.flush()
+        summaries = SUMMARY.findall(proc.stdout)
+        line = summaries[-1] if summaries else f"exit status {proc.returncode}"
+        outcome = ("passed" if proc.returncode == 0 else "FAILED") + f": {line} ({time.monotonic() - started:.0f} s)"
+        results.append((minor, found[minor], outcome))
+        failed |= proc.returncode != 0
+
+    say("summary")
+    for version, python, outcome in results:
+        print(f"  CPython {version:6} {outcome}   [{python}]", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
