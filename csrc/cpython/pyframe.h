@@ -30,6 +30,19 @@ pyframe pyframe_caller(pyframe f);            /* next complete frame outward */
 PyCodeObject *pyframe_code(pyframe f);
 int pyframe_lasti(pyframe f);                 /* index in code units of the instruction; -1: not started */
 
+/* Where a running thread stands, read from another thread without the GIL
+ * (through safe_read, see common/safe_read.h): the opcode of the instruction
+ * its innermost frame is executing, as the live bytecode holds it (specialised
+ * forms included).  A sample, not a fact: the thread keeps running, so the value
+ * may be a few instructions stale; a read that fails or looks torn says so. */
+enum {
+    PYFRAME_PEEK_FAILED = -1,   /* unreadable, or a torn copy */
+    PYFRAME_PEEK_NO_FRAME = 0,  /* no Python frame: outside Python altogether */
+    PYFRAME_PEEK_STARTING = 1,  /* a frame that has not reached its first instruction */
+    PYFRAME_PEEK_OPCODE = 2,    /* *opcode is set */
+};
+int pyframe_peek_opcode(PyThreadState *ts, int *opcode);
+
 /* Code objects.  The bytecode without adaptive specialisation (a new reference
  * to bytes of 2-byte code units), so that opcode numbers from the `opcode`
  * module apply; NULL with an exception set on failure. */

@@ -11,6 +11,12 @@
 #include <internal/pycore_interp.h>
 #include <pthread.h>
 #include <time.h>
+#include "../common/safe_read.h"
+
+#include <stddef.h>
+
+/* The address of a member of the object at p, computed without reading p. */
+#define MEMBER(p, type, member) ((const void *)((const char *)(p) + offsetof(type, member)))
 
 const char pyframe_layout[] = "3.10";
 
@@ -38,6 +44,40 @@ PyCodeObject *pyframe_code(pyframe f)
 int pyframe_lasti(pyframe f)
 {
     return ((const PyFrameObject *)f)->f_lasti; /* 3.10 counts code units */
+}
+
+int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
+{
+    PyFrameObject *f;
+    if (safe_read(MEMBER(ts, PyThreadState, frame), &f, sizeof f) != 0) {
+        return PYFRAME_PEEK_FAILED;
+    }
+    if (f == NULL) {
+        return PYFRAME_PEEK_NO_FRAME;
+    }
+    int lasti;
+    PyCodeObject *code;
+    PyObject *bytes;
+    if (safe_read(MEMBER(f, PyFrameObject, f_lasti), &lasti, sizeof lasti) != 0 ||
+        safe_read(MEMBER(f, PyFrameObject, f_code), &code, sizeof code) != 0) {
+        return PYFRAME_PEEK_FAILED;
+    }
+    if (lasti < 0) {
+        return PYFRAME_PEEK_STARTING;
+    }
+    Py_ssize_t size;
+    if (safe_read(MEMBER(code, PyCodeObject, co_code), &bytes, sizeof bytes) != 0 ||
+        safe_read(MEMBER(bytes, PyVarObject, ob_size), &size, sizeof size) != 0 ||
+        (Py_ssize_t)(2 * (size_t)lasti) >= size) {
+        return PYFRAME_PEEK_FAILED;
+    }
+    _Py_CODEUNIT unit;
+    const char *units = (const char *)MEMBER(bytes, PyBytesObject, ob_sval);
+    if (safe_read(units + 2 * (size_t)lasti, &unit, sizeof unit) != 0) {
+        return PYFRAME_PEEK_FAILED;
+    }
+    *opcode = _Py_OPCODE(unit);
+    return PYFRAME_PEEK_OPCODE;
 }
 
 PyObject *pyframe_code_bytes(PyCodeObject *code)

@@ -9,6 +9,12 @@
 
 #include <internal/pycore_frame.h>
 #include <internal/pycore_interp.h>
+#include "../common/safe_read.h"
+
+#include <stddef.h>
+
+/* The address of a member of the object at p, computed without reading p. */
+#define MEMBER(p, type, member) ((const void *)((const char *)(p) + offsetof(type, member)))
 
 #if PY_VERSION_HEX >= 0x030C0000
 const char pyframe_layout[] = "3.12";
@@ -57,6 +63,44 @@ int pyframe_lasti(pyframe f)
 {
     const _PyInterpreterFrame *frame = f;
     return (int)(frame->prev_instr - _PyCode_CODE(frame->f_code));
+}
+
+int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
+{
+    _PyCFrame *cframe;
+    _PyInterpreterFrame *f;
+    if (safe_read(MEMBER(ts, PyThreadState, cframe), &cframe, sizeof cframe) != 0) {
+        return PYFRAME_PEEK_FAILED;
+    }
+    if (cframe == NULL) {
+        return PYFRAME_PEEK_NO_FRAME;
+    }
+    if (safe_read(MEMBER(cframe, _PyCFrame, current_frame), &f, sizeof f) != 0) {
+        return PYFRAME_PEEK_FAILED;
+    }
+    for (int depth = 0; f != NULL && depth < 8; depth++) {
+        _PyInterpreterFrame copy;
+        if (safe_read(f, &copy, offsetof(_PyInterpreterFrame, localsplus)) != 0) {
+            return PYFRAME_PEEK_FAILED;
+        }
+#if PY_VERSION_HEX >= 0x030C0000
+        if (copy.owner == FRAME_OWNED_BY_CSTACK) {
+            f = copy.previous; /* a shim between C and the eval loop: its caller is in a call */
+            continue;
+        }
+#endif
+        const _Py_CODEUNIT *first = _PyCode_CODE(copy.f_code); /* an address: nothing read */
+        if (copy.prev_instr < first) {
+            return PYFRAME_PEEK_STARTING;
+        }
+        _Py_CODEUNIT unit;
+        if (safe_read(copy.prev_instr, &unit, sizeof unit) != 0) {
+            return PYFRAME_PEEK_FAILED;
+        }
+        *opcode = _Py_OPCODE(unit);
+        return PYFRAME_PEEK_OPCODE;
+    }
+    return f == NULL ? PYFRAME_PEEK_NO_FRAME : PYFRAME_PEEK_FAILED;
 }
 
 PyObject *pyframe_code_bytes(PyCodeObject *code)

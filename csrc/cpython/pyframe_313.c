@@ -9,6 +9,12 @@
 #endif
 
 #include <internal/pycore_frame.h>
+#include "../common/safe_read.h"
+
+#include <stddef.h>
+
+/* The address of a member of the object at p, computed without reading p. */
+#define MEMBER(p, type, member) ((const void *)((const char *)(p) + offsetof(type, member)))
 
 const char pyframe_layout[] = "3.13";
 
@@ -51,6 +57,38 @@ int pyframe_lasti(pyframe f)
 {
     const _PyInterpreterFrame *frame = f;
     return (int)(frame->instr_ptr - _PyCode_CODE(pyframe_code(f)));
+}
+
+int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
+{
+    _PyInterpreterFrame *f;
+    if (safe_read(MEMBER(ts, PyThreadState, current_frame), &f, sizeof f) != 0) {
+        return PYFRAME_PEEK_FAILED;
+    }
+    for (int depth = 0; f != NULL && depth < 8; depth++) {
+        _PyInterpreterFrame copy;
+        PyTypeObject *type;
+        if (safe_read(f, &copy, offsetof(_PyInterpreterFrame, localsplus)) != 0) {
+            return PYFRAME_PEEK_FAILED;
+        }
+        if (copy.owner == FRAME_OWNED_BY_CSTACK || copy.f_executable == NULL ||
+            safe_read(MEMBER(copy.f_executable, PyObject, ob_type), &type, sizeof type) != 0 ||
+            type != &PyCode_Type) {
+            f = copy.previous; /* a shim between C and the eval loop: its caller is in a call */
+            continue;
+        }
+        const _Py_CODEUNIT *first = _PyCode_CODE((PyCodeObject *)copy.f_executable); /* an address */
+        if (copy.instr_ptr < first) {
+            return PYFRAME_PEEK_STARTING;
+        }
+        _Py_CODEUNIT unit;
+        if (safe_read(copy.instr_ptr, &unit, sizeof unit) != 0) {
+            return PYFRAME_PEEK_FAILED;
+        }
+        *opcode = _Py_OPCODE(unit);
+        return PYFRAME_PEEK_OPCODE;
+    }
+    return f == NULL ? PYFRAME_PEEK_NO_FRAME : PYFRAME_PEEK_FAILED;
 }
 
 PyObject *pyframe_code_bytes(PyCodeObject *code)

@@ -19,6 +19,62 @@ static int initialised;
 static int park_opcodes[MAX_PARK_OPCODES];
 static int n_park_opcodes;
 
+/* Opcodes that call something (CALL, PRECALL, CALL_FUNCTION & co., with all
+ * their specialised and instrumented forms): a running thread whose innermost
+ * frame stands at one is inside a call into code that is not Python (a call of
+ * Python code would have pushed a frame of its own).  The intrinsics are the
+ * interpreter's own helpers, not calls.  Indexed by the live opcode byte, so it
+ * covers specialised numbers too; read without the GIL (set once, at init). */
+static uint8_t call_opcodes[256];
+
+static int names_a_call(const char *name)
+{
+    if (strncmp(name, "CALL_INTRINSIC", 14) == 0) {
+        return 0;
+    }
+    return strncmp(name, "CALL", 4) == 0 || strncmp(name, "PRECALL", 7) == 0 ||
+           strncmp(name, "INSTRUMENTED_CALL", 17) == 0;
+}
+
+static void mark_calls(PyObject *map)
+{
+    if (map == NULL || !PyDict_Check(map)) {
+        return;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(map, &pos, &key, &value)) {
+        const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        long op = PyLong_Check(value) ? PyLong_AsLong(value) : -1;
+        if (name != NULL && op >= 0 && op < 256 && names_a_call(name)) {
+            call_opcodes[op] = 1;
+        }
+    }
+    PyErr_Clear();
+}
+
+/* Every opcode number with its name, specialised forms included: dis._all_opmap
+ * (3.11, 3.12), opcode._specialized_opmap (3.13), opcode.opmap (all). */
+static void find_call_opcodes(PyObject *opmap)
+{
+    memset(call_opcodes, 0, sizeof call_opcodes);
+    mark_calls(opmap);
+    static const char *const more[][2] = {{"dis", "_all_opmap"}, {"opcode", "_specialized_opmap"}};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+        PyObject *mod = PyImport_ImportModule(more[i][0]);
+        PyObject *map = mod != NULL ? PyObject_GetAttrString(mod, more[i][1]) : NULL;
+        PyErr_Clear();
+        mark_calls(map);
+        Py_XDECREF(map);
+        Py_XDECREF(mod);
+    }
+}
+
+int codes_opcode_calls(int opcode)
+{
+    return opcode >= 0 && opcode < 256 && call_opcodes[opcode];
+}
+
 int codes_init(void)
 {
     if (initialised) {
@@ -33,6 +89,7 @@ int codes_init(void)
     if (opmap == NULL) {
         return -1;
     }
+    find_call_opcodes(opmap);
     n_park_opcodes = 0;
     for (int i = 0; pyframe_python_park_opcodes[i] != NULL && n_park_opcodes < MAX_PARK_OPCODES; i++) {
         PyObject *v = PyDict_GetItemString(opmap, pyframe_python_park_opcodes[i]);

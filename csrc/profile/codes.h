@@ -24,6 +24,10 @@ typedef struct {
 int codes_init(void);
 /* NULL when memory runs out (the sample is then dropped, never raised). */
 const code_info *codes_lookup(PyCodeObject *code);
+/* Whether the live opcode (specialised or not) calls something: a running thread
+ * whose innermost frame executes it is in a call into native code.  Callable
+ * without the GIL once codes_init has run. */
+int codes_opcode_calls(int opcode);
 /* Whether a thread stopped at this instruction was executing Python bytecode. */
 int codes_python_at(const code_info *info, int lasti);
 /* The nearest frame of a reported file on a thread's stack, from the innermost

@@ -2,6 +2,7 @@
 #include "clock.h"
 #include "../cpython/pyframe.h"
 #include "../forks/forks.h"
+#include "../common/safe_read.h"
 #include "../common/table.h"
 #include "../profile/codes.h"
 #include "../profile/line_stats.h"
@@ -18,8 +19,15 @@
 
 /* The main thread reaches a bytecode boundary within microseconds while it runs
  * Python (the eval loop checks for pending calls at every call and loop back-edge).
- * Answering later than this means it was inside one call into C the whole time. */
+ * Answering later than this means it was inside one call into C the whole time:
+ * an instruction that is not a call (numpy's a + b is a BINARY_OP) but runs native
+ * code that long. */
 #define NATIVE_DELAY_NS 100000ULL
+
+/* Where the main thread stood when the request was made (t0), read by the
+ * sampler thread (pyframe_peek_opcode): in a call into native code, running
+ * bytecode, or not known (the read failed; then the answer's delay decides). */
+enum standing { STANDING_UNKNOWN, STANDING_PYTHON, STANDING_IN_CALL };
 
 enum snapshot_source { ANSWERED_BY_MAIN, TAKEN_BY_SAMPLER };
 
@@ -35,6 +43,8 @@ static struct {
     atomic_int request_pending; /* a snapshot request waits for the main thread */
     _Atomic uint64_t request_wall_ns;     /* when the request was made (t0) */
     _Atomic uint64_t request_main_cpu_ns; /* the main thread's CPU clock at t0 */
+    atomic_int request_standing;          /* enum standing: the main thread at t0 */
+    int peek_available;                   /* safe_read works here */
     pid_t main_tid;
     atomic_int sampler_tid;
     pthread_t thread;
@@ -77,7 +87,9 @@ typedef struct {
     int ok; /* 0 when memory ran out: the time is dropped */
 } location;
 
-static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns)
+/* native_by_delay: the main thread answering its request, whose kind is where it
+ * stood at t0 (standing), or, for a call that outlasts the request, the delay. */
+static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, int standing)
 {
     location loc = {NULL, 0, 1, 1};
     pyframe innermost, f;
@@ -89,7 +101,7 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
         return loc; /* no Python frame at all: native */
     }
     if (native_by_delay) {
-        loc.native = delay_ns > NATIVE_DELAY_NS;
+        loc.native = standing == STANDING_IN_CALL || delay_ns > NATIVE_DELAY_NS;
     } else {
         const code_info *info = codes_lookup(pyframe_code(innermost));
         loc.native = info != NULL && !codes_python_at(info, pyframe_lasti(innermost));
@@ -153,7 +165,7 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
     uint64_t live = delta(t0, t->last_wall_ns), live_cpu = delta(cpu_t0, t->last_cpu_ns);
     live_cpu = live_cpu > live ? live : live_cpu;
 
-    location loc = locate(ts, 1, delay);
+    location loc = locate(ts, 1, delay, atomic_load(&S.request_standing));
     charge(&loc, dead, dead_cpu, core_fraction);
     if (looked_meanwhile) {
         return loc;
@@ -272,7 +284,7 @@ static void snapshot(enum snapshot_source source)
         if (source == ANSWERED_BY_MAIN && ts == S.main_ts) {
             loc = charge_main_answer(ts, t, now, cpu, core_fraction);
         } else {
-            loc = locate(ts, 0, 0);
+            loc = locate(ts, 0, 0, STANDING_UNKNOWN);
             charge(&loc, wall, used, core_fraction);
         }
         if (ts == S.main_ts) {
@@ -377,6 +389,27 @@ static int wait_for_next_sample(uint64_t ns)
     return atomic_load(&S.running);
 }
 
+/* Where the main thread stands now (the sampler thread, without the GIL: the main
+ * thread's state lives as long as the interpreter, and everything read from it
+ * goes through safe_read). */
+static int main_standing(void)
+{
+    int opcode;
+    if (!S.peek_available) {
+        return STANDING_UNKNOWN;
+    }
+    switch (pyframe_peek_opcode(S.main_ts, &opcode)) {
+    case PYFRAME_PEEK_OPCODE:
+        return codes_opcode_calls(opcode) ? STANDING_IN_CALL : STANDING_PYTHON;
+    case PYFRAME_PEEK_STARTING:
+        return STANDING_PYTHON;
+    case PYFRAME_PEEK_NO_FRAME:
+        return STANDING_IN_CALL; /* no Python frame: outside Python */
+    default:
+        return STANDING_UNKNOWN;
+    }
+}
+
 static void *sampler_main(void *unused)
 {
     (void)unused;
@@ -390,6 +423,7 @@ static void *sampler_main(void *unused)
         if (!atomic_load(&S.request_pending)) {
             atomic_store(&S.request_main_cpu_ns, clock_thread_cpu_ns(S.main_tid));
             atomic_store(&S.request_wall_ns, clock_wall_ns());
+            atomic_store(&S.request_standing, main_standing());
             atomic_store(&S.request_pending, 1);
             if (Py_AddPendingCall(answer_request, NULL) != 0) {
                 atomic_store(&S.request_pending, 0); /* queue full: try at the next tick */
@@ -534,6 +568,7 @@ int sampler_start(const sampler_options *options)
     S.main_ts = PyThreadState_Get();
     S.sampler_ts = NULL;
     S.owner_pid = getpid();
+    S.peek_available = safe_read_available();
     S.n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (S.n_cpus < 1) {
         S.n_cpus = 1;
