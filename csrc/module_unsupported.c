@@ -17,9 +17,10 @@ static int refuse(PyObject *module)
                  PY_MAJOR_VERSION, PY_MINOR_VERSION, PY_MICRO_VERSION, PYROMETER_TESTED_VERSIONS);
 #else
     PyErr_Format(PyExc_ImportError,
-                 "pyrometer supports CPython %s; this is CPython %d.%d.%d (to try it anyway: "
-                 "pip install --config-settings=setup-args=-Dforce_version=true pyrometer, "
-                 "then pyrometer --force-version)",
+                 "pyrometer supports CPython %s; this is CPython %d.%d.%d (to try it anyway "
+                 "where its frames are laid out as 3.13's: pip install "
+                 "--config-settings=setup-args=-Dforce_version=true pyrometer, then pyrometer "
+                 "--force-version)",
                  PYROMETER_TESTED_VERSIONS, PY_MAJOR_VERSION, PY_MINOR_VERSION, PY_MICRO_VERSION);
 #endif
     return -1;

@@ -39,8 +39,12 @@ def say(text: str) -> None:
 
 def _version_of(python: str) -> tuple[int, ...] | None:
     try:
-        out = subprocess.run([python, "-c", "import sys, sysconfig; print(*sys.version_info[:3], "
-                              "sysconfig.get_config_var('Py_GIL_DISABLED') or 0)"],
+        # A usable interpreter has the headers (pyrometer compiles against them)
+        # and ensurepip (for its venv): Debian's own python3.X lacks both unless
+        # python3.X-dev and python3.X-venv are installed.
+        out = subprocess.run([python, "-c", "import sys, sysconfig, os, ensurepip; "
+                              "assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')); "
+                              "print(*sys.version_info[:3], sysconfig.get_config_var('Py_GIL_DISABLED') or 0)"],
                              capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None

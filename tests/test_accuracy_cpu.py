@@ -306,6 +306,34 @@ def test_threads_get_their_own_cpu(profile_program, tmp_path):
     assert cpu(join) < 0.05 * p["total_time_sec"], f"the join() line got CPU time:\n  {info}"
 
 
+WHILE_LOOP_THREAD = """
+import threading, time
+
+def counting():
+    i, n = 0, 0
+    deadline = time.perf_counter() + 0.8
+    while time.perf_counter() < deadline:
+        i = 0
+        while i < 20000: i += 1  # @while
+
+t = threading.Thread(target=counting)
+t.start()
+t.join()
+"""
+
+
+def test_while_loop_in_a_thread_is_python(profile_program):
+    """A thread running a bare `while` loop parks, when it hands over the GIL, at
+    the loop's conditional jump (POP_JUMP_IF_TRUE on 3.10, POP_JUMP_BACKWARD_IF_TRUE
+    on 3.11, JUMP_BACKWARD on 3.12+): that is running Python, not native code.
+    Tolerance: 85% of the line's CPU is Python."""
+    run = profile_program(WHILE_LOOP_THREAD)
+    line = run.line("# @while")
+    info = run.describe("# @while")
+    assert cpu(line) > 0.3, f"the loop line got little CPU:\n  {info}"
+    assert line["n_cpu_python_sec"] >= 0.85 * cpu(line), f"a `while` loop reported as native:\n  {info}"
+
+
 # ---------------------------------------------------------------------------
 # (e) --use-virtual-time: no system time at all
 # ---------------------------------------------------------------------------

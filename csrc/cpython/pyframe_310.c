@@ -20,11 +20,14 @@
 
 const char pyframe_layout[] = "3.10";
 
-/* JUMP_ABSOLUTE is the loop back-edge.  The eval breaker is also checked after
- * CALL_FUNCTION & co., but a thread parked there cannot be told from one still
- * inside the call (both leave f_lasti at the call), so those count as native;
- * a frame that has not started (f_lasti -1) counts as Python (codes.c). */
-const char *const pyframe_python_park_opcodes[] = {"JUMP_ABSOLUTE", NULL};
+/* The jumps that check the eval breaker: JUMP_ABSOLUTE (a `for` loop's
+ * back-edge) and the conditional jumps (a `while` loop's test).  The eval
+ * breaker is also checked after CALL_FUNCTION & co., but a thread parked there
+ * cannot be told from one still inside the call (both leave f_lasti at the call),
+ * so those count as native; a frame that has not started (f_lasti -1) counts as
+ * Python (codes.c). */
+const char *const pyframe_python_park_opcodes[] = {"JUMP_ABSOLUTE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE",
+                                                   NULL};
 
 pyframe pyframe_innermost(PyThreadState *ts)
 {
@@ -98,11 +101,19 @@ uint64_t pyframe_thread_serial(PyThreadState *ts)
 
 pid_t pyframe_thread_tid(PyThreadState *ts)
 {
-    /* 3.10 records no kernel thread id, only the pthread_t of the thread that
-     * made the state.  With the GIL held, a state still in the interpreter's list
-     * belongs to a thread that has not finished (a thread deletes its state, under
-     * the GIL, before it ends), so its pthread_t is valid.  Its CPU clock id
-     * encodes the kernel tid (~tid << 3 | flags, the kernel's ABI, see clock.c). */
+    /* 3.10 records no kernel thread id, only a pthread_t, and not always the
+     * right one: a new thread's state is made by its parent (with the parent's
+     * pthread_t) before the thread starts, and a state left behind by C code
+     * (PyGILState_Ensure without Release) keeps the pthread_t of a thread that
+     * has ended, which is undefined behaviour to use.  A state with a frame
+     * belongs to a thread that is running Python right now (frames exist only
+     * while their code runs), so its pthread_t is its own and alive: only those
+     * get a tid (GIL held).  The CPU clock id of a pthread encodes the kernel tid
+     * (~tid << 3 | flags, the kernel's ABI, see clock.c).  The others' CPU is the
+     * program's untracked native time. */
+    if (ts->frame == NULL) {
+        return 0;
+    }
     clockid_t cid;
     if (pthread_getcpuclockid((pthread_t)ts->thread_id, &cid) != 0) {
         return 0;

@@ -22,8 +22,11 @@ const char pyframe_layout[] = "3.12";
 const char pyframe_layout[] = "3.11";
 #endif
 
-/* Function entry and loop back-edges (see codes.c). */
-const char *const pyframe_python_park_opcodes[] = {"RESUME", "JUMP_BACKWARD", NULL};
+/* Function entry and loop back-edges (see codes.c); 3.11 also has conditional
+ * backward jumps (a `while` loop's test), which 3.12 dropped. */
+const char *const pyframe_python_park_opcodes[] = {
+    "RESUME", "JUMP_BACKWARD", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+    "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE", NULL};
 
 static int frame_is_complete(const _PyInterpreterFrame *f)
 {

@@ -3,6 +3,7 @@
 
 #include "forks.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -160,9 +161,12 @@ static int wrap_os_functions(void)
     return rc;
 }
 
-/* Puts the originals back, where our wrappers are still in place. */
+/* Puts the originals back, where our wrappers are still in place.  Keeps an
+ * exception that is set (a failed registration reports it). */
 static void unwrap_os_functions(void)
 {
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
     PyObject *modules[2] = {PyImport_ImportModule("os"), PyImport_ImportModule("posix")};
     for (int i = 0; i < 2; i++) {
         if (F.originals[i] == NULL) {
@@ -180,6 +184,16 @@ static void unwrap_os_functions(void)
     Py_XDECREF(modules[0]);
     Py_XDECREF(modules[1]);
     PyErr_Clear();
+    PyErr_Restore(type, value, traceback);
+}
+
+/* A forked child has none of the parent's profiler threads: whatever profiles
+ * it registers its own. */
+static void forget_in_child(void)
+{
+    F.count = 0;
+    F.stopped = 0;
+    F.in_wrapper = 0;
 }
 
 int forks_register(void (*stop)(void), void (*start)(void))
@@ -190,6 +204,10 @@ int forks_register(void (*stop)(void), void (*start)(void))
     }
     if (!F.hooks_registered) {
         if (register_hooks() != 0) {
+            return -1;
+        }
+        if (pthread_atfork(NULL, NULL, forget_in_child) != 0) {
+            PyErr_SetString(PyExc_OSError, "cannot register the fork handler");
             return -1;
         }
         F.hooks_registered = 1;

@@ -5,6 +5,7 @@
 #include "../memhooks/pymalloc_arenas.h"
 
 #include <dlfcn.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -143,7 +144,14 @@ static inline size_t block_size(void *ptr, int *pooled)
         return pymalloc_pool_block_size(a);
     }
     *pooled = 0;
-    return sizing == PYALLOC_DEBUG_HEADER ? debug_header_size(ptr) : hooks.python_block_size(ptr);
+    switch (sizing) {
+    case PYALLOC_DEBUG_HEADER:
+        return debug_header_size(ptr);
+    case PYALLOC_MALLOC:
+        return malloc_usable_size(ptr); /* the library's, which never reads 0 for a live block */
+    default:
+        return hooks.python_block_size(ptr);
+    }
 }
 
 /* A block stops being watched (for leaks) before it is given back: afterwards
@@ -354,9 +362,13 @@ static const char *current_allocator_name(void)
 
 static pyalloc_sizing choose_sizing(const char *name, const pymalloc_arena_map *map)
 {
-    if (name == NULL || strcmp(name, "pymalloc") == 0) {
-        /* Unnamed: another tool's hooks, most likely over pymalloc; the
-         * read-back check tells. */
+    if (name == NULL) {
+        /* Replaced by another tool (tracemalloc, another profiler): what its
+         * blocks are is unknown, and a block that is not malloc's must never
+         * reach malloc_usable_size. */
+        return PYALLOC_NOT_SIZED;
+    }
+    if (strcmp(name, "pymalloc") == 0) {
         return map != NULL ? PYALLOC_POOLS : PYALLOC_NOT_SIZED;
     }
     if (strcmp(name, "malloc") == 0) {

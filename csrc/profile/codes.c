@@ -15,7 +15,7 @@ static int initialised;
  * into C (or is waiting to take it back after one), i.e. it was running native
  * code.  Numbers come from the running interpreter's `opcode` module, so they
  * follow the version. */
-#define MAX_PARK_OPCODES 4
+#define MAX_PARK_OPCODES 8
 static int park_opcodes[MAX_PARK_OPCODES];
 static int n_park_opcodes;
 

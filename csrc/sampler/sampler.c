@@ -35,6 +35,7 @@ typedef struct {
     uint64_t last_wall_ns;
     uint64_t last_cpu_ns;
     uint64_t seen_in; /* serial of the last snapshot that met the thread */
+    uint64_t cpu_at_pause; /* its CPU clock when the sampler stopped for a fork */
     pid_t tid;
 } thread_track;
 
@@ -51,6 +52,7 @@ static struct {
     int thread_started;
     int active;             /* between sampler_start and sampler_stop, thread or not */
     int suspended_for_fork; /* stopped for a fork, to start again in the parent */
+    int joining;            /* a thread waits (GIL released) for the sampler thread to end */
     pthread_mutex_t wake_lock;
     pthread_cond_t wake;
 
@@ -64,6 +66,8 @@ static struct {
     table threads; /* thread serial -> thread_track */
     uint64_t serial;
     uint64_t last_wall_ns, last_process_cpu_ns, last_sampler_cpu_ns;
+    uint64_t pause_wall_ns, pause_process_cpu_ns; /* when it stopped for a fork */
+    uint64_t earlier_samplers_cpu_ns; /* CPU of sampler threads ended by forks */
     int64_t untracked_carry; /* signed: clock-reading noise cancels out over windows */
     sampler_totals totals;
 } S = {.wake_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -473,6 +477,7 @@ static void forget_sampler_in_child(void)
     S.thread_started = 0;
     S.active = 0;
     S.suspended_for_fork = 0;
+    S.joining = 0;
     S.sampler_ts = NULL;
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     S.wake_lock = fresh;
@@ -504,6 +509,7 @@ static pid_t join_thread(void)
 {
     pthread_t thread = S.thread;
     S.thread_started = 0; /* before the GIL is released: another thread may fork */
+    S.joining = 1;
     pthread_mutex_lock(&S.wake_lock);
     atomic_store(&S.running, 0);
     pthread_cond_signal(&S.wake);
@@ -511,28 +517,98 @@ static pid_t join_thread(void)
     Py_BEGIN_ALLOW_THREADS
     pthread_join(thread, NULL);
     Py_END_ALLOW_THREADS
+    S.joining = 0;
     return (pid_t)atomic_exchange(&S.sampler_tid, 0); /* its first act was to set it */
 }
 
+/* Another Python thread may be in join_thread (it released the GIL there): wait
+ * until the sampler thread has ended, GIL released, before going on. */
+static void wait_for_other_join(void)
+{
+    while (S.joining) {
+        Py_BEGIN_ALLOW_THREADS
+        struct timespec pause = {0, 100000};
+        nanosleep(&pause, NULL);
+        Py_END_ALLOW_THREADS
+    }
+}
+
 /* Around the program's forks (forks.h): the thread stops, and starts again in
- * the parent. */
+ * the parent.  The gap between the two is not sampled, so it is measured
+ * instead: each thread's time in it is charged to where the thread stands once
+ * the fork is done (the forking thread: its call of os.fork), and every baseline
+ * moves past the gap, so that the next windows, and the main thread's estimated
+ * units (charge_main_answer), cover only time that was sampled.  (Charging the
+ * time before the fork at the fork, or leaving the gap in the main thread's
+ * next estimated unit, both put the waits between forks on the wrong lines.) */
 static void stop_for_fork(void)
 {
-    if (S.active && S.thread_started && getpid() == S.owner_pid) {
-        pid_t tid = join_thread();
-        S.suspended_for_fork = 1;
-        forks_wait_until_thread_gone(tid);
+    wait_for_other_join(); /* two threads forking at once: the second waits */
+    if (!(S.active && S.thread_started && getpid() == S.owner_pid)) {
+        return;
     }
+    pid_t sampler_tid = (pid_t)atomic_load(&S.sampler_tid);
+    uint64_t sampler_cpu = sampler_tid ? clock_thread_cpu_ns(sampler_tid) : CLOCK_UNAVAILABLE;
+    pid_t tid = join_thread();
+    S.suspended_for_fork = 1;
+    if (sampler_cpu != CLOCK_UNAVAILABLE) {
+        S.earlier_samplers_cpu_ns += sampler_cpu;
+        S.last_process_cpu_ns += delta(sampler_cpu, S.last_sampler_cpu_ns);
+    }
+    S.last_sampler_cpu_ns = 0; /* the next sampler thread's clock starts at 0 */
+    S.pause_wall_ns = clock_wall_ns();
+    S.pause_process_cpu_ns = clock_process_cpu_ns();
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
+         ts = PyThreadState_Next(ts)) {
+        table_key key = {pyframe_thread_serial(ts), 0};
+        thread_track *t = table_find(&S.threads, key);
+        if (t != NULL) {
+            t->cpu_at_pause = clock_thread_cpu_ns(pyframe_thread_tid(ts));
+        }
+    }
+    forks_wait_until_thread_gone(tid);
 }
 
 static void start_after_fork(void)
 {
-    if (S.suspended_for_fork && S.active) {
-        S.suspended_for_fork = 0;
-        /* Should the thread not start (out of threads), the program goes on
-         * and the profile has no samples from here on. */
-        (void)launch_thread();
+    if (!(S.suspended_for_fork && S.active)) {
+        return;
     }
+    S.suspended_for_fork = 0;
+    uint64_t now = clock_wall_ns();
+    uint64_t gap = delta(now, S.pause_wall_ns);
+    uint64_t process_cpu = clock_process_cpu_ns();
+    double core_fraction = 0.0;
+    if (gap > 0) {
+        core_fraction = (double)delta(process_cpu, S.pause_process_cpu_ns) / ((double)gap * (double)S.n_cpus);
+        core_fraction = core_fraction > 1.0 ? 1.0 : core_fraction;
+    }
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
+         ts = PyThreadState_Next(ts)) {
+        table_key key = {pyframe_thread_serial(ts), 0};
+        thread_track *t = table_find(&S.threads, key);
+        uint64_t cpu = clock_thread_cpu_ns(pyframe_thread_tid(ts));
+        if (t == NULL || cpu == CLOCK_UNAVAILABLE || t->cpu_at_pause == CLOCK_UNAVAILABLE) {
+            continue; /* a thread new since the pause: the next snapshot meets it */
+        }
+        uint64_t used = delta(cpu, t->cpu_at_pause);
+        used = used > gap ? gap : used;
+        location loc = locate(ts, 0, 0);
+        charge(&loc, gap, used, core_fraction);
+        t->last_wall_ns += gap;
+        t->last_cpu_ns += used;
+        if (ts == S.main_ts && atomic_load(&S.request_pending)) {
+            /* The request made before the fork is answered after it: its delay
+             * must not count the gap again. */
+            atomic_store(&S.request_wall_ns, atomic_load(&S.request_wall_ns) + gap);
+            atomic_store(&S.request_main_cpu_ns, atomic_load(&S.request_main_cpu_ns) + used);
+        }
+    }
+    S.last_wall_ns += gap;
+    S.last_process_cpu_ns += delta(process_cpu, S.pause_process_cpu_ns);
+    /* Should the thread not start (out of threads), the program goes on and the
+     * profile has no samples from here on. */
+    (void)launch_thread();
 }
 
 int sampler_start(const sampler_options *options)
@@ -577,6 +653,7 @@ int sampler_start(const sampler_options *options)
     S.last_wall_ns = S.totals.start_wall_ns = clock_wall_ns();
     S.last_process_cpu_ns = S.totals.process_cpu_ns = clock_process_cpu_ns();
     S.last_sampler_cpu_ns = 0;
+    S.earlier_samplers_cpu_ns = 0;
     S.untracked_carry = 0;
     S.main_tid = pyframe_thread_tid(S.main_ts);
     S.serial = 0;
@@ -613,6 +690,7 @@ int sampler_start(const sampler_options *options)
 
 void sampler_stop(void)
 {
+    wait_for_other_join();
     if (!S.active) {
         return;
     }
@@ -625,7 +703,7 @@ void sampler_stop(void)
     pthread_cond_destroy(&S.wake);
     S.totals.stop_wall_ns = clock_wall_ns();
     S.totals.process_cpu_ns = delta(clock_process_cpu_ns(), S.totals.process_cpu_ns);
-    S.totals.sampler_cpu_ns = S.last_sampler_cpu_ns;
+    S.totals.sampler_cpu_ns = S.earlier_samplers_cpu_ns + S.last_sampler_cpu_ns;
 }
 
 int sampler_running(void)

@@ -270,9 +270,10 @@ def _notices(memory: dict[str, Any] | None) -> list[str]:
     """What a reader must know to read the profile right, one line each."""
     out = []
     if memory and not memory["python_memory_profiled"]:
-        out.append(f"Python's allocator ({memory['python_allocator']}) does not tell its block sizes: "
-                   "Python memory is not profiled, only native memory (PYTHONMALLOC=pymalloc, "
-                   "malloc or debug would be)")
+        name = memory["python_allocator"]
+        what = "was replaced by another tool" if name == "unknown" else f"({name}) does not tell its block sizes"
+        out.append(f"Python's allocator {what}: Python memory is not profiled, only native memory "
+                   "(under PYTHONMALLOC=pymalloc, malloc or debug it would be)")
     return out
 
 
