@@ -250,6 +250,39 @@ def test_c_thread_allocations_are_native_threads(profile_program):
     assert python_mb < 5, f"{python_mb:.1f} MB reported as Python:\n  {info}"
 
 
+SHORT_LIVED_WORKER = """
+import threading, time
+import numpy as np
+kept = []
+def worker():
+    for _ in range(40):
+        a = np.zeros((1024, 1024))  # @zeros
+        a += 1.0  # @touch
+        kept.append(a)
+t = threading.Thread(target=worker)
+t.start()
+time.sleep(1.0)  # @sleep
+t.join()
+print("ok")
+"""
+
+
+def test_short_lived_thread_allocations_stay_on_their_line(profile_program):
+    """A worker thread callocs 40 arrays of 8 MiB (numpy, the GIL released) and
+    ends long before the main thread, asleep, could answer for it.  Where the
+    worker stood when it allocated is read at that moment (its own frames, in the
+    allocator, without calling CPython) and charged later: all 320 MiB on the
+    np.zeros line, none on the next line or unattributed.  Tolerance: 10%."""
+    pytest.importorskip("numpy")
+    run = profile_program(SHORT_LIVED_WORKER)
+    zeros, touch = run.line("# @zeros"), run.line("# @touch")
+    info = memory_summary(run)
+    print(f"worker's 320 MiB: zeros {mem(zeros)}; touch {mem(touch)}")
+    assert 0.9 * 320 <= zeros["n_malloc_mb"] <= 1.1 * 320, f"the allocating line:\n  {info}"
+    assert touch["n_malloc_mb"] < 0.1 * 320, f"charged to the next line:\n  {info}"
+    assert run.profile["unattributed_memory"]["malloc_mb"] < 0.1 * 320, f"unattributed:\n  {info}"
+
+
 # ---------------------------------------------------------------------------
 # (f) programs that work unchanged under the memory hooks
 # ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@
 
 #define LINE_POINTS 100   /* memory_samples per line */
 #define RUN_POINTS 300    /* footprint timeline */
-#define RING_SLOTS 4096
+#define RING_SLOTS 2048
 
 /* A timeline that keeps at most `cap` points by dropping every other point and
  * halving its rate when full: its size is fixed, whatever the run length. */
@@ -35,12 +35,23 @@ typedef struct {
     series *timeline;
 } mem_line;
 
+/* How many frames of the allocating thread's stack a queued sample keeps: the
+ * nearest reported frame is searched among them when the sample is charged. */
+#define STACK_DEPTH 24
+
+/* A sample that could not be charged where it was taken (see on_sample), with
+ * where the allocating thread stood when it allocated. */
 typedef struct {
     atomic_int ready;
     PyThreadState *ts;
     int kind;
+    int holds_refs; /* taken with the GIL: each code below holds a reference */
+    int depth;
     int64_t bytes, python_bytes;
     uint64_t t_ns;
+    const void *frames[STACK_DEPTH]; /* innermost first */
+    PyCodeObject *codes[STACK_DEPTH];
+    int lastis[STACK_DEPTH];
 } ring_slot;
 
 static struct {
@@ -62,7 +73,6 @@ static struct {
     _Atomic uint64_t dropped;
     _Atomic uint64_t ring_head; /* next slot a writer claims */
     _Atomic uint64_t ring_tail; /* next slot the drain reads (GIL held) */
-    PyThreadState *main_ts;
     atomic_int drain_requested;
 } M;
 
@@ -115,18 +125,17 @@ static mem_line *line_for(PyCodeObject *code, int lineno)
     return m;
 }
 
-/* Charges one sample to where thread ts stands; GIL held.  Returns the leak
- * token for a sampled allocation (0: not watched). */
-static uintptr_t charge(PyThreadState *ts, int kind, int64_t bytes, int64_t python_bytes,
-                        uint64_t t_ns)
+/* Charges one sample to a line (code NULL: no reported line); GIL held, no call
+ * into CPython that allocates or locks, so that it may run inside an allocator.
+ * Returns the leak token for a sampled allocation (0: not watched). */
+static uintptr_t charge_line(PyCodeObject *code, int lasti, int kind, int64_t bytes,
+                             int64_t python_bytes, uint64_t t_ns)
 {
-    pyframe innermost, f;
     mem_line *m = NULL;
-    PyCodeObject *code = NULL;
     int lineno = 0;
-    if (codes_locate(ts, &innermost, &f) && f != NULL) {
-        code = pyframe_code(f);
-        lineno = PyCode_Addr2Line(code, pyframe_lasti(f) * 2);
+    if (code != NULL) {
+        /* PyCode_Addr2Line only reads the code's line table. */
+        lineno = PyCode_Addr2Line(code, lasti < 0 ? 0 : lasti * 2);
         m = line_for(code, lineno);
     }
     uint64_t b = (uint64_t)bytes;
@@ -172,16 +181,34 @@ static uintptr_t charge(PyThreadState *ts, int kind, int64_t bytes, int64_t pyth
     return 0;
 }
 
-static int drain_as_pending_call(void *unused)
+/* Inside an allocator, with the GIL: the nearest reported frame of the thread's
+ * stack, if every code object up to it is one the profiler already knows
+ * (codes_find never registers: registering calls CPython, which allocates).
+ * Returns 0 when one is not known yet: the sample is then queued. */
+static int locate_known(PyThreadState *ts, PyCodeObject **code, int *lasti)
 {
-    (void)unused;
-    atomic_store(&M.drain_requested, 0);
-    mem_profile_drain();
-    return 0;
+    *code = NULL;
+    for (pyframe f = pyframe_innermost(ts); f != NULL; f = pyframe_caller(f)) {
+        const code_info *info = codes_find(pyframe_code(f));
+        if (info == NULL) {
+            return 0;
+        }
+        if (info->reported) {
+            *code = pyframe_code(f);
+            *lasti = pyframe_lasti(f);
+            return 1;
+        }
+    }
+    return 1; /* no reported frame: unattributed */
 }
 
 /* The sample function: runs on the allocating thread, from inside malloc or a
- * Python allocator, with this thread's counting suspended by the library. */
+ * Python allocator, with this thread's counting suspended by the library.  It
+ * calls nothing in CPython that may allocate or take a lock (pymalloc may be in
+ * the middle of new_arena; Py_AddPendingCall locks): it reads the thread's own
+ * frames (they cannot change while the thread is in here) and either charges
+ * the sample at once, when it holds the GIL and knows every code object on the
+ * way, or queues it with where the thread stands, for the next drain. */
 static uintptr_t on_sample(int kind, int64_t bytes, int64_t python_bytes, void *address)
 {
     (void)address;
@@ -189,9 +216,6 @@ static uintptr_t on_sample(int kind, int64_t bytes, int64_t python_bytes, void *
         return 0;
     }
     uint64_t now = clock_wall_ns();
-    if (pyframe_gil_is_mine()) {
-        return charge(pyframe_my_thread_state(), kind, bytes, python_bytes, now);
-    }
     PyThreadState *ts = pyframe_my_thread_state();
     if (ts == NULL) {
         _Atomic uint64_t *into = kind == MEMHOOKS_ALLOC  ? &M.native_thread_alloc
@@ -199,6 +223,14 @@ static uintptr_t on_sample(int kind, int64_t bytes, int64_t python_bytes, void *
                                                          : &M.native_thread_copy;
         atomic_fetch_add(into, (uint64_t)bytes);
         return 0;
+    }
+    int gil = pyframe_gil_is_mine();
+    if (gil) {
+        PyCodeObject *code;
+        int lasti = 0;
+        if (locate_known(ts, &code, &lasti)) {
+            return charge_line(code, lasti, kind, bytes, python_bytes, now);
+        }
     }
     uint64_t head = atomic_load(&M.ring_head);
     do {
@@ -213,14 +245,37 @@ static uintptr_t on_sample(int kind, int64_t bytes, int64_t python_bytes, void *
     s->bytes = bytes;
     s->python_bytes = python_bytes;
     s->t_ns = now;
-    atomic_store_explicit(&s->ready, 1, memory_order_release);
-    /* The main thread runs pending calls at its next bytecode boundary: right
-     * after the native call it is in returns, still on the line that made it. */
-    if (ts == M.main_ts && !atomic_exchange(&M.drain_requested, 1) &&
-        Py_AddPendingCall(drain_as_pending_call, NULL) != 0) {
-        atomic_store(&M.drain_requested, 0);
+    s->holds_refs = gil;
+    int depth = 0;
+    for (pyframe f = pyframe_innermost(ts); f != NULL && depth < STACK_DEPTH; f = pyframe_caller(f)) {
+        s->frames[depth] = f;
+        s->codes[depth] = pyframe_code(f);
+        s->lastis[depth] = pyframe_lasti(f);
+        if (gil) {
+            Py_INCREF(s->codes[depth]); /* with the GIL: no allocation, no lock */
+        }
+        depth++;
     }
+    s->depth = depth;
+    atomic_store_explicit(&s->ready, 1, memory_order_release);
+    /* The sampler thread asks for a drain at its next wake (mem_profile_poll). */
+    atomic_store(&M.drain_requested, 1);
     return 0;
+}
+
+static int drain_as_pending_call(void *unused)
+{
+    (void)unused;
+    mem_profile_drain();
+    return 0;
+}
+
+void mem_profile_poll(void)
+{
+    if (M.active && atomic_exchange(&M.drain_requested, 0) &&
+        Py_AddPendingCall(drain_as_pending_call, NULL) != 0) {
+        atomic_store(&M.drain_requested, 1); /* the queue is full: at the next wake */
+    }
 }
 
 /* The library saw a watched allocation freed (or gave its slot to a newer one). */
@@ -228,6 +283,50 @@ static void on_freed(uintptr_t token, int evicted)
 {
     leak_site *site = (leak_site *)token;
     atomic_fetch_add(evicted ? &site->evicted : &site->freed, 1);
+}
+
+/* Whether frame f, running code, is on thread ts's stack now: then code is
+ * alive (the frame holds it).  GIL held. */
+static int still_on_stack(PyThreadState *ts, const void *frame, PyCodeObject *code)
+{
+    int depth = 0;
+    for (pyframe f = pyframe_innermost(ts); f != NULL && depth < 1024; f = pyframe_caller(f), depth++) {
+        if (f == frame) {
+            return pyframe_code(f) == code;
+        }
+    }
+    return 0;
+}
+
+/* The nearest reported frame of a queued sample's stack.  Codes recorded with a
+ * reference are alive; the others (taken without the GIL) only if the profiler
+ * holds them already or their frame is still on the thread's stack: a code
+ * whose frame has gone may have been freed, and is never touched. */
+static PyCodeObject *locate_queued(const ring_slot *s, int *lasti)
+{
+    PyThreadState *alive = NULL;
+    if (!s->holds_refs) {
+        for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyInterpreterState_Get()); ts != NULL;
+             ts = PyThreadState_Next(ts)) {
+            if (ts == s->ts) {
+                alive = ts;
+                break;
+            }
+        }
+    }
+    for (int i = 0; i < s->depth; i++) {
+        PyCodeObject *code = s->codes[i];
+        if (!s->holds_refs && codes_find(code) == NULL &&
+            (alive == NULL || !still_on_stack(alive, s->frames[i], code))) {
+            continue;
+        }
+        const code_info *info = codes_lookup(code);
+        if (info != NULL && info->reported) {
+            *lasti = s->lastis[i];
+            return code;
+        }
+    }
+    return NULL;
 }
 
 void mem_profile_drain(void)
@@ -241,16 +340,13 @@ void mem_profile_drain(void)
         if (!atomic_load_explicit(&s->ready, memory_order_acquire)) {
             break;
         }
-        /* The thread may have ended since: charge it only if it is still there. */
-        PyThreadState *found = NULL;
-        for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyInterpreterState_Get());
-             ts != NULL && found == NULL; ts = PyThreadState_Next(ts)) {
-            found = ts == s->ts ? ts : NULL;
-        }
-        if (found != NULL) {
-            charge(found, s->kind, s->bytes, s->python_bytes, s->t_ns);
-        } else if (s->kind == MEMHOOKS_ALLOC) {
-            M.unattributed_alloc += (uint64_t)s->bytes;
+        int lasti = 0;
+        PyCodeObject *code = locate_queued(s, &lasti);
+        (void)charge_line(code, lasti, s->kind, s->bytes, s->python_bytes, s->t_ns);
+        if (s->holds_refs) {
+            for (int i = 0; i < s->depth; i++) {
+                Py_DECREF(s->codes[i]);
+            }
         }
         atomic_store_explicit(&s->ready, 0, memory_order_relaxed);
         atomic_store_explicit(&M.ring_tail, tail + 1, memory_order_release);
@@ -301,7 +397,6 @@ int mem_profile_start(int64_t window_bytes, int leak_detector)
         return -1;
     }
     M.api = api;
-    M.main_ts = PyThreadState_Get();
     M.window = window_bytes;
     M.leak_detector = leak_detector;
     M.start_ns = clock_wall_ns();

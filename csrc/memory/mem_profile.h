@@ -22,6 +22,9 @@ void mem_profile_stop(void);
 int mem_profile_active(void);
 /* Charge queued samples; GIL held (called by every CPU snapshot). */
 void mem_profile_drain(void);
+/* From the sampler thread at each wake (no GIL, not inside an allocator): asks
+ * the main thread for a drain when samples were queued. */
+void mem_profile_poll(void);
 /* The memory part of the profile as Python data; GIL held. */
 PyObject *mem_profile_collect(void);
 void mem_profile_release(void);

@@ -153,6 +153,12 @@ static int map_instructions(PyCodeObject *code, code_info *info)
     return 0;
 }
 
+const code_info *codes_find(PyCodeObject *code)
+{
+    table_key key = {(uint64_t)(uintptr_t)code, 0};
+    return initialised ? table_find(&code_table, key) : NULL;
+}
+
 const code_info *codes_lookup(PyCodeObject *code)
 {
     table_key key = {(uint64_t)(uintptr_t)code, 0};

@@ -22,8 +22,12 @@ typedef struct {
 
 /* Reads the opcode numbers the classification needs; -1 with an exception set. */
 int codes_init(void);
-/* NULL when memory runs out (the sample is then dropped, never raised). */
+/* NULL when memory runs out (the sample is then dropped, never raised).  The
+ * first lookup of a code registers it, which calls CPython (it allocates). */
 const code_info *codes_lookup(PyCodeObject *code);
+/* The facts of a code object registered already, else NULL; never registers,
+ * never calls CPython (usable inside an allocator, GIL held). */
+const code_info *codes_find(PyCodeObject *code);
 /* Whether the live opcode (specialised or not) calls something: a running thread
  * whose innermost frame executes it is in a call into native code.  Callable
  * without the GIL once codes_init has run. */

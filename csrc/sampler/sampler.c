@@ -424,6 +424,7 @@ static void *sampler_main(void *unused)
     PyGILState_STATE gil_state = PyGILState_UNLOCKED;
 
     while (wait_for_next_sample(clock_random_interval_ns(interval, &rng))) {
+        mem_profile_poll();
         if (!atomic_load(&S.request_pending)) {
             atomic_store(&S.request_main_cpu_ns, clock_thread_cpu_ns(S.main_tid));
             atomic_store(&S.request_wall_ns, clock_wall_ns());
@@ -593,7 +594,7 @@ static void start_after_fork(void)
         }
         uint64_t used = delta(cpu, t->cpu_at_pause);
         used = used > gap ? gap : used;
-        location loc = locate(ts, 0, 0);
+        location loc = locate(ts, 0, 0, STANDING_UNKNOWN);
         charge(&loc, gap, used, core_fraction);
         t->last_wall_ns += gap;
         t->last_cpu_ns += used;
