@@ -112,11 +112,13 @@ static PyObject *core_stop(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* (python, native, system, busy, samples, gil_wait, cpu_wait) in ns. */
 static PyObject *sums_tuple(const cpu_sums *s, double unit_ns)
 {
-    double python, native, system, busy;
-    cpu_sums_resolve(s, unit_ns, &python, &native, &system, &busy);
-    return Py_BuildValue("(ddddK)", python, native, system, busy, (unsigned long long)s->samples);
+    cpu_totals t;
+    cpu_sums_resolve(s, unit_ns, &t);
+    return Py_BuildValue("(ddddKdd)", t.python_ns, t.native_ns, t.system_ns, t.busy_core_ns,
+                         (unsigned long long)s->samples, t.gil_wait_ns, t.cpu_wait_ns);
 }
 
 static PyObject *collect_records(double unit_ns)

@@ -591,3 +591,67 @@ def test_short_native_calls_time_shares(profile_program, tmp_path):
         print(f"{name}: share {share:.3f}, true {true_share:.3f}")
         assert abs(share - true_share) <= 0.03, (
             f"{name}: {share:.3f} of the run, truly {true_share:.3f}:\n  {info}")
+
+
+# ---------------------------------------------------------------------------
+# (h) waiting is not system time: the GIL, and a CPU on a busy machine
+# ---------------------------------------------------------------------------
+
+def waits(entry: dict) -> float:
+    return entry.get("n_gil_wait_sec", 0.0) + entry.get("n_cpu_wait_sec", 0.0)
+
+
+GIL_CONTENTION = """
+import threading, time
+
+def spin():
+    t0 = time.perf_counter(); acc = 0
+    while time.perf_counter() - t0 < 1.2:
+        for i in range(5000): acc += i * i  # @loop
+
+threads = [threading.Thread(target=spin) for _ in range(2)]
+for t in threads: t.start()
+for t in threads: t.join()
+"""
+
+
+def test_gil_contention_is_gil_wait(profile_program):
+    """Two threads running bytecode share one GIL: each waits for it about half of
+    its time.  That waiting is its own figure, not system time.  Tolerances: the
+    loop line's waiting is at least 30% of its time (the truth is near 50%), its
+    system time under 5%."""
+    run = profile_program(GIL_CONTENTION, options=["--cpu-only"])
+    loop = run.line("# @loop")
+    info = run.describe("# @loop") + f"\n  loop waits: GIL {loop['n_gil_wait_sec']:.3f}s CPU {loop['n_cpu_wait_sec']:.3f}s"
+    print(info)
+    assert waits(loop) >= 0.3 * total_with_waits(loop), info
+    assert loop["n_sys_sec"] <= 0.05 * total_with_waits(loop), info
+    assert run.profile["cpu_time_sec"]["gil_wait"] > 0.5, info
+
+
+def total_with_waits(entry: dict) -> float:
+    return total(entry) + waits(entry)
+
+
+PYTHON_LOOP = """
+import time
+t0 = time.perf_counter(); acc = 0
+while time.perf_counter() - t0 < 1.5:
+    for i in range(5000): acc += i * i  # @loop
+"""
+
+
+def test_busy_machine_is_cpu_wait(profile_program, busy_machine):
+    """Every CPU busy with other processes: the program's pure-Python loop waits
+    on the run queue for part of its time, which the kernel counts
+    (/proc/self/task/<tid>/schedstat).  That is CPU wait, not system time, and the
+    line stays Python.  Tolerances: system under 5% of the line's time, CPU wait
+    at least 5% (with one more runnable process than CPUs the truth is far above)."""
+    run = profile_program(PYTHON_LOOP, options=["--cpu-only"])
+    loop = run.line("# @loop")
+    info = run.describe("# @loop") + f"\n  loop waits: GIL {loop['n_gil_wait_sec']:.3f}s CPU {loop['n_cpu_wait_sec']:.3f}s"
+    print(info)
+    whole = total_with_waits(loop)
+    assert loop["n_sys_sec"] <= 0.05 * whole, info
+    assert loop["n_cpu_wait_sec"] >= 0.05 * whole, info
+    assert loop["n_cpu_python_sec"] >= 0.9 * cpu(loop), info

@@ -47,32 +47,50 @@ void line_stats_release(void)
     }
 }
 
-void cpu_sums_add_estimate(cpu_sums *into, int native, double on_cpu, double core_fraction)
+void cpu_sums_add_estimate(cpu_sums *into, int native, double on_cpu, double runq, double core_fraction)
 {
+    double off = 1.0 - on_cpu;
+    runq = runq < 0.0 ? 0.0 : runq > off ? off : runq;
     if (native) {
         into->est_native += on_cpu;
+        into->est_system += off - runq;
     } else {
         into->est_python += on_cpu;
+        into->est_gil_wait += off - runq;
     }
-    into->est_system += 1.0 - on_cpu;
+    into->est_cpu_wait += runq;
     into->est_busy += core_fraction;
 }
 
-void cpu_sums_resolve(const cpu_sums *s, double unit_ns, double *python_ns, double *native_ns,
-                      double *system_ns, double *busy_core_ns)
+void cpu_sums_resolve(const cpu_sums *s, double unit_ns, cpu_totals *out)
 {
-    *python_ns = (double)s->python_ns + s->est_python * unit_ns;
-    *native_ns = (double)s->native_ns + s->est_native * unit_ns;
-    *system_ns = (double)s->system_ns + s->est_system * unit_ns;
-    *busy_core_ns = s->busy_core_ns + s->est_busy * unit_ns;
+    out->python_ns = (double)s->python_ns + s->est_python * unit_ns;
+    out->native_ns = (double)s->native_ns + s->est_native * unit_ns;
+    out->system_ns = (double)s->system_ns + s->est_system * unit_ns;
+    out->gil_wait_ns = (double)s->gil_wait_ns + s->est_gil_wait * unit_ns;
+    out->cpu_wait_ns = (double)s->cpu_wait_ns + s->est_cpu_wait * unit_ns;
+    out->busy_core_ns = s->busy_core_ns + s->est_busy * unit_ns;
 }
 
-void cpu_sums_add(cpu_sums *into, uint64_t python_ns, uint64_t native_ns, uint64_t system_ns,
-                  double core_fraction)
+void cpu_sums_add(cpu_sums *into, const cpu_window *w, int count_off_cpu, double core_fraction)
 {
-    into->python_ns += python_ns;
-    into->native_ns += native_ns;
-    into->system_ns += system_ns;
-    into->busy_core_ns += core_fraction * (double)(python_ns + native_ns + system_ns);
+    uint64_t cpu = w->cpu_ns > w->wall_ns ? w->wall_ns : w->cpu_ns;
+    uint64_t off = count_off_cpu ? w->wall_ns - cpu : 0;
+    uint64_t runq = w->runq_ns > off ? off : w->runq_ns;
+    if (w->native) {
+        into->native_ns += cpu;
+        into->system_ns += off - runq;
+    } else {
+        into->python_ns += cpu;
+        into->gil_wait_ns += off - runq;
+    }
+    into->cpu_wait_ns += runq;
+    into->busy_core_ns += core_fraction * (double)(cpu + off);
     into->samples++;
+}
+
+void cpu_sums_add_native(cpu_sums *into, uint64_t native_ns, double core_fraction)
+{
+    into->native_ns += native_ns;
+    into->busy_core_ns += core_fraction * (double)native_ns;
 }

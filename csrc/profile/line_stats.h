@@ -12,15 +12,26 @@
 #include <stdint.h>
 
 typedef struct {
-    uint64_t python_ns;  /* CPU time executing bytecode */
-    uint64_t native_ns;  /* CPU time in C called from this location */
-    uint64_t system_ns;  /* wall time not on a CPU: I/O, sleeping, waiting */
-    double busy_core_ns; /* attributed time weighted by the fraction of cores busy */
+    uint64_t python_ns;   /* CPU time executing bytecode */
+    uint64_t native_ns;   /* CPU time in C called from this location */
+    uint64_t system_ns;   /* off CPU, blocked in native code: I/O, sleeping, a lock */
+    uint64_t gil_wait_ns; /* off CPU while running Python: waiting for the GIL */
+    uint64_t cpu_wait_ns; /* runnable but waiting for a CPU (the kernel's run queue) */
+    double busy_core_ns;  /* attributed time weighted by the fraction of cores busy */
     uint64_t samples;
     /* Estimated time, in units of the main thread's mean time between requests
      * (known only when the profile is collected; see sampler.c). */
-    double est_python, est_native, est_system, est_busy;
+    double est_python, est_native, est_system, est_gil_wait, est_cpu_wait, est_busy;
 } cpu_sums;
+
+/* Where a window's time went, before it is charged: wall and CPU time, the time
+ * the thread waited on the run queue, and whether it was running Python (then
+ * its other time off CPU was waiting for the GIL) or native code (then it was
+ * blocked: system). */
+typedef struct {
+    uint64_t wall_ns, cpu_ns, runq_ns;
+    int native;
+} cpu_window;
 
 typedef struct {
     cpu_sums cpu;
@@ -35,12 +46,17 @@ line_record *line_stats_next(size_t *cursor, PyCodeObject **code, int *lasti);
 void line_stats_release(void);
 size_t line_stats_memory_bytes(void);
 
-/* One estimated unit (a request interval) of time, on CPU for on_cpu of it. */
-void cpu_sums_add_estimate(cpu_sums *into, int native, double on_cpu, double core_fraction);
+/* One estimated unit (a request interval) of time: on CPU for on_cpu of it, on
+ * the run queue for runq of it, the rest off CPU. */
+void cpu_sums_add_estimate(cpu_sums *into, int native, double on_cpu, double runq, double core_fraction);
 /* Measured plus estimated time in nanoseconds, given the length of one unit. */
-void cpu_sums_resolve(const cpu_sums *s, double unit_ns, double *python_ns, double *native_ns,
-                      double *system_ns, double *busy_core_ns);
-void cpu_sums_add(cpu_sums *into, uint64_t python_ns, uint64_t native_ns, uint64_t system_ns,
-                  double core_fraction);
+typedef struct {
+    double python_ns, native_ns, system_ns, gil_wait_ns, cpu_wait_ns, busy_core_ns;
+} cpu_totals;
+void cpu_sums_resolve(const cpu_sums *s, double unit_ns, cpu_totals *out);
+/* A measured window; off-CPU time is left out with count_off_cpu 0 (virtual time). */
+void cpu_sums_add(cpu_sums *into, const cpu_window *w, int count_off_cpu, double core_fraction);
+/* Native CPU time of threads without Python state, charged to a location. */
+void cpu_sums_add_native(cpu_sums *into, uint64_t native_ns, double core_fraction);
 
 #endif

@@ -10,6 +10,8 @@
 #include "../memory/mem_profile.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <pthread.h>
 #include <signal.h>
@@ -36,6 +38,9 @@ typedef struct {
     uint64_t last_cpu_ns;
     uint64_t seen_in; /* serial of the last snapshot that met the thread */
     uint64_t cpu_at_pause; /* its CPU clock when the sampler stopped for a fork */
+    uint64_t last_runq_ns; /* its run-queue wait when last accounted */
+    int schedstat;         /* its /proc/self/task/<tid>/schedstat fd + 1; 0: not open yet,
+                            * -1: unavailable (zero, as a new track is, means not open) */
     pid_t tid;
 } thread_track;
 
@@ -92,8 +97,12 @@ typedef struct {
 } location;
 
 /* native_by_delay: the main thread answering its request, whose kind is where it
- * stood at t0 (standing), or, for a call that outlasts the request, the delay. */
-static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, int standing)
+ * stood at t0 (standing), or, for an instruction that outlasts the request, the
+ * delay.  Where it stood in Python, only the delay's CPU time counts: a thread
+ * kept off the CPU (a busy machine, the GIL) answers late without running any
+ * native code. */
+static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint64_t delay_cpu_ns,
+                       int standing)
 {
     location loc = {NULL, 0, 1, 1};
     pyframe innermost, f;
@@ -105,7 +114,8 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
         return loc; /* no Python frame at all: native */
     }
     if (native_by_delay) {
-        loc.native = standing == STANDING_IN_CALL || delay_ns > NATIVE_DELAY_NS;
+        loc.native = standing == STANDING_IN_CALL ||
+                     (standing == STANDING_PYTHON ? delay_cpu_ns : delay_ns) > NATIVE_DELAY_NS;
     } else {
         const code_info *info = codes_lookup(pyframe_code(innermost));
         loc.native = info != NULL && !codes_python_at(info, pyframe_lasti(innermost));
@@ -130,14 +140,60 @@ static cpu_sums *sums_at(const location *loc)
     return rec != NULL ? &rec->cpu : NULL;
 }
 
-static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, double core_fraction)
+static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint64_t runq_ns,
+                   double core_fraction)
 {
     cpu_sums *into = sums_at(loc);
     if (into == NULL) {
         return;
     }
-    uint64_t off_cpu = S.options.virtual_time ? 0 : wall_ns - cpu_ns;
-    cpu_sums_add(into, loc->native ? 0 : cpu_ns, loc->native ? cpu_ns : 0, off_cpu, core_fraction);
+    cpu_window w = {wall_ns, cpu_ns, runq_ns, loc->native};
+    cpu_sums_add(into, &w, !S.options.virtual_time, core_fraction);
+}
+
+/* How long a thread has waited on the kernel's run queue, runnable but without a
+ * CPU (the second field of its schedstat), in ns; CLOCK_UNAVAILABLE where the
+ * kernel does not say.  The file stays open for the thread's life (one pread a
+ * snapshot), close-on-exec. */
+static uint64_t read_runq(thread_track *t, pid_t tid)
+{
+    if (t->schedstat == 0) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", (int)tid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        t->schedstat = fd >= 0 ? fd + 1 : -1; /* -1: not to be tried again */
+    }
+    if (t->schedstat < 0) {
+        return CLOCK_UNAVAILABLE;
+    }
+    char buf[96];
+    ssize_t n = pread(t->schedstat - 1, buf, sizeof buf - 1, 0);
+    if (n <= 0) {
+        return CLOCK_UNAVAILABLE;
+    }
+    buf[n] = '\0';
+    unsigned long long run, wait;
+    return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? (uint64_t)wait : CLOCK_UNAVAILABLE;
+}
+
+static void forget_track(thread_track *t)
+{
+    if (t->schedstat > 0) {
+        close(t->schedstat - 1);
+    }
+    t->schedstat = 0;
+}
+
+/* The run-queue wait since the track was last accounted, and the new baseline. */
+static uint64_t runq_since(thread_track *t, pid_t tid, int fresh)
+{
+    uint64_t now = read_runq(t, tid);
+    if (now == CLOCK_UNAVAILABLE) {
+        return 0;
+    }
+    uint64_t waited = !fresh && now >= t->last_runq_ns ? now - t->last_runq_ns : 0;
+    t->last_runq_ns = now;
+    return waited;
 }
 
 /* The main thread answering its own request at `now`.  Its time since it was last
@@ -151,8 +207,12 @@ static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, doubl
  * the end of the previous answer, i.e. the end of a native call, so the Python
  * right after native calls would get systematically short windows. */
 static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t now,
-                                   uint64_t cpu, double core_fraction)
+                                   uint64_t cpu, uint64_t runq, double core_fraction)
 {
+    /* The run-queue wait is known for the whole window only: each part gets its
+     * share by wall time. */
+    uint64_t window = delta(now, t->last_wall_ns);
+    double runq_share = window > 0 ? (double)runq / (double)window : 0.0;
     uint64_t t0 = atomic_load(&S.request_wall_ns);
     uint64_t cpu_t0 = atomic_load(&S.request_main_cpu_ns);
     uint64_t dead_from = t0, dead_cpu_from = cpu_t0;
@@ -169,8 +229,8 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
     uint64_t live = delta(t0, t->last_wall_ns), live_cpu = delta(cpu_t0, t->last_cpu_ns);
     live_cpu = live_cpu > live ? live : live_cpu;
 
-    location loc = locate(ts, 1, delay, atomic_load(&S.request_standing));
-    charge(&loc, dead, dead_cpu, core_fraction);
+    location loc = locate(ts, 1, delay, delta(cpu, cpu_t0), atomic_load(&S.request_standing));
+    charge(&loc, dead, dead_cpu, (uint64_t)(runq_share * (double)dead), core_fraction);
     if (looked_meanwhile) {
         return loc;
     }
@@ -185,12 +245,13 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
         /* Off-CPU time is not counted; the unit then measures CPU time only. */
         live = live_cpu;
         on_cpu = 1.0;
+        runq_share = 0.0;
     }
     S.totals.main_live_ns += live;
     S.totals.main_live_units++;
     cpu_sums *into = sums_at(&loc);
     if (into != NULL) {
-        cpu_sums_add_estimate(into, loc.native, on_cpu, core_fraction);
+        cpu_sums_add_estimate(into, loc.native, on_cpu, runq_share, core_fraction);
     }
     return loc;
 }
@@ -215,8 +276,10 @@ static void prune_threads(size_t live)
             thread_track *copy = table_upsert(&fresh, key, &created);
             if (copy != NULL) {
                 *copy = *t;
+                continue;
             }
         }
+        forget_track(t);
     }
     table_release(&S.threads);
     S.threads = fresh;
@@ -266,7 +329,12 @@ static void snapshot(enum snapshot_source source)
             continue;
         }
         uint64_t wall, used;
-        if (created || t->tid != tid) {
+        int fresh = created || t->tid != tid;
+        if (fresh && !created) {
+            forget_track(t); /* another thread's file */
+        }
+        uint64_t runq = runq_since(t, tid, fresh);
+        if (fresh) {
             /* First sight (threads that existed at start were seen by
              * sampler_start): the thread started within this window, so all of
              * its CPU so far (at most the window) is new. */
@@ -286,10 +354,10 @@ static void snapshot(enum snapshot_source source)
         live++;
         location loc;
         if (source == ANSWERED_BY_MAIN && ts == S.main_ts) {
-            loc = charge_main_answer(ts, t, now, cpu, core_fraction);
+            loc = charge_main_answer(ts, t, now, cpu, runq, core_fraction);
         } else {
-            loc = locate(ts, 0, 0, STANDING_UNKNOWN);
-            charge(&loc, wall, used, core_fraction);
+            loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN);
+            charge(&loc, wall, used, runq, core_fraction);
         }
         if (ts == S.main_ts) {
             main_location = loc;
@@ -311,8 +379,7 @@ static void snapshot(enum snapshot_source source)
         main_location.ok = 1;
         cpu_sums *into = sums_at(&main_location);
         if (into != NULL) {
-            into->native_ns += untracked;
-            into->busy_core_ns += core_fraction * (double)untracked;
+            cpu_sums_add_native(into, untracked, core_fraction);
         }
     }
 
@@ -594,10 +661,11 @@ static void start_after_fork(void)
         }
         uint64_t used = delta(cpu, t->cpu_at_pause);
         used = used > gap ? gap : used;
-        location loc = locate(ts, 0, 0, STANDING_UNKNOWN);
-        charge(&loc, gap, used, core_fraction);
+        location loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN);
+        charge(&loc, gap, used, 0, core_fraction);
         t->last_wall_ns += gap;
         t->last_cpu_ns += used;
+        (void)runq_since(t, pyframe_thread_tid(ts), 1); /* the gap's run-queue wait is left out */
         if (ts == S.main_ts && atomic_load(&S.request_pending)) {
             /* The request made before the fork is answered after it: its delay
              * must not count the gap again. */
@@ -670,6 +738,7 @@ int sampler_start(const sampler_options *options)
             t->last_wall_ns = S.last_wall_ns;
             t->last_cpu_ns = cpu;
             t->tid = pyframe_thread_tid(ts);
+            (void)runq_since(t, t->tid, 1);
             S.totals.threads_seen++;
         }
     }
@@ -728,6 +797,12 @@ void sampler_get_totals(sampler_totals *out)
 void sampler_release(void)
 {
     if (S.threads.slots != NULL) {
+        size_t cursor = 0;
+        table_key key;
+        thread_track *t;
+        while ((t = table_next(&S.threads, &cursor, &key)) != NULL) {
+            forget_track(t);
+        }
         table_release(&S.threads);
     }
 }

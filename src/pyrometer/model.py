@@ -24,23 +24,29 @@ def _source_lines(filename: str) -> list[str]:
 
 
 class _Sums:
-    __slots__ = ("python", "native", "system", "busy", "samples")
+    __slots__ = ("python", "native", "system", "gil_wait", "cpu_wait", "busy", "samples")
 
     def __init__(self) -> None:
-        self.python = self.native = self.system = self.busy = 0.0
+        self.python = self.native = self.system = self.gil_wait = self.cpu_wait = self.busy = 0.0
         self.samples = 0
 
     def add(self, cpu: tuple) -> None:
-        python, native, system, busy, samples = cpu
+        python, native, system, busy, samples, gil_wait, cpu_wait = cpu
         self.python += python * NS
         self.native += native * NS
         self.system += system * NS
+        self.gil_wait += gil_wait * NS
+        self.cpu_wait += cpu_wait * NS
         self.busy += busy * NS
         self.samples += samples
 
+    def merge(self, other: "_Sums") -> None:
+        for name in ("python", "native", "system", "gil_wait", "cpu_wait"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
     @property
     def total(self) -> float:
-        return self.python + self.native + self.system
+        return self.python + self.native + self.system + self.gil_wait + self.cpu_wait
 
     def fields(self, denominator: float) -> dict[str, Any]:
         pct = (100.0 / denominator) if denominator > 0 else 0.0
@@ -48,10 +54,14 @@ class _Sums:
             "n_cpu_percent_python": self.python * pct,
             "n_cpu_percent_c": self.native * pct,
             "n_sys_percent": self.system * pct,
+            "n_gil_wait_percent": self.gil_wait * pct,
+            "n_cpu_wait_percent": self.cpu_wait * pct,
             "n_core_utilization": (self.busy / self.total) if self.total > 0 else 0.0,
             "n_cpu_python_sec": self.python,
             "n_cpu_native_sec": self.native,
             "n_sys_sec": self.system,
+            "n_gil_wait_sec": self.gil_wait,
+            "n_cpu_wait_sec": self.cpu_wait,
             "n_samples": self.samples,
         }
 
@@ -113,8 +123,14 @@ class _Memory:
 _NO_MEMORY = _Memory()
 
 
+def time_share(entry: dict[str, Any]) -> float:
+    """A line's or function's share of the run's time, in percent, of every kind."""
+    return (entry["n_cpu_percent_python"] + entry["n_cpu_percent_c"] + entry["n_sys_percent"]
+            + entry.get("n_gil_wait_percent", 0.0) + entry.get("n_cpu_wait_percent", 0.0))
+
+
 def _significant(entry: dict[str, Any], threshold: float, malloc_threshold: float | None = None) -> bool:
-    cpu = (entry["n_cpu_percent_python"] + entry["n_cpu_percent_c"] + entry["n_sys_percent"]) >= threshold
+    cpu = time_share(entry) >= threshold
     return cpu or (malloc_threshold is not None and entry.get("n_malloc_mb", 0.0) >= malloc_threshold)
 
 
@@ -141,9 +157,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     every_line = _Sums()
     for per_line in lines.values():
         for s in per_line.values():
-            every_line.python += s.python
-            every_line.native += s.native
-            every_line.system += s.system
+            every_line.merge(s)
     # The denominator of every percentage: all time charged to reported lines, plus
     # CPU that ran where no reported line was on the stack.  Idle time of threads
     # that never touch the program's code (a pool waiting for work) is left out.
@@ -187,9 +201,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
                 function_entries.append(entry)
         file_total = _Sums()
         for s in per_line.values():
-            file_total.python += s.python
-            file_total.native += s.native
-            file_total.system += s.system
+            file_total.merge(s)
         files[filename] = {
             "percent_cpu_time": file_total.total * 100.0 / denominator if denominator else 0.0,
             "cpu_time_sec": file_total.total,
@@ -224,11 +236,15 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             "python": every_line.python + unattributed.python,
             "native": every_line.native + unattributed.native,
             "system": every_line.system,
+            "gil_wait": every_line.gil_wait,
+            "cpu_wait": every_line.cpu_wait,
         },
         "unattributed": {
             "python_sec": unattributed.python,
             "native_sec": unattributed.native,
             "system_sec": unattributed.system,
+            "gil_wait_sec": unattributed.gil_wait,
+            "cpu_wait_sec": unattributed.cpu_wait,
         },
         "memory": bool(memory),
         "gpu": False,
@@ -332,6 +348,8 @@ _MEMORY_TOP_DEFAULTS = {"max_footprint_where": None, "native_threads": {"malloc_
 _ENTRY = {"lineno": int, "line": str, "n_cpu_percent_python": _NUMBER, "n_cpu_percent_c": _NUMBER,
           "n_sys_percent": _NUMBER}
 _ENTRY_DEFAULTS = {"n_cpu_python_sec": 0.0, "n_cpu_native_sec": 0.0, "n_sys_sec": 0.0,
+                   "n_gil_wait_percent": 0.0, "n_cpu_wait_percent": 0.0, "n_gil_wait_sec": 0.0,
+                   "n_cpu_wait_sec": 0.0,
                    "n_core_utilization": 0.0, "n_samples": 0}
 _MEMORY_ENTRY_DEFAULTS = {"n_malloc_mb": 0.0, "n_python_fraction": 0.0, "n_peak_mb": 0.0, "n_growth_mb": 0.0,
                           "n_avg_mb": 0.0, "n_mallocs": 0, "n_usage_fraction": 0.0, "n_copy_mb_s": 0.0,

@@ -9,7 +9,7 @@ import textwrap
 import unicodedata
 from typing import Any
 
-from ..model import display_name, significant
+from ..model import display_name, significant, time_share
 
 # A line is highlighted as hot when it takes this many times the CPU threshold.
 HOT_FACTOR = 5.0
@@ -95,12 +95,21 @@ def _pct(value: float) -> str:
     return f"{value:.0f}%"
 
 
-def _time_cells(entry: dict[str, Any]) -> list[str]:
-    return [_pct(entry["n_cpu_percent_python"]), _pct(entry["n_cpu_percent_c"]), _pct(entry["n_sys_percent"])]
+def _time_cells(entry: dict[str, Any], waits: bool = False) -> list[str]:
+    cells = [_pct(entry["n_cpu_percent_python"]), _pct(entry["n_cpu_percent_c"]), _pct(entry["n_sys_percent"])]
+    if waits:
+        cells.append(_pct(entry.get("n_gil_wait_percent", 0.0) + entry.get("n_cpu_wait_percent", 0.0)))
+    return cells
 
 
-def _share(entry: dict[str, Any]) -> float:
-    return entry["n_cpu_percent_python"] + entry["n_cpu_percent_c"] + entry["n_sys_percent"]
+_share = time_share
+
+
+def _shows_waits(profile: dict[str, Any]) -> bool:
+    """The wait column is shown when waiting for the GIL or a CPU is 1% of the
+    run or more: otherwise it is only noise in the table."""
+    cpu, total = profile["cpu_time_sec"], profile["total_time_sec"]
+    return total > 0 and (cpu.get("gil_wait", 0.0) + cpu.get("cpu_wait", 0.0)) >= 0.01 * total
 
 
 class _Painter:
@@ -192,8 +201,11 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         + (f" (every {profile['sampling_interval_sec'] * 1e3:.2f} ms on average)" if samples else "")
         + f" · {threads} thread{'s' if threads != 1 else ''}"
         + ("" if profile.get("exit_status") is None else f" · exit status {profile['exit_status']}"), width))
+    waits = "".join(f" · {label} {cpu[key]:.3f} s" for key, label in (("gil_wait", "GIL wait"),
+                                                                        ("cpu_wait", "CPU wait"))
+                    if cpu.get(key, 0.0) >= 0.0005)
     out.append(cut(f"Python {cpu['python']:.3f} s · native {cpu['native']:.3f} s · "
-                   f"system {cpu['system']:.3f} s", width))
+                   f"system {cpu['system']:.3f} s{waits}", width))
     out.append(cut("options: " + _options_words(profile), width))
     for notice in profile.get("notices", []):
         out.append(paint(_clean("notice: " + str(notice)), BOLD))
@@ -234,10 +246,12 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         out.append(paint(cut(_clean(f"{display_name(filename)}: % of time = {f['percent_cpu_time']:.1f}% "
                                     f"({f['cpu_time_sec']:.3f} s) out of {profile['total_time_sec']:.3f} s"), width),
                          BOLD))
-        header = ["Line", "Time Python", "native", "system"]
+        show_waits = _shows_waits(profile)
+        header = ["Line", "Time Python", "native", "system"] + (["wait"] if show_waits else [])
         if memory:
             header += ["Memory Python", "peak", "timeline / %", "Copy MB/s"]
-        cells = (lambda e: [*_time_cells(e), *_memory_cells(e)]) if memory else _time_cells
+        cells = ((lambda e: [*_time_cells(e, show_waits), *_memory_cells(e)]) if memory
+                 else (lambda e: _time_cells(e, show_waits)))
         rows, styles = [], []
         for e in f["lines"]:
             share = _share(e)
@@ -246,7 +260,8 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
             rows.append([str(e["lineno"]), *cells(e), _clean(e["line"])])
             heavy = malloc_threshold is not None and e.get("n_malloc_mb", 0.0) >= malloc_threshold
             styles.append((BOLD, RED) if share >= hot else (YELLOW,) if share >= threshold or heavy else ())
-        droppable = (7, 6, 5, 4) if memory else ()
+        first_memory = 5 if show_waits else 4
+        droppable = tuple(range(first_memory + 3, first_memory - 1, -1)) if memory else ()
         out.extend(_table(rows, header + ["source"], len(header), width, styles, paint, droppable))
         funcs = [e for e in f["functions"] if _share(e) >= 0.5 or e.get("n_malloc_mb", 0.0) >= 0.5]
         if funcs:

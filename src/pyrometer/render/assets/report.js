@@ -61,7 +61,8 @@
   Entries.prototype.fileOf = function (k) { return this.file ? this.file[k] : this.fi; };
   Entries.prototype.share = function (k) {
     var r = this.vals[k];
-    return r ? r[COL.n_cpu_percent_python] + r[COL.n_cpu_percent_c] + r[COL.n_sys_percent] : 0;
+    return r ? r[COL.n_cpu_percent_python] + r[COL.n_cpu_percent_c] + r[COL.n_sys_percent] +
+      (r[COL.n_gil_wait_percent] || 0) + (r[COL.n_cpu_wait_percent] || 0) : 0;
   };
   Entries.prototype.significant = function (k) {
     return this.share(k) >= THRESHOLD || this.get(k, "n_malloc_mb") >= MALLOC_THRESHOLD;
@@ -104,11 +105,14 @@
   }
   function barHtml(E, k) {
     var py = E.get(k, "n_cpu_percent_python"), na = E.get(k, "n_cpu_percent_c"), sy = E.get(k, "n_sys_percent");
-    if (py + na + sy <= 0) return "";
+    var wt = waitShare(E, k);
+    if (py + na + sy + wt <= 0) return "";
     var f = 100 / MAXSHARE;
     return '<div class="bar" data-t="bar"><i class="py" style="width:' + (py * f).toFixed(2) + '%"></i><i class="na" style="width:' +
-      (na * f).toFixed(2) + '%"></i><i class="sy" style="width:' + (sy * f).toFixed(2) + '%"></i></div>';
+      (na * f).toFixed(2) + '%"></i><i class="sy" style="width:' + (sy * f).toFixed(2) + '%"></i><i class="wt" style="width:' +
+      (wt * f).toFixed(2) + '%"></i></div>';
   }
+  function waitShare(E, k) { return E.get(k, "n_gil_wait_percent") + E.get(k, "n_cpu_wait_percent"); }
   function field(name, label, format, width) {
     return { id: name, label: label, width: width, key: function (E, k) { return E.get(k, name); },
              cell: function (E, k) { return format(E.get(k, name)); } };
@@ -119,7 +123,9 @@
     field("n_cpu_percent_python", "Time Python", pct, "100px"),
     field("n_cpu_percent_c", "native", pct, "64px"),
     field("n_sys_percent", "system", pct, "68px"),
-    { id: "time", label: "time", title: "total time (the bar: Python, native, system)", width: "96px",
+    { id: "wait", label: "wait", title: "waiting for the GIL or for a CPU", width: "56px",
+      key: waitShare, cell: function (E, k) { return pct(waitShare(E, k)); } },
+    { id: "time", label: "time", title: "total time (the bar: Python, native, system, wait)", width: "96px",
       key: function (E, k) { return E.share(k); }, cell: barHtml },
   ];
   var GPU_COLS = GPU ? [field("n_gpu_percent", "GPU", pct, "52px"),
@@ -344,7 +350,8 @@
         " were taken: the percentages below are rough.</div>";
     }
     h += '<div class="cards">';
-    var py = num(cpu.python, 0), na = num(cpu.native, 0), sy = num(cpu.system, 0), all = py + na + sy;
+    var py = num(cpu.python, 0), na = num(cpu.native, 0), sy = num(cpu.system, 0);
+    var gw = num(cpu.gil_wait, 0), cw = num(cpu.cpu_wait, 0), all = py + na + sy + gw + cw;
     function seg(cls, label, v) {
       var share = all > 0 ? v / all * 100 : 0;
       return { bar: '<i class="' + cls + '" style="width:' + share.toFixed(2) + '%" data-tip="' + label + " " +
@@ -353,6 +360,7 @@
                     secs(v) + " (" + share.toFixed(0) + "%)</span>" };
     }
     var segs = [seg("py", "Python", py), seg("na", "native", na), seg("sy", "system", sy)];
+    if (gw + cw > 0) segs.push(seg("wt", "wait (GIL " + fix(gw, 3) + " s, CPU " + fix(cw, 3) + " s)", gw + cw));
     h += '<div class="card" id="card-time"><h3>Time</h3><div class="big">' + secs(all) +
       ' <span class="muted" style="font-size:13px;font-weight:400">charged to the program, over ' +
       plural(threads, "thread") + "</span></div>" +
