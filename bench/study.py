@@ -377,6 +377,31 @@ def accuracy_section(acc: dict) -> str:
         out.append("")
         out.append("memray and memory_profiler do not measure time.")
         out.append("")
+    short = acc.get("cpu_short_calls") or {}
+    if short:
+        out.append(f"Short native calls: the same program with `native_gil_part` spending its "
+                   f"time in calls of {accuracy.SHORT_CALL_US:g} us each (`CALL_US`), the shape of "
+                   "numpy code made of small operations, regex and json work. Only the tools "
+                   "that tell native from Python time are run. `native_gil_part` as reported "
+                   "(percent of the four functions' total; Python / native / system) and the "
+                   "largest split error of any function:")
+        out.append("")
+        out.append("| tool | split error (pts) | native_gil_part: Python / native / system (truth) |")
+        out.append("| --- | --- | --- |")
+        for t in accuracy.SHORT_CALL_TOOLS:
+            r = short.get(t, {})
+            if "error" in r:
+                out.append(f"| {t} | failed: {r['error']} | |")
+                continue
+            if not r.get("split"):
+                out.append(f"| {t} | cannot report | |")
+                continue
+            s = r["split"]["native_gil_part"]
+            truth = r["truth_share"]["native_gil_part"]
+            out.append(f"| {t} | {pts(r.get('max_split_error'))} | "
+                       f"{s['python']:.1f} / {s['native']:.1f} / {s['system']:.1f} "
+                       f"(0.0 / {truth:.1f} / 0.0) |")
+        out.append("")
     out.append(MEM_METHOD)
     out.append("| tool | MB error (max) | Python share error (max / whole, pts) | "
                "leaks found | false leaks | copy MB (truth 1200) | copy MB elsewhere (truth 0) |")
