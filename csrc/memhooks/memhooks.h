@@ -2,12 +2,24 @@
  * program's memory and copy traffic.  Its public face, used by the extension
  * module through dlsym so that the library never links libpython.
  *
- * Every thread counts, in thread-local memory, the bytes it allocated with malloc
- * and friends minus the bytes it freed since its last sample ("net"), and the
- * bytes it copied with memcpy/memmove.  When net crosses +window or -window, or
- * copies cross copy_window, the thread calls the registered sample function (on
- * itself, with counting suspended).  Sampling by volume keeps large allocations
- * exact and makes the cost proportional to the bytes that matter.
+ * Allocations are sampled by their bytes, unbiased per allocation site: every
+ * thread counts down, in thread-local memory, the bytes it allocates with malloc
+ * and friends, from a random distance of mean `window` (a renewal process over
+ * the bytes allocated, see next_distance in hooks.c); the allocation that
+ * reaches zero is a sample, weighing `window` bytes per crossing, and a block of
+ * a window or more is always a sample, weighing its own size.  So each site is
+ * sampled in proportion to the bytes it allocates, whatever the other sites do.
+ * Each sampled block is watched until it is freed (the sample function returns
+ * a token; freed() gets it back, with the sample's weight): that gives per site
+ * the bytes allocated, freed and still live.  Sampling the *net* volume instead
+ * (this library's earlier scheme, and Scalene's) charged the growth to whichever
+ * line happened to cross the threshold: a small kept buffer beside a big freed
+ * temporary was reported backwards.
+ *
+ * The footprint (the process's live heap) is counted separately and exactly, to
+ * within one window per thread: each thread's net bytes since it last reported
+ * are added to a process-wide counter when they pass +window or -window.  Copies
+ * (memcpy/memmove) are sampled by volume: every copy_window bytes copied.
  *
  * Python's own allocators are counted by the extension (csrc/memory/pyalloc.c),
  * which hands its samples over with pyrometer_memhooks_sample_python.
@@ -24,23 +36,28 @@ enum memhooks_kind { MEMHOOKS_ALLOC = 1, MEMHOOKS_FREE = 2, MEMHOOKS_COPY = 3 };
  * calls into Python's own allocators that may reach malloc, so that what those
  * pass on to malloc is not counted a second time as native. */
 typedef struct {
-    int64_t net;        /* bytes malloc'd - freed since the last sample */
+    int64_t net;        /* bytes malloc'd - freed, not yet added to the footprint */
+    int64_t countdown;  /* bytes to allocate until the next allocation sample */
+    uint64_t rng;       /* the thread's random state; 0: not drawn yet */
     uint64_t copied;    /* bytes copied since the last copy sample */
     int busy;           /* > 0 inside the profiler's own code: nothing is counted */
     int python_depth;   /* > 0 inside a Python allocator call */
 } memhooks_thread;
 
-/* A sample on the calling thread.  bytes: the volume that crossed the window
- * (positive); python_bytes: the part through Python's allocators; address: the
- * allocation that crossed it (ALLOC only).  The returned token, when not zero,
- * makes the library watch that address: freeing it calls freed(token). */
+/* A sample on the calling thread.  ALLOC: bytes is the sample's weight (the
+ * bytes it stands for), python_bytes the part through Python's allocators,
+ * address the sampled block; the returned token, when not zero, makes the
+ * library watch that block: freeing it calls freed(token, 0, bytes).  COPY:
+ * bytes copied since the last copy sample.  (No sample is taken of frees: a
+ * sampled block's free is seen through its watch.) */
 typedef uintptr_t (*memhooks_sample_fn)(int kind, int64_t bytes, int64_t python_bytes, void *address);
-/* The watched allocation of a sample was freed (evicted = 0), or is no longer
- * watched because a newer sample took its slot (evicted = 1). */
-typedef void (*memhooks_freed_fn)(uintptr_t token, int evicted);
+/* The watched block of a sample was freed (evicted = 0), or is no longer watched
+ * because a newer sample took its slot (evicted = 1: its fate is unknown);
+ * bytes: the sample's weight. */
+typedef void (*memhooks_freed_fn)(uintptr_t token, int evicted, int64_t bytes);
 
 typedef struct {
-    int64_t window;      /* bytes of net allocation between samples */
+    int64_t window;      /* mean bytes allocated between samples; the footprint's step */
     int64_t copy_window; /* bytes copied between samples */
     memhooks_sample_fn sample;
     memhooks_freed_fn freed;
@@ -53,18 +70,25 @@ memhooks_thread *pyrometer_memhooks_thread(void);
 /* The watch table of sampled allocations, for callers that count Python blocks
  * themselves: a free of p needs pyrometer_memhooks_unwatch(p) only when
  * table[memhooks_watch_slot(p)] == p, which keeps the common free to one load. */
-#define MEMHOOKS_WATCH_SLOTS 4096
+#define MEMHOOKS_WATCH_BITS 14
+#define MEMHOOKS_WATCH_SLOTS (1u << MEMHOOKS_WATCH_BITS)
 static inline size_t memhooks_watch_slot(uintptr_t address)
 {
-    return (size_t)((address >> 4) * 0x9E3779B97F4A7C15ULL >> 52) & (MEMHOOKS_WATCH_SLOTS - 1);
+    return (size_t)((address >> 4) * 0x9E3779B97F4A7C15ULL >> (64 - MEMHOOKS_WATCH_BITS));
 }
 const volatile uintptr_t *pyrometer_memhooks_watch_table(void);
 void pyrometer_memhooks_unwatch(void *address);
-/* A sample of Python's allocators, taken now on the calling thread: bytes is the
- * net volume allocated (>0; address: the block that crossed the window, watched
- * if the sample function asks) or freed (<0).  Nothing happens while counting is
- * off or suspended on this thread (inside the sample function). */
+/* An allocation sample of Python's allocators, taken now on the calling thread:
+ * bytes is its weight (> 0), address the sampled block (watched if the sample
+ * function asks).  Nothing happens while counting is off or suspended on this
+ * thread (inside the sample function). */
 void pyrometer_memhooks_sample_python(int64_t bytes, void *address);
+/* Changes the token of a watched block from `from` to `to`, atomically with its
+ * free: 1 when done, 0 when the block is no longer watched with `from` (freed, or
+ * evicted).  For samples whose owner is known only after they were taken. */
+int pyrometer_memhooks_retoken(void *address, uintptr_t from, uintptr_t to);
+/* Python's net bytes since it last reported, added to the footprint. */
+void pyrometer_memhooks_footprint_add(int64_t bytes);
 /* malloc_usable_size that also knows the library's bootstrap blocks. */
 size_t pyrometer_memhooks_usable_size(void *p);
 /* The size of a block from Python's object or memory allocators (a pymalloc size
@@ -75,7 +99,8 @@ size_t pyrometer_memhooks_python_block_size(void *p);
  * for a caller holding the GIL to find a block's size itself; NULL when not every
  * arena is known. */
 void *pyrometer_memhooks_python_arenas(void);
-/* Net bytes of all samples so far: the footprint, to within one window per thread. */
+/* The footprint: net bytes allocated since counting started, to within one
+ * window per thread (and one for Python's allocators). */
 int64_t pyrometer_memhooks_footprint(void);
 
 #endif

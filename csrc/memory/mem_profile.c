@@ -22,15 +22,18 @@ typedef struct {
     double *mb;
 } series;
 
-/* Watched sampled allocations of one line; updated from any thread. */
+/* The sampled allocations of one line, followed to their frees: updated from
+ * any thread (a free's thread, inside free()), so atomics only.  An evicted
+ * sample's fate is unknown: its bytes stay live. */
 typedef struct {
     _Atomic uint64_t watched, freed, evicted;
+    _Atomic uint64_t freed_bytes; /* weights of the sampled blocks freed */
 } leak_site;
 
 typedef struct {
-    uint64_t alloc_bytes, python_bytes, free_bytes, copy_bytes;
-    uint64_t alloc_samples, free_samples, copy_samples;
-    int64_t net, peak;
+    uint64_t alloc_bytes, python_bytes, copy_bytes;
+    uint64_t alloc_samples, copy_samples;
+    int64_t peak;     /* the largest live (allocated - freed) seen at an allocation */
     leak_site *site;  /* arena memory: stable while the line table grows */
     series *timeline;
 } mem_line;
@@ -44,6 +47,7 @@ typedef struct {
 typedef struct {
     atomic_int ready;
     PyThreadState *ts;
+    void *address; /* the sampled block (ALLOC) */
     int kind;
     int holds_refs; /* taken with the GIL: each code below holds a reference */
     int depth;
@@ -57,7 +61,7 @@ typedef struct {
 static struct {
     int active, initialised;
     pyalloc_sizing python_sizing; /* how Python's blocks are sized; NOT_SIZED: not profiled */
-    int leak_detector; /* watch sampled allocations (off: no watch, no leak report) */
+    int leak_detector; /* report leaks (sampled blocks are followed to their frees either way) */
     memhooks_api api;
     int64_t window;
     uint64_t start_ns;
@@ -68,15 +72,23 @@ static struct {
     PyCodeObject *max_code;
     int max_lineno;
     uint64_t max_t_ns;
-    uint64_t unattributed_alloc, unattributed_python, unattributed_free, unattributed_copy;
-    _Atomic uint64_t native_thread_alloc, native_thread_free, native_thread_copy;
+    uint64_t unattributed_alloc, unattributed_python, unattributed_copy;
+    _Atomic uint64_t native_thread_alloc, native_thread_copy;
+    /* Where the frees of samples with no line go: no reported line on the stack,
+     * and a thread without Python state. */
+    leak_site unattributed_site, native_thread_site;
     _Atomic uint64_t dropped;
+    _Atomic uint64_t queued; /* samples that could not be charged where they were taken */
     _Atomic uint64_t ring_head; /* next slot a writer claims */
     _Atomic uint64_t ring_tail; /* next slot the drain reads (GIL held) */
     atomic_int drain_requested;
 } M;
 
 static ring_slot ring[RING_SLOTS];
+/* The token of a queued allocation sample until its line is known: one per ring
+ * slot, so that no two samples in the queue share one (a block freed and its
+ * address reused by another queued sample must not pass for it). */
+static leak_site pending[RING_SLOTS];
 
 static series *series_new(uint32_t cap)
 {
@@ -125,9 +137,30 @@ static mem_line *line_for(PyCodeObject *code, int lineno)
     return m;
 }
 
+static int64_t live_bytes(const mem_line *m)
+{
+    return (int64_t)m->alloc_bytes - (int64_t)atomic_load_explicit(&m->site->freed_bytes, memory_order_relaxed);
+}
+
+/* The run's footprint now, for its timeline and peak (GIL held). */
+static void note_footprint(uint64_t t_ns, PyCodeObject *code, int lineno)
+{
+    int64_t footprint = M.api.footprint();
+    series_add(M.footprint, t_ns - M.start_ns, (double)footprint / 1048576.0);
+    if (footprint > M.max_footprint) {
+        M.max_footprint = footprint;
+        M.max_t_ns = t_ns - M.start_ns;
+        if (code != NULL || lineno == 0) {
+            M.max_code = code;
+            M.max_lineno = lineno;
+        }
+    }
+}
+
 /* Charges one sample to a line (code NULL: no reported line); GIL held, no call
  * into CPython that allocates or locks, so that it may run inside an allocator.
- * Returns the leak token for a sampled allocation (0: not watched). */
+ * Returns the token under which an allocation sample's block is followed to its
+ * free (on_freed). */
 static uintptr_t charge_line(PyCodeObject *code, int lasti, int kind, int64_t bytes,
                              int64_t python_bytes, uint64_t t_ns)
 {
@@ -139,46 +172,33 @@ static uintptr_t charge_line(PyCodeObject *code, int lasti, int kind, int64_t by
         m = line_for(code, lineno);
     }
     uint64_t b = (uint64_t)bytes;
-    if (m == NULL) {
+    if (m == NULL || m->site == NULL) {
         /* No reported line on the stack: counted for the run only. */
-        M.unattributed_alloc += kind == MEMHOOKS_ALLOC ? b : 0;
-        M.unattributed_python += kind == MEMHOOKS_ALLOC ? (uint64_t)python_bytes : 0;
-        M.unattributed_free += kind == MEMHOOKS_FREE ? b : 0;
-        M.unattributed_copy += kind == MEMHOOKS_COPY ? b : 0;
-        return 0;
+        if (kind == MEMHOOKS_COPY) {
+            M.unattributed_copy += b;
+            return 0;
+        }
+        M.unattributed_alloc += b;
+        M.unattributed_python += (uint64_t)python_bytes;
+        note_footprint(t_ns, NULL, 0);
+        return (uintptr_t)&M.unattributed_site;
     }
     if (kind == MEMHOOKS_COPY) {
         m->copy_bytes += b;
         m->copy_samples++;
         return 0;
     }
-    if (kind == MEMHOOKS_ALLOC) {
-        m->alloc_bytes += b;
-        m->python_bytes += (uint64_t)python_bytes;
-        m->alloc_samples++;
-        m->net += bytes;
-    } else {
-        m->free_bytes += b;
-        m->free_samples++;
-        m->net -= bytes;
+    m->alloc_bytes += b;
+    m->python_bytes += (uint64_t)python_bytes;
+    m->alloc_samples++;
+    int64_t live = live_bytes(m);
+    if (live > m->peak) {
+        m->peak = live;
     }
-    if (m->net > m->peak) {
-        m->peak = m->net;
-    }
-    series_add(m->timeline, t_ns - M.start_ns, (double)m->net / 1048576.0);
-    int64_t footprint = M.api.footprint();
-    series_add(M.footprint, t_ns - M.start_ns, (double)footprint / 1048576.0);
-    if (footprint > M.max_footprint) {
-        M.max_footprint = footprint;
-        M.max_code = code;
-        M.max_lineno = lineno;
-        M.max_t_ns = t_ns - M.start_ns;
-    }
-    if (kind == MEMHOOKS_ALLOC && m->site != NULL && M.leak_detector) {
-        atomic_fetch_add(&m->site->watched, 1);
-        return (uintptr_t)m->site;
-    }
-    return 0;
+    series_add(m->timeline, t_ns - M.start_ns, (double)live / 1048576.0);
+    note_footprint(t_ns, code, lineno);
+    atomic_fetch_add(&m->site->watched, 1);
+    return (uintptr_t)m->site;
 }
 
 /* Inside an allocator, with the GIL: the nearest reported frame of the thread's
@@ -211,18 +231,18 @@ static int locate_known(PyThreadState *ts, PyCodeObject **code, int *lasti)
  * way, or queues it with where the thread stands, for the next drain. */
 static uintptr_t on_sample(int kind, int64_t bytes, int64_t python_bytes, void *address)
 {
-    (void)address;
     if (!M.active) {
         return 0;
     }
     uint64_t now = clock_wall_ns();
     PyThreadState *ts = pyframe_my_thread_state();
     if (ts == NULL) {
-        _Atomic uint64_t *into = kind == MEMHOOKS_ALLOC  ? &M.native_thread_alloc
-                                 : kind == MEMHOOKS_FREE ? &M.native_thread_free
-                                                         : &M.native_thread_copy;
-        atomic_fetch_add(into, (uint64_t)bytes);
-        return 0;
+        if (kind == MEMHOOKS_COPY) {
+            atomic_fetch_add(&M.native_thread_copy, (uint64_t)bytes);
+            return 0;
+        }
+        atomic_fetch_add(&M.native_thread_alloc, (uint64_t)bytes);
+        return (uintptr_t)&M.native_thread_site;
     }
     int gil = pyframe_gil_is_mine();
     if (gil) {
@@ -239,8 +259,14 @@ static uintptr_t on_sample(int kind, int64_t bytes, int64_t python_bytes, void *
             return 0;
         }
     } while (!atomic_compare_exchange_weak(&M.ring_head, &head, head + 1));
+    atomic_fetch_add(&M.queued, 1);
     ring_slot *s = &ring[head % RING_SLOTS];
+    leak_site *mark = &pending[head % RING_SLOTS];
+    atomic_store(&mark->freed, 0);
+    atomic_store(&mark->evicted, 0);
+    atomic_store(&mark->freed_bytes, 0);
     s->ts = ts;
+    s->address = address;
     s->kind = kind;
     s->bytes = bytes;
     s->python_bytes = python_bytes;
@@ -260,7 +286,10 @@ static uintptr_t on_sample(int kind, int64_t bytes, int64_t python_bytes, void *
     atomic_store_explicit(&s->ready, 1, memory_order_release);
     /* The sampler thread asks for a drain at its next wake (mem_profile_poll). */
     atomic_store(&M.drain_requested, 1);
-    return 0;
+    /* The block is followed from now on; its line's token replaces this one at
+     * the drain (pyrometer_memhooks_retoken), or, freed before that, is charged
+     * freed there. */
+    return kind == MEMHOOKS_ALLOC ? (uintptr_t)mark : 0;
 }
 
 static int drain_as_pending_call(void *unused)
@@ -278,11 +307,18 @@ void mem_profile_poll(void)
     }
 }
 
-/* The library saw a watched allocation freed (or gave its slot to a newer one). */
-static void on_freed(uintptr_t token, int evicted)
+/* The library saw a watched block freed (or gave its slot to a newer one, after
+ * which its fate is unknown and its bytes stay live).  Runs on the freeing
+ * thread, inside free(): atomics only. */
+static void on_freed(uintptr_t token, int evicted, int64_t bytes)
 {
     leak_site *site = (leak_site *)token;
-    atomic_fetch_add(evicted ? &site->evicted : &site->freed, 1);
+    if (evicted) {
+        atomic_fetch_add(&site->evicted, 1);
+        return;
+    }
+    atomic_fetch_add(&site->freed, 1);
+    atomic_fetch_add(&site->freed_bytes, (uint64_t)bytes);
 }
 
 /* Whether frame f, running code, is on thread ts's stack now: then code is
@@ -334,6 +370,11 @@ void mem_profile_drain(void)
     if (!M.initialised) {
         return;
     }
+    if (M.active) {
+        /* Frees take no samples: the footprint's timeline also gets a point at
+         * every drain (every CPU snapshot), so that it shows memory going down. */
+        note_footprint(clock_wall_ns(), NULL, -1);
+    }
     for (;;) {
         uint64_t tail = atomic_load(&M.ring_tail);
         ring_slot *s = &ring[tail % RING_SLOTS];
@@ -342,7 +383,16 @@ void mem_profile_drain(void)
         }
         int lasti = 0;
         PyCodeObject *code = locate_queued(s, &lasti);
-        (void)charge_line(code, lasti, s->kind, s->bytes, s->python_bytes, s->t_ns);
+        uintptr_t token = charge_line(code, lasti, s->kind, s->bytes, s->python_bytes, s->t_ns);
+        leak_site *mark = &pending[tail % RING_SLOTS];
+        if (s->kind == MEMHOOKS_ALLOC && token != 0 && s->address != NULL &&
+            !M.api.retoken(s->address, (uintptr_t)mark, token)) {
+            /* Freed, or evicted, before its line was known.  (A free whose
+             * thread has taken the block out of the table but not yet told us
+             * counts as freed, which it is.) */
+            int evicted = atomic_load(&mark->evicted) != 0 && atomic_load(&mark->freed) == 0;
+            on_freed(token, evicted, s->bytes);
+        }
         if (s->holds_refs) {
             for (int i = 0; i < s->depth; i++) {
                 Py_DECREF(s->codes[i]);
@@ -458,19 +508,22 @@ PyObject *mem_profile_collect(void)
     mem_line *m;
     while ((m = table_next(&M.lines, &cursor, &key)) != NULL) {
         PyCodeObject *code = (PyCodeObject *)(uintptr_t)key.k1;
-        uint64_t watched = m->site ? atomic_load(&m->site->watched) : 0;
-        uint64_t freed = m->site ? atomic_load(&m->site->freed) : 0;
-        uint64_t evicted = m->site ? atomic_load(&m->site->evicted) : 0;
+        if (m->site == NULL) {
+            continue; /* out of memory when the line was made: nothing was charged */
+        }
+        uint64_t watched = atomic_load(&m->site->watched);
+        uint64_t freed = atomic_load(&m->site->freed);
+        uint64_t evicted = atomic_load(&m->site->evicted);
         PyObject *timeline = series_list(m->timeline);
         PyObject *item = timeline == NULL ? NULL : Py_BuildValue(
             "{s:O,s:i,s:O,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L,s:L,s:K,s:K,s:K,s:N}",
             "filename", code->co_filename, "lineno", (int)(int64_t)key.k2, "function",
             pyframe_code_qualname(code), "function_lineno", code->co_firstlineno, "alloc_bytes",
             (unsigned long long)m->alloc_bytes, "python_bytes", (unsigned long long)m->python_bytes,
-            "free_bytes", (unsigned long long)m->free_bytes, "copy_bytes",
+            "free_bytes", (unsigned long long)atomic_load(&m->site->freed_bytes), "copy_bytes",
             (unsigned long long)m->copy_bytes, "alloc_samples", (unsigned long long)m->alloc_samples,
-            "free_samples", (unsigned long long)m->free_samples, "copy_samples",
-            (unsigned long long)m->copy_samples, "net_bytes", (long long)m->net, "peak_bytes",
+            "free_samples", (unsigned long long)freed, "copy_samples",
+            (unsigned long long)m->copy_samples, "net_bytes", (long long)live_bytes(m), "peak_bytes",
             (long long)m->peak, "watched", (unsigned long long)watched, "watched_freed",
             (unsigned long long)freed, "watched_evicted", (unsigned long long)evicted, "timeline",
             timeline);
@@ -485,18 +538,19 @@ PyObject *mem_profile_collect(void)
                                ? Py_BuildValue("(Oi)", M.max_code->co_filename, M.max_lineno)
                                : (Py_INCREF(Py_None), Py_None);
     return Py_BuildValue(
-        "{s:N,s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:s,s:O}", "lines", lines,
+        "{s:N,s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:s,s:O}", "lines", lines,
         "footprint", series_list(M.footprint), "max_footprint_bytes", (long long)M.max_footprint,
         "max_footprint_where", peak_where, "max_footprint_time_sec", (double)M.max_t_ns * 1e-9,
         "footprint_bytes", (long long)(M.api.footprint ? M.api.footprint() : 0), "window_bytes",
         (long long)M.window, "unattributed_alloc_bytes", (unsigned long long)M.unattributed_alloc,
         "unattributed_python_bytes", (unsigned long long)M.unattributed_python,
-        "unattributed_free_bytes", (unsigned long long)M.unattributed_free,
+        "unattributed_free_bytes", (unsigned long long)atomic_load(&M.unattributed_site.freed_bytes),
         "unattributed_copy_bytes", (unsigned long long)M.unattributed_copy,
         "native_thread_alloc_bytes", (unsigned long long)atomic_load(&M.native_thread_alloc),
-        "native_thread_free_bytes", (unsigned long long)atomic_load(&M.native_thread_free),
+        "native_thread_free_bytes", (unsigned long long)atomic_load(&M.native_thread_site.freed_bytes),
         "native_thread_copy_bytes", (unsigned long long)atomic_load(&M.native_thread_copy),
-        "dropped_samples", (unsigned long long)atomic_load(&M.dropped), "python_memory_profiled",
+        "dropped_samples", (unsigned long long)atomic_load(&M.dropped), "queued_samples",
+        (unsigned long long)atomic_load(&M.queued), "python_memory_profiled",
         M.python_sizing != PYALLOC_NOT_SIZED ? Py_True : Py_False, "python_allocator",
         pyalloc_allocator_name(), "leak_detector", M.leak_detector ? Py_True : Py_False);
 }
@@ -512,11 +566,14 @@ void mem_profile_release(void)
     M.footprint = NULL;
     M.max_footprint = 0;
     M.max_code = NULL;
-    M.unattributed_alloc = M.unattributed_python = M.unattributed_free = M.unattributed_copy = 0;
+    M.unattributed_alloc = M.unattributed_python = M.unattributed_copy = 0;
     atomic_store(&M.native_thread_alloc, 0);
-    atomic_store(&M.native_thread_free, 0);
+    leak_site none = {0, 0, 0, 0};
+    M.unattributed_site = none; /* not active: no free reaches them now */
+    M.native_thread_site = none;
     atomic_store(&M.native_thread_copy, 0);
     atomic_store(&M.dropped, 0);
+    atomic_store(&M.queued, 0);
 }
 
 /* The profiler's own work on a thread that holds the GIL (a periodic report):
@@ -524,20 +581,23 @@ void mem_profile_release(void)
  * is suspended, and Python's process-wide count is put back as it was, so blocks
  * made and dropped inside are never seen.  The work must not release the GIL
  * (another thread's Python allocations would be put back too). */
+static pyalloc_counts paused_counts; /* one pause at a time (GIL held throughout) */
+
 int64_t mem_profile_pause(void)
 {
     if (!M.active) {
         return 0;
     }
     M.api.thread()->busy++;
-    return pyalloc_net();
+    pyalloc_save_counts(&paused_counts);
+    return 1;
 }
 
 void mem_profile_resume(int64_t paused)
 {
-    if (!M.active) {
+    if (!M.active || !paused) {
         return;
     }
-    pyalloc_set_net(paused);
+    pyalloc_restore_counts(&paused_counts);
     M.api.thread()->busy--;
 }

@@ -13,8 +13,10 @@ typedef struct {
     size_t (*python_block_size)(void *);
     void *(*python_arenas)(void);
     int64_t (*footprint)(void);
+    void (*footprint_add)(int64_t);
     const volatile uintptr_t *(*watch_table)(void);
     void (*unwatch)(void *);
+    int (*retoken)(void *, uintptr_t, uintptr_t);
 } memhooks_api;
 
 /* 0 when the library is loaded in this process, -1 otherwise. */

@@ -5,6 +5,7 @@
 #include "../memhooks/pymalloc_arenas.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,11 +23,14 @@ int memhooks_api_find(memhooks_api *api)
     api->python_block_size = (size_t(*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_python_block_size");
     api->python_arenas = (void *(*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_python_arenas");
     api->footprint = (int64_t(*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_footprint");
+    api->footprint_add = (void (*)(int64_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_footprint_add");
     api->watch_table =
         (const volatile uintptr_t * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch_table");
     api->unwatch = (void (*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_unwatch");
+    api->retoken = (int (*)(void *, uintptr_t, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_retoken");
     return api->start && api->stop && api->thread && api->sample_python && api->python_block_size &&
-                   api->python_arenas && api->footprint && api->watch_table && api->unwatch
+                   api->python_arenas && api->footprint && api->footprint_add && api->watch_table &&
+                   api->unwatch && api->retoken
                ? 0
                : -1;
 }
@@ -56,24 +60,16 @@ static char allocator_name[32];
 
 /* Python's allocations are counted here, not in the library's per-thread
  * counters: the "mem" and "object" domains are called only with the GIL held, so
- * one process-wide net volume, guarded by the GIL, needs no thread-local lookup.
- * A sample is charged to the thread that crosses the window (it holds the GIL and
- * is, more likely than not, the one allocating).  Not for a free-threaded build. */
+ * process-wide counts, guarded by the GIL, need no thread-local lookup.  Two of
+ * them, as in the library (memhooks.h): python_net, the net bytes not yet added
+ * to the footprint, and python_countdown, the bytes to allocate until the next
+ * allocation sample (byte-weighted Poisson sampling: each allocation site is
+ * sampled in proportion to the bytes it allocates).  A sample goes to the thread
+ * that crosses (it holds the GIL, and is the one allocating).  Not for a
+ * free-threaded build. */
 static int64_t python_net;
-
-static COLD void cross(int64_t bytes, void *p)
-{
-    int64_t net;
-    if (bytes >= window || -bytes >= window) {
-        /* A block of a window or more is a sample by itself (as in hooks.c). */
-        python_net -= bytes;
-        net = bytes;
-    } else {
-        net = python_net;
-        python_net = 0;
-    }
-    hooks.sample_python(net, net > 0 ? p : NULL);
-}
+static int64_t python_countdown;
+static uint64_t python_rng;
 
 /* Whether v is a window or more away from 0, in one comparison. */
 static inline int beyond_window(int64_t v)
@@ -81,13 +77,65 @@ static inline int beyond_window(int64_t v)
     return (uint64_t)(v + (window - 1)) > (uint64_t)(2 * (window - 1));
 }
 
-/* Counts a pymalloc block (smaller than a window) allocated or freed. */
+/* As in the library (hooks.c, next_distance): uniform between half and one and
+ * a half windows. */
+static int64_t next_distance(void)
+{
+    uint64_t x = python_rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    python_rng = x;
+    double u = (double)(x >> 11) / 9007199254740992.0; /* [0, 1) */
+    int64_t d = (int64_t)((0.5 + u) * (double)window);
+    return d < 1 ? 1 : d;
+}
+
+/* The slow part of counting a Python block of `bytes` (allocated: > 0, freed:
+ * < 0) already added to python_net and, if smaller than a window, taken from
+ * python_countdown: the footprint's report, and the allocation sample. */
+static COLD void settle(int64_t bytes, void *p)
+{
+    if (beyond_window(python_net)) {
+        hooks.footprint_add(python_net);
+        python_net = 0;
+    }
+    if (bytes >= window) {
+        hooks.sample_python(bytes, p); /* a block of a window or more: its own sample */
+        return;
+    }
+    int64_t crossings = 0;
+    while (python_countdown <= 0) {
+        crossings++;
+        python_countdown += next_distance();
+    }
+    if (bytes > 0 && crossings > 0) {
+        hooks.sample_python(crossings * window, p);
+    }
+}
+
+/* Counts a pymalloc block (smaller than a window) allocated. */
 static inline void count_small(int64_t bytes, void *p)
 {
     int64_t net = python_net + bytes;
     python_net = net;
-    if (UNLIKELY(beyond_window(net))) {
-        cross(bytes, p);
+    int64_t left = python_countdown - bytes;
+    python_countdown = left;
+    if (UNLIKELY(beyond_window(net) | (left <= 0))) {
+        settle(bytes, p);
+    }
+}
+
+/* Counts a pymalloc block moved by realloc from a size class of `before` bytes
+ * to one of `after`: a new allocation of `after` bytes, and the net change. */
+static inline void count_moved_small(int64_t before, int64_t after, void *p)
+{
+    int64_t net = python_net + after - before;
+    python_net = net;
+    int64_t left = python_countdown - after;
+    python_countdown = left;
+    if (UNLIKELY(beyond_window(net) | (left <= 0))) {
+        settle(after, p);
     }
 }
 
@@ -96,8 +144,14 @@ static inline void count(int64_t bytes, void *p)
 {
     int64_t net = python_net + bytes;
     python_net = net;
-    if (UNLIKELY(beyond_window(net) || beyond_window(bytes))) {
-        cross(bytes, p);
+    int slow = beyond_window(net) || bytes >= window;
+    if (bytes > 0 && bytes < window) {
+        int64_t left = python_countdown - bytes;
+        python_countdown = left;
+        slow |= left <= 0;
+    }
+    if (UNLIKELY(slow)) {
+        settle(bytes, p);
     }
 }
 
@@ -251,7 +305,8 @@ static COLD void *realloc_slow(wrapped_domain *d, void *ptr, size_t size)
 
 /* The common realloc (strings and lists being built) moves an unwatched pymalloc
  * block to a size pymalloc serves itself: no malloc underneath, so no
- * python_depth, and only the difference of the two size classes is counted.
+ * python_depth; the footprint takes the difference of the two size classes, the
+ * sampling the new block.
  * pymalloc keeps the block in place only when the new size fits its class (and
  * is over 3/4 of it): then nothing changed. */
 static void *wrapped_realloc(void *ctx, void *ptr, size_t size)
@@ -263,7 +318,7 @@ static void *wrapped_realloc(void *ctx, void *ptr, size_t size)
         int64_t before = (int64_t)pymalloc_pool_block_size(a);
         void *p = d->original.realloc(d->original.ctx, ptr, size);
         if (LIKELY(p != NULL) && p != ptr) {
-            count_small(small_size(size) - before, p);
+            count_moved_small(before, small_size(size), p);
         }
         return p;
     }
@@ -407,6 +462,8 @@ pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes)
     /* The fast paths count a block against the net only: it must be under a window. */
     small_limit = sizing == PYALLOC_POOLS && window > 512 ? 512 : 0;
     python_net = 0;
+    python_rng = (0x9E3779B97F4A7C15ULL ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&python_net) | 1;
+    python_countdown = next_distance();
     for (int i = 0; i < 2; i++) {
         PyMem_GetAllocator(domains[i].domain, &domains[i].original);
         PyMemAllocatorEx mine = {&domains[i], wrapped_malloc, wrapped_calloc, wrapped_realloc,
@@ -433,12 +490,16 @@ void pyalloc_uninstall(void)
     installed = 0;
 }
 
-int64_t pyalloc_net(void)
+void pyalloc_save_counts(pyalloc_counts *into)
 {
-    return python_net;
+    into->net = python_net;
+    into->countdown = python_countdown;
+    into->rng = python_rng;
 }
 
-void pyalloc_set_net(int64_t net)
+void pyalloc_restore_counts(const pyalloc_counts *from)
 {
-    python_net = net;
+    python_net = from->net;
+    python_countdown = from->countdown;
+    python_rng = from->rng;
 }

@@ -26,9 +26,14 @@ pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes);
  * "malloc", "pymalloc_debug", "mimalloc", ...; "unknown" for a replaced one). */
 const char *pyalloc_allocator_name(void);
 void pyalloc_uninstall(void);
-/* Python's process-wide net count since its last sample (GIL held): for the
- * profiler's own work, which puts it back as it was (mem_profile_pause). */
-int64_t pyalloc_net(void);
-void pyalloc_set_net(int64_t net);
+/* Python's process-wide counts (GIL held), saved and put back around the
+ * profiler's own work (mem_profile_pause), so that it is neither sampled nor in
+ * the footprint. */
+typedef struct {
+    int64_t net, countdown;
+    uint64_t rng;
+} pyalloc_counts;
+void pyalloc_save_counts(pyalloc_counts *into);
+void pyalloc_restore_counts(const pyalloc_counts *from);
 
 #endif

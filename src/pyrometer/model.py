@@ -277,6 +277,7 @@ def _run_memory(memory: dict[str, Any], mem_lines: dict, elapsed: float) -> dict
                                 "copy_mb": memory["unattributed_copy_bytes"] / MB},
         "allocation_sampling_window_bytes": memory["window_bytes"],
         "memory_samples_dropped": memory["dropped_samples"],
+        "memory_samples_queued": memory.get("queued_samples", 0),
         "python_allocator": memory["python_allocator"],
         "python_memory_profiled": bool(memory["python_memory_profiled"]),
     }

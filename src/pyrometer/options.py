@@ -163,8 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--no-memory", dest="memory_off", action="store_true",
                       help="do not profile memory")
     what.add_argument("--no-leak-detector", dest="leak_detector", action="store_false",
-                      help="with memory profiling: do not look for leaks (no allocation is watched "
-                           "until it is freed)")
+                      help="with memory profiling: do not report leaks")
     what.add_argument("--profile-all", action="store_true",
                       help="report all files, including the standard library and site-packages")
     what.add_argument("--profile-only", metavar="SUBSTRINGS", type=_substrings, default=[],
