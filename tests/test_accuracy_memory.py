@@ -252,6 +252,38 @@ def test_c_thread_allocations_are_native_threads(profile_program):
     assert python_mb < 5, f"{python_mb:.1f} MB reported as Python:\n  {info}"
 
 
+NOGIL_WORKERS = """
+import threading, time
+import _groundtruth as gt
+kept = []
+def worker():
+    for _ in range(25):
+        kept.append(gt.malloc_bytes_nogil(2 << 20))  # @alloc
+        time.sleep(0)  # @after
+threads = [threading.Thread(target=worker) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+time.sleep(0.3)  # @sleep
+print("ok")
+"""
+
+
+def test_allocations_without_the_gil_from_threads_that_end(profile_program):
+    """Four threads each malloc 25 blocks of 2 MiB with the GIL released (the
+    real sample function runs on them without it) and end before the main thread
+    wakes up: all 200 MiB on the allocating line, none after it or unattributed,
+    all still live.  Tolerance: 2% (the blocks are over the window: exact)."""
+    run = profile_program(NOGIL_WORKERS)
+    alloc, after = run.line("# @alloc"), run.line("# @after")
+    info = memory_summary(run)
+    print(f"200 MiB without the GIL: {mem(alloc)}")
+    assert alloc["n_malloc_mb"] == pytest.approx(200, rel=0.02), info
+    assert alloc["n_growth_mb"] == pytest.approx(200, rel=0.02), info
+    assert alloc["n_python_fraction"] == 0.0, info
+    assert after["n_malloc_mb"] < 2, info
+    assert run.profile["unattributed_memory"]["malloc_mb"] < 2, info
+
+
 KEEP_AND_TEMP = """
 import sys
 kept = []
@@ -327,6 +359,8 @@ def test_short_lived_thread_allocations_stay_on_their_line(profile_program):
     info = memory_summary(run)
     print(f"worker's 320 MiB: zeros {mem(zeros)}; touch {mem(touch)}")
     assert 0.9 * 320 <= zeros["n_malloc_mb"] <= 1.1 * 320, f"the allocating line:\n  {info}"
+    # All of it kept (the list holds the arrays): none of it seen freed.
+    assert 0.9 * 320 <= zeros["n_growth_mb"] <= 1.1 * 320, f"the allocating line's growth:\n  {info}"
     assert touch["n_malloc_mb"] < 0.1 * 320, f"charged to the next line:\n  {info}"
     assert run.profile["unattributed_memory"]["malloc_mb"] < 0.1 * 320, f"unattributed:\n  {info}"
 

@@ -608,6 +608,13 @@ EXPORT void pyrometer_memhooks_sample_python(int64_t bytes, void *address)
     emit(MEMHOOKS_ALLOC, bytes, bytes, address);
 }
 
+EXPORT int pyrometer_memhooks_is_watched(void *address, uintptr_t token)
+{
+    size_t slot = watch_slot((uintptr_t)address);
+    return atomic_load_explicit(&watch_address[slot], memory_order_acquire) == (uintptr_t)address &&
+           atomic_load_explicit(&watch_token[slot], memory_order_relaxed) == token;
+}
+
 EXPORT int pyrometer_memhooks_retoken(void *address, uintptr_t from, uintptr_t to)
 {
     size_t slot = watch_slot((uintptr_t)address);

@@ -87,6 +87,9 @@ void pyrometer_memhooks_sample_python(int64_t bytes, void *address);
  * free: 1 when done, 0 when the block is no longer watched with `from` (freed, or
  * evicted).  For samples whose owner is known only after they were taken. */
 int pyrometer_memhooks_retoken(void *address, uintptr_t from, uintptr_t to);
+/* Whether the block at address is watched under token now (a racy read: a slot
+ * being changed reads as not watched). */
+int pyrometer_memhooks_is_watched(void *address, uintptr_t token);
 /* Python's net bytes since it last reported, added to the footprint. */
 void pyrometer_memhooks_footprint_add(int64_t bytes);
 /* malloc_usable_size that also knows the library's bootstrap blocks. */

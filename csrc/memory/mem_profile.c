@@ -85,6 +85,9 @@ static struct {
 } M;
 
 static ring_slot ring[RING_SLOTS];
+/* The drain after the library stopped (its watch table cleared): blocks not seen
+ * freed by then stay live. */
+static int final_drain;
 /* The token of a queued allocation sample until its line is known: one per ring
  * slot, so that no two samples in the queue share one (a block freed and its
  * address reused by another queued sample must not pass for it). */
@@ -381,12 +384,24 @@ void mem_profile_drain(void)
         if (!atomic_load_explicit(&s->ready, memory_order_acquire)) {
             break;
         }
+        leak_site *mark = &pending[tail % RING_SLOTS];
+        int watched_yet = 1;
+        if (s->kind == MEMHOOKS_ALLOC && s->address != NULL && !final_drain &&
+            atomic_load(&mark->freed) == 0 && atomic_load(&mark->evicted) == 0 &&
+            !M.api.is_watched(s->address, (uintptr_t)mark)) {
+            /* The allocating thread has queued the sample but not yet put its
+             * block in the watch table (it does so right after): this sample,
+             * and those after it, wait for the next drain. */
+            watched_yet = 0;
+        }
+        if (!watched_yet) {
+            break;
+        }
         int lasti = 0;
         PyCodeObject *code = locate_queued(s, &lasti);
         uintptr_t token = charge_line(code, lasti, s->kind, s->bytes, s->python_bytes, s->t_ns);
-        leak_site *mark = &pending[tail % RING_SLOTS];
         if (s->kind == MEMHOOKS_ALLOC && token != 0 && s->address != NULL &&
-            !M.api.retoken(s->address, (uintptr_t)mark, token)) {
+            !M.api.retoken(s->address, (uintptr_t)mark, token) && !final_drain) {
             /* Freed, or evicted, before its line was known.  (A free whose
              * thread has taken the block out of the table but not yet told us
              * counts as freed, which it is.) */
@@ -469,7 +484,9 @@ void mem_profile_stop(void)
     }
     M.api.stop();
     pyalloc_uninstall();
+    final_drain = 1;
     mem_profile_drain();
+    final_drain = 0;
     M.active = 0;
 }
 

@@ -17,6 +17,7 @@ typedef struct {
     const volatile uintptr_t *(*watch_table)(void);
     void (*unwatch)(void *);
     int (*retoken)(void *, uintptr_t, uintptr_t);
+    int (*is_watched)(void *, uintptr_t);
 } memhooks_api;
 
 /* 0 when the library is loaded in this process, -1 otherwise. */

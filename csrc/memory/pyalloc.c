@@ -28,9 +28,10 @@ int memhooks_api_find(memhooks_api *api)
         (const volatile uintptr_t * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch_table");
     api->unwatch = (void (*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_unwatch");
     api->retoken = (int (*)(void *, uintptr_t, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_retoken");
+    api->is_watched = (int (*)(void *, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_is_watched");
     return api->start && api->stop && api->thread && api->sample_python && api->python_block_size &&
                    api->python_arenas && api->footprint && api->footprint_add && api->watch_table &&
-                   api->unwatch && api->retoken
+                   api->unwatch && api->retoken && api->is_watched
                ? 0
                : -1;
 }

@@ -10,6 +10,9 @@
  *   sleep_nogil(ms)    block ms of wall time (nanosleep), GIL released
  *   thread_cpu_time()  this thread's CPU clock, in seconds
  *   malloc_bytes(n)    malloc n bytes and touch every page; returns a handle (int)
+ *   malloc_bytes_nogil(n)
+ *                      the same, with the GIL released around malloc and the
+ *                      touching (the sample callback then runs without it)
  *   free_handle(h)     free the block of a handle from malloc_bytes
  *   malloc_free(n)     malloc n bytes, touch them and free them at once
  *   memcpy_bytes(total, chunk)
@@ -241,9 +244,8 @@ size_arg(PyObject *arg, size_t *n, const char *what)
 }
 
 static PyObject *
-gt_malloc_bytes(PyObject *self, PyObject *arg)
+malloc_bytes(PyObject *arg, int release_gil)
 {
-    (void)self;
     size_t n;
     if (size_arg(arg, &n, "n") < 0) {
         return NULL;
@@ -256,16 +258,42 @@ gt_malloc_bytes(PyObject *self, PyObject *arg)
         PyErr_SetString(PyExc_MemoryError, "no free handle");
         return NULL;
     }
-    unsigned char *p = malloc(n > 0 ? n : 1);
+    unsigned char *p;
+    if (release_gil) {
+        Py_BEGIN_ALLOW_THREADS
+        p = malloc(n > 0 ? n : 1);
+        if (p != NULL) {
+            touch(p, n);
+        }
+        Py_END_ALLOW_THREADS
+    } else {
+        p = malloc(n > 0 ? n : 1);
+        if (p != NULL) {
+            touch(p, n);
+        }
+    }
     if (p == NULL) {
         return PyErr_NoMemory();
     }
-    touch(p, n);
     handles[h] = p;
     if (h == next_handle) {
         next_handle++;
     }
     return PyLong_FromSsize_t(h);
+}
+
+static PyObject *
+gt_malloc_bytes(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    return malloc_bytes(arg, 0);
+}
+
+static PyObject *
+gt_malloc_bytes_nogil(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    return malloc_bytes(arg, 1);
 }
 
 static PyObject *
@@ -429,6 +457,9 @@ static PyMethodDef gt_methods[] = {
     {"malloc_bytes", gt_malloc_bytes, METH_O,
      "malloc_bytes(n) -> handle: malloc n bytes in C and touch every page; the block\n"
      "stays allocated until free_handle(handle)."},
+    {"malloc_bytes_nogil", gt_malloc_bytes_nogil, METH_O,
+     "malloc_bytes_nogil(n) -> handle: as malloc_bytes, with the GIL released around the\n"
+     "malloc and the touching."},
     {"free_handle", gt_free_handle, METH_O,
      "free_handle(handle): free the block malloc_bytes returned the handle of."},
     {"malloc_free", gt_malloc_free, METH_O,
