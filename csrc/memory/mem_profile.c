@@ -401,12 +401,16 @@ void mem_profile_drain(void)
         PyCodeObject *code = locate_queued(s, &lasti);
         uintptr_t token = charge_line(code, lasti, s->kind, s->bytes, s->python_bytes, s->t_ns);
         if (s->kind == MEMHOOKS_ALLOC && token != 0 && s->address != NULL &&
-            !M.api.retoken(s->address, (uintptr_t)mark, token) && !final_drain) {
+            !M.api.retoken(s->address, (uintptr_t)mark, token)) {
             /* Freed, or evicted, before its line was known.  (A free whose
              * thread has taken the block out of the table but not yet told us
-             * counts as freed, which it is.) */
-            int evicted = atomic_load(&mark->evicted) != 0 && atomic_load(&mark->freed) == 0;
-            on_freed(token, evicted, s->bytes);
+             * counts as freed, which it is.)  After the library stopped, its
+             * table says nothing: only what the block's own token heard counts. */
+            int freed = atomic_load(&mark->freed) != 0;
+            int evicted = atomic_load(&mark->evicted) != 0 && !freed;
+            if (!final_drain || freed || evicted) {
+                on_freed(token, evicted, s->bytes);
+            }
         }
         if (s->holds_refs) {
             for (int i = 0; i < s->depth; i++) {
@@ -482,6 +486,7 @@ void mem_profile_stop(void)
     if (!M.active) {
         return;
     }
+    mem_profile_drain(); /* while the watch table still tells freed blocks from live ones */
     M.api.stop();
     pyalloc_uninstall();
     final_drain = 1;
@@ -541,7 +546,9 @@ PyObject *mem_profile_collect(void)
             (unsigned long long)m->copy_bytes, "alloc_samples", (unsigned long long)m->alloc_samples,
             "free_samples", (unsigned long long)freed, "copy_samples",
             (unsigned long long)m->copy_samples, "net_bytes", (long long)live_bytes(m), "peak_bytes",
-            (long long)m->peak, "watched", (unsigned long long)watched, "watched_freed",
+            /* An estimate from samples: never above the process's measured peak. */
+            (long long)(M.max_footprint > 0 && m->peak > M.max_footprint ? M.max_footprint : m->peak),
+            "watched", (unsigned long long)watched, "watched_freed",
             (unsigned long long)freed, "watched_evicted", (unsigned long long)evicted, "timeline",
             timeline);
         if (item == NULL || PyList_Append(lines, item) != 0) {
