@@ -584,7 +584,7 @@ def test_short_native_calls_time_shares(profile_program, tmp_path):
     run, wall = _short_calls_run(profile_program, tmp_path, 1.5, ["--cpu-sampling-rate", "0.002"])
     markers = [f"# @{name}" for name in SHORT_CALL_LINES + ["py"]]
     info = run.describe(*markers) + f"\n  program's own timing: {wall}"
-    reported = {name: total(run.line(f"# @{name}")) for name in wall}
+    reported = {name: total(run.line(f"# @{name}")) + waits(run.line(f"# @{name}")) for name in wall}
     all_reported, all_true = sum(reported.values()), sum(wall.values())
     for name in wall:
         true_share, share = wall[name] / all_true, reported[name] / all_reported

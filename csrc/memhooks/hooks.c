@@ -636,7 +636,7 @@ EXPORT int pyrometer_memhooks_retoken(void *address, uintptr_t from, uintptr_t t
 
 EXPORT void pyrometer_memhooks_footprint_add(int64_t bytes)
 {
-    if (atomic_load_explicit(&enabled, memory_order_relaxed) && T.busy == 0) {
+    if (atomic_load_explicit(&enabled, memory_order_relaxed)) {
         atomic_fetch_add_explicit(&footprint, bytes, memory_order_relaxed);
     }
 }
@@ -648,9 +648,9 @@ EXPORT const volatile uintptr_t *pyrometer_memhooks_watch_table(void)
 
 EXPORT void pyrometer_memhooks_unwatch(void *address)
 {
-    if (T.busy == 0) {
-        unwatch(address);
-    }
+    /* Whatever the thread is doing: a watched block freed inside the profiler's
+     * own work (a periodic report frees the program's garbage too) is freed. */
+    unwatch(address);
 }
 
 EXPORT size_t pyrometer_memhooks_usable_size(void *p)

@@ -324,6 +324,8 @@ static void on_freed(uintptr_t token, int evicted, int64_t bytes)
     atomic_fetch_add(&site->freed_bytes, (uint64_t)bytes);
 }
 
+static void drain_queue(void);
+
 /* Whether frame f, running code, is on thread ts's stack now: then code is
  * alive (the frame holds it).  GIL held. */
 static int still_on_stack(PyThreadState *ts, const void *frame, PyCodeObject *code)
@@ -373,11 +375,26 @@ void mem_profile_drain(void)
     if (!M.initialised) {
         return;
     }
+    /* What the drain allocates or copies (a table growing) is the profiler's:
+     * counted, a copy sample could re-enter the table being grown. */
+    memhooks_thread *self = M.api.thread != NULL ? M.api.thread() : NULL;
+    if (self != NULL) {
+        self->busy++;
+    }
+    drain_queue();
     if (M.active) {
         /* Frees take no samples: the footprint's timeline also gets a point at
-         * every drain (every CPU snapshot), so that it shows memory going down. */
+         * every drain (every CPU snapshot), so that it shows memory going down
+         * (after the queued samples, which are older). */
         note_footprint(clock_wall_ns(), NULL, -1);
     }
+    if (self != NULL) {
+        self->busy--;
+    }
+}
+
+static void drain_queue(void)
+{
     for (;;) {
         uint64_t tail = atomic_load(&M.ring_tail);
         ring_slot *s = &ring[tail % RING_SLOTS];

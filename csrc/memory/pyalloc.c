@@ -493,14 +493,12 @@ void pyalloc_uninstall(void)
 
 void pyalloc_save_counts(pyalloc_counts *into)
 {
-    into->net = python_net;
     into->countdown = python_countdown;
     into->rng = python_rng;
 }
 
 void pyalloc_restore_counts(const pyalloc_counts *from)
 {
-    python_net = from->net;
     python_countdown = from->countdown;
     python_rng = from->rng;
 }

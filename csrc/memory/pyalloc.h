@@ -26,11 +26,12 @@ pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes);
  * "malloc", "pymalloc_debug", "mimalloc", ...; "unknown" for a replaced one). */
 const char *pyalloc_allocator_name(void);
 void pyalloc_uninstall(void);
-/* Python's process-wide counts (GIL held), saved and put back around the
- * profiler's own work (mem_profile_pause), so that it is neither sampled nor in
- * the footprint. */
+/* Python's sampling state (GIL held), saved and put back around the profiler's
+ * own work (mem_profile_pause), so that nothing it allocates is sampled.  The
+ * footprint's count goes on: what the work frees of the program's (its garbage
+ * collection runs there too) is freed, and what it allocates it frees again. */
 typedef struct {
-    int64_t net, countdown;
+    int64_t countdown;
     uint64_t rng;
 } pyalloc_counts;
 void pyalloc_save_counts(pyalloc_counts *into);

@@ -166,16 +166,23 @@ const code_info *codes_lookup(PyCodeObject *code)
     if (info != NULL) {
         return info;
     }
+    /* The facts first, then the entry: working them out calls CPython, which
+     * allocates, and a memory sample taken meanwhile must not find a half-made
+     * entry (codes_find would take it for a code of an unreported file). */
+    code_info fresh = {0};
+    fresh.reported = file_is_reported(code);
+    if (map_instructions(code, &fresh) != 0) {
+        fresh.n_units = 0;
+        fresh.python_parked = NULL;
+    }
     int created;
     info = table_upsert(&code_table, key, &created);
     if (info == NULL) {
         return NULL;
     }
-    Py_INCREF(code);
-    info->reported = file_is_reported(code);
-    if (map_instructions(code, info) != 0) {
-        info->n_units = 0;
-        info->python_parked = NULL;
+    if (created) {
+        Py_INCREF(code);
+        *info = fresh;
     }
     return info;
 }

@@ -49,6 +49,8 @@ static struct {
     atomic_int request_pending; /* a snapshot request waits for the main thread */
     _Atomic uint64_t request_wall_ns;     /* when the request was made (t0) */
     _Atomic uint64_t request_main_cpu_ns; /* the main thread's CPU clock at t0 */
+    _Atomic uint64_t request_main_runq_ns; /* its run-queue wait at t0 (schedstat) */
+    int main_schedstat_fd;                 /* the main thread's schedstat, for the sampler thread */
     atomic_int request_standing;          /* enum standing: the main thread at t0 */
     int peek_available;                   /* safe_read works here */
     pid_t main_tid;
@@ -75,7 +77,7 @@ static struct {
     uint64_t earlier_samplers_cpu_ns; /* CPU of sampler threads ended by forks */
     int64_t untracked_carry; /* signed: clock-reading noise cancels out over windows */
     sampler_totals totals;
-} S = {.wake_lock = PTHREAD_MUTEX_INITIALIZER};
+} S = {.wake_lock = PTHREAD_MUTEX_INITIALIZER, .main_schedstat_fd = -1};
 
 /* ---- snapshot (GIL held) ---------------------------------------------------- */
 
@@ -114,8 +116,18 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
         return loc; /* no Python frame at all: native */
     }
     if (native_by_delay) {
-        loc.native = standing == STANDING_IN_CALL ||
-                     (standing == STANDING_PYTHON ? delay_cpu_ns : delay_ns) > NATIVE_DELAY_NS;
+        /* Answered right after a call (not at a loop back-edge or a function's
+         * entry): a request that found bytecode just before a blocking call was
+         * kept waiting by that call. */
+        const code_info *info = codes_lookup(pyframe_code(innermost));
+        int after_call = info != NULL && !codes_python_at(info, pyframe_lasti(innermost));
+        if (standing == STANDING_IN_CALL) {
+            loc.native = 1;
+        } else if (standing == STANDING_PYTHON) {
+            loc.native = delay_cpu_ns > NATIVE_DELAY_NS || (after_call && delay_ns > NATIVE_DELAY_NS);
+        } else {
+            loc.native = delay_ns > NATIVE_DELAY_NS;
+        }
     } else {
         const code_info *info = codes_lookup(pyframe_code(innermost));
         loc.native = info != NULL && !codes_python_at(info, pyframe_lasti(innermost));
@@ -151,6 +163,29 @@ static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint6
     cpu_sums_add(into, &w, !S.options.virtual_time, core_fraction);
 }
 
+/* The run-queue wait in an open schedstat file (any thread may call it). */
+static uint64_t read_runq_fd(int fd)
+{
+    if (fd < 0) {
+        return CLOCK_UNAVAILABLE;
+    }
+    char buf[96];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) {
+        return CLOCK_UNAVAILABLE;
+    }
+    buf[n] = '\0';
+    unsigned long long run, wait;
+    return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? (uint64_t)wait : CLOCK_UNAVAILABLE;
+}
+
+static int open_schedstat(pid_t tid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", (int)tid);
+    return open(path, O_RDONLY | O_CLOEXEC);
+}
+
 /* How long a thread has waited on the kernel's run queue, runnable but without a
  * CPU (the second field of its schedstat), in ns; CLOCK_UNAVAILABLE where the
  * kernel does not say.  The file stays open for the thread's life (one pread a
@@ -158,22 +193,10 @@ static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint6
 static uint64_t read_runq(thread_track *t, pid_t tid)
 {
     if (t->schedstat == 0) {
-        char path[64];
-        snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", (int)tid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = open_schedstat(tid);
         t->schedstat = fd >= 0 ? fd + 1 : -1; /* -1: not to be tried again */
     }
-    if (t->schedstat < 0) {
-        return CLOCK_UNAVAILABLE;
-    }
-    char buf[96];
-    ssize_t n = pread(t->schedstat - 1, buf, sizeof buf - 1, 0);
-    if (n <= 0) {
-        return CLOCK_UNAVAILABLE;
-    }
-    buf[n] = '\0';
-    unsigned long long run, wait;
-    return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? (uint64_t)wait : CLOCK_UNAVAILABLE;
+    return t->schedstat < 0 ? CLOCK_UNAVAILABLE : read_runq_fd(t->schedstat - 1);
 }
 
 static void forget_track(thread_track *t)
@@ -207,12 +230,9 @@ static uint64_t runq_since(thread_track *t, pid_t tid, int fresh)
  * the end of the previous answer, i.e. the end of a native call, so the Python
  * right after native calls would get systematically short windows. */
 static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t now,
-                                   uint64_t cpu, uint64_t runq, double core_fraction)
+                                   uint64_t cpu, uint64_t runq_before, uint64_t runq_now,
+                                   double core_fraction)
 {
-    /* The run-queue wait is known for the whole window only: each part gets its
-     * share by wall time. */
-    uint64_t window = delta(now, t->last_wall_ns);
-    double runq_share = window > 0 ? (double)runq / (double)window : 0.0;
     uint64_t t0 = atomic_load(&S.request_wall_ns);
     uint64_t cpu_t0 = atomic_load(&S.request_main_cpu_ns);
     uint64_t dead_from = t0, dead_cpu_from = cpu_t0;
@@ -228,9 +248,26 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
     dead_cpu = dead_cpu > dead ? dead : dead_cpu;
     uint64_t live = delta(t0, t->last_wall_ns), live_cpu = delta(cpu_t0, t->last_cpu_ns);
     live_cpu = live_cpu > live ? live : live_cpu;
+    /* The run-queue wait of each part: read at t0 too by the sampler thread
+     * (a late answer on a busy machine is mostly waiting for a CPU); where it
+     * could not be, each part gets its share of the window's by wall time. */
+    uint64_t runq_t0 = atomic_load(&S.request_main_runq_ns);
+    uint64_t dead_runq, live_runq;
+    if (runq_now == CLOCK_UNAVAILABLE) {
+        dead_runq = live_runq = 0;
+    } else if (runq_t0 != CLOCK_UNAVAILABLE && runq_t0 >= runq_before && runq_t0 <= runq_now) {
+        dead_runq = runq_now - (looked_meanwhile ? runq_before : runq_t0);
+        live_runq = runq_t0 - runq_before;
+    } else {
+        uint64_t window = delta(now, t->last_wall_ns);
+        double share = window > 0 ? (double)delta(runq_now, runq_before) / (double)window : 0.0;
+        dead_runq = (uint64_t)(share * (double)dead);
+        live_runq = (uint64_t)(share * (double)live);
+    }
+    double runq_share = live > 0 ? (double)live_runq / (double)live : 0.0;
 
     location loc = locate(ts, 1, delay, delta(cpu, cpu_t0), atomic_load(&S.request_standing));
-    charge(&loc, dead, dead_cpu, (uint64_t)(runq_share * (double)dead), core_fraction);
+    charge(&loc, dead, dead_cpu, dead_runq, core_fraction);
     if (looked_meanwhile) {
         return loc;
     }
@@ -333,7 +370,9 @@ static void snapshot(enum snapshot_source source)
         if (fresh && !created) {
             forget_track(t); /* another thread's file */
         }
+        uint64_t runq_before = t->last_runq_ns;
         uint64_t runq = runq_since(t, tid, fresh);
+        uint64_t runq_now = t->schedstat > 0 ? t->last_runq_ns : CLOCK_UNAVAILABLE;
         if (fresh) {
             /* First sight (threads that existed at start were seen by
              * sampler_start): the thread started within this window, so all of
@@ -354,7 +393,8 @@ static void snapshot(enum snapshot_source source)
         live++;
         location loc;
         if (source == ANSWERED_BY_MAIN && ts == S.main_ts) {
-            loc = charge_main_answer(ts, t, now, cpu, runq, core_fraction);
+            loc = charge_main_answer(ts, t, now, cpu, fresh ? runq_now : runq_before, runq_now,
+                                     core_fraction);
         } else {
             loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN);
             charge(&loc, wall, used, runq, core_fraction);
@@ -494,6 +534,7 @@ static void *sampler_main(void *unused)
         mem_profile_poll();
         if (!atomic_load(&S.request_pending)) {
             atomic_store(&S.request_main_cpu_ns, clock_thread_cpu_ns(S.main_tid));
+            atomic_store(&S.request_main_runq_ns, read_runq_fd(S.main_schedstat_fd));
             atomic_store(&S.request_wall_ns, clock_wall_ns());
             atomic_store(&S.request_standing, main_standing());
             atomic_store(&S.request_pending, 1);
@@ -539,6 +580,19 @@ static void *sampler_main(void *unused)
  * thread state is deleted by CPython.  The child starts unprofiled. */
 static void forget_sampler_in_child(void)
 {
+    /* The files of the parent's threads are not this process's threads'. */
+    if (S.threads.slots != NULL) {
+        size_t cursor = 0;
+        table_key key;
+        thread_track *t;
+        while ((t = table_next(&S.threads, &cursor, &key)) != NULL) {
+            forget_track(t);
+        }
+    }
+    if (S.main_schedstat_fd >= 0) {
+        close(S.main_schedstat_fd);
+        S.main_schedstat_fd = -1;
+    }
     atomic_store(&S.running, 0);
     atomic_store(&S.request_pending, 0);
     atomic_store(&S.sampler_tid, 0);
@@ -725,6 +779,8 @@ int sampler_start(const sampler_options *options)
     S.earlier_samplers_cpu_ns = 0;
     S.untracked_carry = 0;
     S.main_tid = pyframe_thread_tid(S.main_ts);
+    S.main_schedstat_fd = S.main_tid > 0 ? open_schedstat(S.main_tid) : -1;
+    atomic_store(&S.request_main_runq_ns, CLOCK_UNAVAILABLE);
     S.serial = 0;
     /* Baselines for the threads that exist now, so that CPU they used before
      * profiling started is never charged. */
@@ -768,6 +824,10 @@ void sampler_stop(void)
         (void)join_thread();
     }
     forks_unregister(stop_for_fork);
+    if (S.main_schedstat_fd >= 0) {
+        close(S.main_schedstat_fd);
+        S.main_schedstat_fd = -1;
+    }
     S.active = 0;
     S.suspended_for_fork = 0;
     pthread_cond_destroy(&S.wake);
