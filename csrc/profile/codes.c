@@ -53,21 +53,51 @@ static void mark_calls(PyObject *map)
     PyErr_Clear();
 }
 
-/* Every opcode number with its name, specialised forms included: dis._all_opmap
- * (3.11, 3.12), opcode._specialized_opmap (3.13), opcode.opmap (all). */
-static void find_call_opcodes(PyObject *opmap)
+/* The specialised forms' numbers, from the `opcode` module alone (importing
+ * `dis`, which knows them too, costs the program's start-up some 10 ms): 3.13
+ * lists them in opcode._specialized_opmap; in 3.11 and 3.12 the names in
+ * opcode._specialized_instructions take, in order, the numbers whose opname is
+ * unused ("<n>"), as dis numbers them; 3.10 has none. */
+static void mark_specialised_calls(PyObject *opcode)
+{
+    PyObject *map = PyObject_GetAttrString(opcode, "_specialized_opmap");
+    if (map != NULL) {
+        mark_calls(map);
+        Py_DECREF(map);
+        return;
+    }
+    PyErr_Clear();
+    PyObject *names = PyObject_GetAttrString(opcode, "_specialized_instructions");
+    PyObject *opname = names != NULL ? PyObject_GetAttrString(opcode, "opname") : NULL;
+    PyObject *fast_names = names != NULL ? PySequence_Fast(names, "specialised names") : NULL;
+    PyObject *fast_opname = opname != NULL ? PySequence_Fast(opname, "opname") : NULL;
+    if (fast_names != NULL && fast_opname != NULL) {
+        Py_ssize_t next = 0, n = PySequence_Fast_GET_SIZE(fast_names);
+        for (Py_ssize_t op = 0; op < PySequence_Fast_GET_SIZE(fast_opname) && op < 256 && next < n; op++) {
+            PyObject *slot = PySequence_Fast_GET_ITEM(fast_opname, op);
+            const char *slot_name = PyUnicode_Check(slot) ? PyUnicode_AsUTF8(slot) : NULL;
+            if (slot_name == NULL || slot_name[0] != '<') {
+                continue;
+            }
+            PyObject *item = PySequence_Fast_GET_ITEM(fast_names, next++);
+            const char *name = PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
+            if (name != NULL && names_a_call(name)) {
+                call_opcodes[op] = 1;
+            }
+        }
+    }
+    Py_XDECREF(fast_names);
+    Py_XDECREF(fast_opname);
+    Py_XDECREF(names);
+    Py_XDECREF(opname);
+    PyErr_Clear();
+}
+
+static void find_call_opcodes(PyObject *opcode, PyObject *opmap)
 {
     memset(call_opcodes, 0, sizeof call_opcodes);
     mark_calls(opmap);
-    static const char *const more[][2] = {{"dis", "_all_opmap"}, {"opcode", "_specialized_opmap"}};
-    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
-        PyObject *mod = PyImport_ImportModule(more[i][0]);
-        PyObject *map = mod != NULL ? PyObject_GetAttrString(mod, more[i][1]) : NULL;
-        PyErr_Clear();
-        mark_calls(map);
-        Py_XDECREF(map);
-        Py_XDECREF(mod);
-    }
+    mark_specialised_calls(opcode);
 }
 
 int codes_opcode_calls(int opcode)
@@ -85,11 +115,12 @@ int codes_init(void)
         return -1;
     }
     PyObject *opmap = PyObject_GetAttrString(mod, "opmap");
-    Py_DECREF(mod);
     if (opmap == NULL) {
+        Py_DECREF(mod);
         return -1;
     }
-    find_call_opcodes(opmap);
+    find_call_opcodes(mod, opmap);
+    Py_DECREF(mod);
     n_park_opcodes = 0;
     for (int i = 0; pyframe_python_park_opcodes[i] != NULL && n_park_opcodes < MAX_PARK_OPCODES; i++) {
         PyObject *v = PyDict_GetItemString(opmap, pyframe_python_park_opcodes[i]);
