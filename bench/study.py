@@ -403,13 +403,16 @@ def accuracy_section(acc: dict) -> str:
                        f"(0.0 / {truth:.1f} / 0.0) |")
         out.append("")
     out.append(MEM_METHOD)
+    kt = [f for f in ("keep_small", "temp_big", "thread_alloc") if f in accuracy.MEM_TRUTH]
+    kt_head = (" | " + " / ".join(kt) + " MB (truth " +
+               " / ".join(f"{accuracy.MEM_TRUTH[f]['mb']:.0f}" for f in kt) + ")") if kt else ""
     out.append("| tool | MB error (max) | Python share error (max / whole, pts) | "
-               "leaks found | false leaks | copy MB (truth 1200) | copy MB elsewhere (truth 0) |")
-    out.append("| --- | --- | --- | --- | --- | --- | --- |")
+               "leaks found | false leaks | copy MB (truth 1200) | copy MB elsewhere (truth 0)" + kt_head + " |")
+    out.append("| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if kt else ""))
     for t in accuracy.MEM_TOOLS:
         r = acc["memory"].get(t, {})
         if "error" in r:
-            out.append(f"| {t} | failed: {r['error']} | | | | | |")
+            out.append(f"| {t} | failed: {r['error']} | | | | | |" + (" |" if kt else ""))
             continue
         share = (f"{r['max_share_error_pts']:.1f} / {r['overall_share_error_pts']:+.1f}"
                  if "max_share_error_pts" in r else "cannot report")
@@ -420,8 +423,10 @@ def accuracy_section(acc: dict) -> str:
         copy = f"{r['copy_mb']:.0f} ({r['copy_error_pct']:+.0f}%)" if "copy_mb" in r \
             else "cannot report"
         elsewhere = f"{r['copy_elsewhere_mb']:.1f}" if "copy_mb" in r else "cannot report"
+        per = r.get("per_function", {})
+        kt_cells = (" | " + " / ".join(f"{per.get(f, {}).get('mb', 0.0):.0f}" for f in kt)) if kt else ""
         out.append(f"| {t} | {r['max_mb_error_pct']:.1f}% | {share} | {leaks} | {false} | "
-                   f"{copy} | {elsewhere} |")
+                   f"{copy} | {elsewhere}{kt_cells} |")
     out.append("")
     out.append("Allocated MB per function (truth: python_alloc 600, native_alloc 600, "
                "python_leak 60, native_leak 60), with the Python share where reported:")
