@@ -9,6 +9,7 @@
  *   pyframe_310.c  3.10        PyFrameObject chain from ts->frame, f_lasti
  *   pyframe_311.c  3.11, 3.12  _PyInterpreterFrame via ts->cframe, prev_instr
  *   pyframe_313.c  3.13        _PyInterpreterFrame at ts->current_frame, f_executable
+ * and pyframe_common.c has what they all read the same way.
  * A version without a file is refused by the build (module_unsupported.c), never
  * guessed.  Callers hold the GIL unless a function says otherwise.
  */

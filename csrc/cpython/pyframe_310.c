@@ -94,10 +94,6 @@ PyObject *pyframe_code_qualname(PyCodeObject *code)
     return code->co_name; /* 3.10 code objects carry no qualified name */
 }
 
-uint64_t pyframe_thread_serial(PyThreadState *ts)
-{
-    return ts->id;
-}
 
 pid_t pyframe_thread_tid(PyThreadState *ts)
 {
@@ -126,16 +122,4 @@ void pyframe_wake_main_thread(PyInterpreterState *interp)
     /* The same store CPython makes when a thread asks for the GIL: harmless to
      * other threads, which recompute the flag and carry on. */
     _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
-}
-
-PyThreadState *pyframe_my_thread_state(void)
-{
-    return PyGILState_GetThisThreadState();
-}
-
-int pyframe_gil_is_mine(void)
-{
-    /* The "current" thread state is the GIL holder's. */
-    PyThreadState *mine = PyGILState_GetThisThreadState();
-    return mine != NULL && mine == _PyThreadState_UncheckedGet();
 }

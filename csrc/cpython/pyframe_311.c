@@ -116,10 +116,6 @@ PyObject *pyframe_code_qualname(PyCodeObject *code)
     return code->co_qualname;
 }
 
-uint64_t pyframe_thread_serial(PyThreadState *ts)
-{
-    return ts->id;
-}
 
 pid_t pyframe_thread_tid(PyThreadState *ts)
 {
@@ -131,18 +127,4 @@ void pyframe_wake_main_thread(PyInterpreterState *interp)
     /* The same store CPython makes when a thread asks for the GIL: harmless to
      * other threads, which recompute the flag and carry on. */
     _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
-}
-
-PyThreadState *pyframe_my_thread_state(void)
-{
-    return PyGILState_GetThisThreadState();
-}
-
-int pyframe_gil_is_mine(void)
-{
-    /* 3.11: the "current" thread state is the GIL holder's; 3.12: it is this
-     * thread's while attached, i.e. while it holds the GIL.  Either way a match
-     * means this thread holds it. */
-    PyThreadState *mine = PyGILState_GetThisThreadState();
-    return mine != NULL && mine == _PyThreadState_UncheckedGet();
 }

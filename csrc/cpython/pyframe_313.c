@@ -101,10 +101,6 @@ PyObject *pyframe_code_qualname(PyCodeObject *code)
     return code->co_qualname;
 }
 
-uint64_t pyframe_thread_serial(PyThreadState *ts)
-{
-    return ts->id;
-}
 
 pid_t pyframe_thread_tid(PyThreadState *ts)
 {
@@ -114,17 +110,4 @@ pid_t pyframe_thread_tid(PyThreadState *ts)
 void pyframe_wake_main_thread(PyInterpreterState *interp)
 {
     (void)interp; /* Py_AddPendingCall signals the main thread itself. */
-}
-
-PyThreadState *pyframe_my_thread_state(void)
-{
-    return PyGILState_GetThisThreadState();
-}
-
-int pyframe_gil_is_mine(void)
-{
-    /* The "current" thread state is this thread's while attached, i.e. while it
-     * holds the GIL. */
-    PyThreadState *mine = PyGILState_GetThisThreadState();
-    return mine != NULL && mine == _PyThreadState_UncheckedGet();
 }

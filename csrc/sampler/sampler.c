@@ -199,6 +199,14 @@ static uint64_t read_runq(thread_track *t, pid_t tid)
     return t->schedstat < 0 ? CLOCK_UNAVAILABLE : read_runq_fd(t->schedstat - 1);
 }
 
+static void close_main_schedstat(void)
+{
+    if (S.main_schedstat_fd >= 0) {
+        close(S.main_schedstat_fd);
+        S.main_schedstat_fd = -1;
+    }
+}
+
 static void forget_track(thread_track *t)
 {
     if (t->schedstat > 0) {
@@ -589,10 +597,7 @@ static void forget_sampler_in_child(void)
             forget_track(t);
         }
     }
-    if (S.main_schedstat_fd >= 0) {
-        close(S.main_schedstat_fd);
-        S.main_schedstat_fd = -1;
-    }
+    close_main_schedstat();
     atomic_store(&S.running, 0);
     atomic_store(&S.request_pending, 0);
     atomic_store(&S.sampler_tid, 0);
@@ -824,10 +829,7 @@ void sampler_stop(void)
         (void)join_thread();
     }
     forks_unregister(stop_for_fork);
-    if (S.main_schedstat_fd >= 0) {
-        close(S.main_schedstat_fd);
-        S.main_schedstat_fd = -1;
-    }
+    close_main_schedstat();
     S.active = 0;
     S.suspended_for_fork = 0;
     pthread_cond_destroy(&S.wake);

@@ -1,0 +1,21 @@
+/* What every layout reads the same way (3.10 to 3.13).  See pyframe.h. */
+#include "pyframe.h"
+
+uint64_t pyframe_thread_serial(PyThreadState *ts)
+{
+    return ts->id;
+}
+
+PyThreadState *pyframe_my_thread_state(void)
+{
+    return PyGILState_GetThisThreadState();
+}
+
+int pyframe_gil_is_mine(void)
+{
+    /* 3.10, 3.11: the "current" thread state is the GIL holder's; 3.12+: it is
+     * this thread's while attached, i.e. while it holds the GIL.  Either way a
+     * match means this thread holds it. */
+    PyThreadState *mine = PyGILState_GetThisThreadState();
+    return mine != NULL && mine == _PyThreadState_UncheckedGet();
+}
