@@ -90,7 +90,7 @@ def make_profile(n_files: int = 200, lines_per_file: int = 250, memory: bool = T
             "native_threads": {"malloc_mb": 0.0, "free_mb": 0.0, "copy_mb": 0.0},
             "unattributed_memory": {"malloc_mb": 0.0, "python_mb": 0.0, "free_mb": 0.0, "copy_mb": 0.0},
             "allocation_sampling_window_bytes": 1048576, "memory_samples_dropped": 0,
-            "python_frees_counted": True,
+            "python_allocator": "pymalloc", "python_memory_profiled": True, "memory_samples_queued": 0,
         })
     return profile
 

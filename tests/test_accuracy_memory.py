@@ -36,7 +36,8 @@ LINE_MEMORY_FIELDS = ("n_malloc_mb", "n_python_fraction", "n_peak_mb", "n_growth
                       "n_mallocs", "n_usage_fraction", "n_copy_mb_s", "n_malloc_bytes",
                       "n_free_bytes", "n_copy_bytes", "memory_samples")
 TOP_MEMORY_FIELDS = ("max_footprint_mb", "max_footprint_where", "samples", "top_allocations",
-                     "native_threads", "python_frees_counted")
+                     "native_threads", "python_allocator", "python_memory_profiled",
+                     "memory_samples_queued")
 
 
 def mem(entry: dict) -> str:

@@ -215,6 +215,17 @@ static void forget_track(thread_track *t)
     t->schedstat = 0;
 }
 
+/* Closes the schedstat file of every tracked thread. */
+static void forget_all_tracks(void)
+{
+    size_t cursor = 0;
+    table_key key;
+    thread_track *t;
+    while (S.threads.slots != NULL && (t = table_next(&S.threads, &cursor, &key)) != NULL) {
+        forget_track(t);
+    }
+}
+
 /* The run-queue wait since the track was last accounted, and the new baseline. */
 static uint64_t runq_since(thread_track *t, pid_t tid, int fresh)
 {
@@ -589,14 +600,7 @@ static void *sampler_main(void *unused)
 static void forget_sampler_in_child(void)
 {
     /* The files of the parent's threads are not this process's threads'. */
-    if (S.threads.slots != NULL) {
-        size_t cursor = 0;
-        table_key key;
-        thread_track *t;
-        while ((t = table_next(&S.threads, &cursor, &key)) != NULL) {
-            forget_track(t);
-        }
-    }
+    forget_all_tracks();
     close_main_schedstat();
     atomic_store(&S.running, 0);
     atomic_store(&S.request_pending, 0);
@@ -858,13 +862,8 @@ void sampler_get_totals(sampler_totals *out)
 
 void sampler_release(void)
 {
+    forget_all_tracks();
     if (S.threads.slots != NULL) {
-        size_t cursor = 0;
-        table_key key;
-        thread_track *t;
-        while ((t = table_next(&S.threads, &cursor, &key)) != NULL) {
-            forget_track(t);
-        }
         table_release(&S.threads);
     }
 }
