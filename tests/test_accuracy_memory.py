@@ -304,8 +304,8 @@ for _ in range(int(sys.argv[1])):
 
 
 @pytest.mark.parametrize("window, rounds, tolerance", [
-    (None, 1200, 0.2), ("262144", 400, 0.05),
-], ids=["window-default", "window-256KiB"])
+    (None, 1200, 0.3), ("131072", 400, 0.02),
+], ids=["window-default", "window-128KiB"])
 def test_kept_buffer_beside_freed_temporary(profile_program, window, rounds, tolerance):
     """Each round keeps a 200 KB bytearray (KEEP, never freed) and makes and drops
     a 500 KB one (TEMP).  Sampling by bytes allocated, unbiased per site, and
@@ -313,9 +313,11 @@ def test_kept_buffer_beside_freed_temporary(profile_program, window, rounds, tol
     and the leak on the right lines; sampling the net volume (the earlier scheme,
     and Scalene's) charged all the growth to TEMP and none to KEEP.
     Tolerances: at the default 1 MiB window the two lines share about 800
-    samples, a binomial split: KEEP's MB within 20% (about 3 standard
-    deviations); at 256 KiB TEMP's blocks are samples of their own and KEEP's
-    about 300: within 5%.  The temporary's growth is under 5% of its volume."""
+    samples; KEEP's MB was measured at 223 to 275 MB over runs (truth 229):
+    the jittered distances correlate with the program's period (700 KB a
+    round), so the spread is wider than a binomial split's 6%: 30%.  At 128 KiB
+    every block is a sample of its own: within 2%.  The temporary's growth is
+    under 5% of its volume."""
     options = ["--allocation-sampling-window", window] if window else []
     run = profile_program(KEEP_AND_TEMP, options=options, args=[str(rounds)])
     keep, temp = run.line("# @keep"), run.line("# @temp")
