@@ -11,6 +11,7 @@
  */
 #include "memhooks.h"
 #include "pymalloc_arenas.h"
+#include "../common/sample_distance.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -237,26 +238,6 @@ static COLD void report_net(void)
     T.net = 0;
 }
 
-/* The distance to the next sample: uniform between half and one and a half
- * means, from the thread's own xorshift generator (no lock, no system call).
- * Any distances of mean `mean` drawn independently of the program make every
- * byte equally likely to be sampled (the renewal theorem), so each site's
- * volume is unbiased; an exponential (a Poisson process) has a coefficient of
- * variation of 1, this one of 0.29, so that 200 samples of a line estimate its
- * volume within 2% (one standard deviation) instead of 7%, and the jitter still
- * keeps the samples from locking onto a program's periodic allocations. */
-static int64_t next_distance(uint64_t *rng, int64_t mean)
-{
-    uint64_t x = *rng;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *rng = x;
-    double u = (double)(x >> 11) / 9007199254740992.0; /* [0, 1) */
-    int64_t d = (int64_t)((0.5 + u) * (double)mean);
-    return d < 1 ? 1 : d;
-}
-
 static _Atomic uint64_t seed_counter;
 
 /* A different stream for every thread (splitmix64 of a counter and the
@@ -280,11 +261,11 @@ static COLD void allocation_crossed(int64_t w, void *address)
     int64_t crossings = 0;
     if (UNLIKELY(T.rng == 0)) {
         T.rng = new_seed(&T);
-        T.countdown += next_distance(&T.rng, w);
+        T.countdown += sample_distance(&T.rng, w);
     }
     while (T.countdown <= 0) {
         crossings++;
-        T.countdown += next_distance(&T.rng, w);
+        T.countdown += sample_distance(&T.rng, w);
     }
     if (crossings > 0) {
         emit(MEMHOOKS_ALLOC, crossings * w, 0, address);
@@ -613,6 +594,15 @@ EXPORT int pyrometer_memhooks_is_watched(void *address, uintptr_t token)
     size_t slot = watch_slot((uintptr_t)address);
     return atomic_load_explicit(&watch_address[slot], memory_order_acquire) == (uintptr_t)address &&
            atomic_load_explicit(&watch_token[slot], memory_order_relaxed) == token;
+}
+
+EXPORT void pyrometer_memhooks_watch(void *address, uintptr_t token)
+{
+    if (address != NULL && token != 0) {
+        T.busy++;
+        watch(address, token, 0);
+        T.busy--;
+    }
 }
 
 EXPORT int pyrometer_memhooks_retoken(void *address, uintptr_t from, uintptr_t to)

@@ -87,6 +87,11 @@ void pyrometer_memhooks_sample_python(int64_t bytes, void *address);
  * free: 1 when done, 0 when the block is no longer watched with `from` (freed, or
  * evicted).  For samples whose owner is known only after they were taken. */
 int pyrometer_memhooks_retoken(void *address, uintptr_t from, uintptr_t to);
+/* Watches address under token, with no weight, as a sample's block is watched:
+ * its free (or its eviction by a newer sample) is told to the freed function.
+ * Callable from inside the sample function.  For objects that samples name, to
+ * know whether they are still alive when the samples are charged. */
+void pyrometer_memhooks_watch(void *address, uintptr_t token);
 /* Whether the block at address is watched under token now (a racy read: a slot
  * being changed reads as not watched). */
 int pyrometer_memhooks_is_watched(void *address, uintptr_t token);

@@ -1,5 +1,7 @@
 #include "mem_profile.h"
 #include "memhooks_api.h"
+#include "code_life.h"
+#include "leak_site.h"
 #include "pyalloc.h"
 #include "../common/arena.h"
 #include "../common/table.h"
@@ -22,13 +24,8 @@ typedef struct {
     double *mb;
 } series;
 
-/* The sampled allocations of one line, followed to their frees: updated from
- * any thread (a free's thread, inside free()), so atomics only.  An evicted
- * sample's fate is unknown: its bytes stay live. */
-typedef struct {
-    _Atomic uint64_t watched, freed, evicted;
-    _Atomic uint64_t freed_bytes; /* weights of the sampled blocks freed */
-} leak_site;
+/* The sampled allocations of one line, followed to their frees, are a
+ * leak_site. */
 
 typedef struct {
     uint64_t alloc_bytes, python_bytes, copy_bytes;
@@ -113,6 +110,11 @@ static void series_add(series *s, uint64_t t_ns, double mb)
 {
     if (s == NULL || ++s->skipped < s->stride) {
         return;
+    }
+    if (s->count > 0 && t_ns < s->t_ns[s->count - 1]) {
+        /* A queued sample, charged late, is older than the last point; the
+         * value it brings is today's: it goes at the last point's time. */
+        t_ns = s->t_ns[s->count - 1];
     }
     s->skipped = 0;
     if (s->count == s->cap) {
@@ -282,6 +284,8 @@ static uintptr_t on_sample(int kind, int64_t bytes, int64_t python_bytes, void *
         s->lastis[depth] = pyframe_lasti(f);
         if (gil) {
             Py_INCREF(s->codes[depth]); /* with the GIL: no allocation, no lock */
+        } else {
+            code_life_note(s->codes[depth], head); /* alive now: followed to the drain */
         }
         depth++;
     }
@@ -341,8 +345,10 @@ static int still_on_stack(PyThreadState *ts, const void *frame, PyCodeObject *co
 
 /* The nearest reported frame of a queued sample's stack.  Codes recorded with a
  * reference are alive; the others (taken without the GIL) only if the profiler
- * holds them already or their frame is still on the thread's stack: a code
- * whose frame has gone may have been freed, and is never touched. */
+ * holds them already, their frame is still on the thread's stack, or they were
+ * followed from the sample to now without being freed (code_life: a thread that
+ * allocated and ended before this drain).  A code that may have been freed is
+ * never touched. */
 static PyCodeObject *locate_queued(const ring_slot *s, int *lasti)
 {
     PyThreadState *alive = NULL;
@@ -357,7 +363,7 @@ static PyCodeObject *locate_queued(const ring_slot *s, int *lasti)
     }
     for (int i = 0; i < s->depth; i++) {
         PyCodeObject *code = s->codes[i];
-        if (!s->holds_refs && codes_find(code) == NULL &&
+        if (!s->holds_refs && codes_find(code) == NULL && !code_life_alive(code) &&
             (alive == NULL || !still_on_stack(alive, s->frames[i], code))) {
             continue;
         }
@@ -437,6 +443,7 @@ static void drain_queue(void)
         atomic_store_explicit(&s->ready, 0, memory_order_relaxed);
         atomic_store_explicit(&M.ring_tail, tail + 1, memory_order_release);
     }
+    code_life_forget(atomic_load(&M.ring_tail));
 }
 
 /* A forked child is not profiled (yet): its samples would charge lines of a
@@ -446,6 +453,7 @@ static void stop_in_child(void)
     if (M.active) {
         M.active = 0;
         M.api.stop();
+        code_life_stop();
     }
 }
 
@@ -487,10 +495,14 @@ int mem_profile_start(int64_t window_bytes, int leak_detector)
     M.leak_detector = leak_detector;
     M.start_ns = clock_wall_ns();
     M.python_sizing = pyalloc_install(&api, window_bytes);
+    if (M.python_sizing != PYALLOC_NOT_SIZED) {
+        code_life_start(&api); /* code objects' frees are seen: see code_life.h */
+    }
     M.active = 1;
     memhooks_config config = {window_bytes, window_bytes, on_sample, on_freed};
     if (api.start(&config) != 0) {
         M.active = 0;
+        code_life_stop();
         pyalloc_uninstall();
         PyErr_SetString(PyExc_RuntimeError, "the memory hooks refused to start");
         return -1;
@@ -507,8 +519,9 @@ void mem_profile_stop(void)
     M.api.stop();
     pyalloc_uninstall();
     final_drain = 1;
-    mem_profile_drain();
+    mem_profile_drain(); /* the GIL held since the library stopped: no code freed meanwhile */
     final_drain = 0;
+    code_life_stop();
     M.active = 0;
 }
 

@@ -16,6 +16,7 @@ typedef struct {
     void (*footprint_add)(int64_t);
     const volatile uintptr_t *(*watch_table)(void);
     void (*unwatch)(void *);
+    void (*watch)(void *, uintptr_t);
     int (*retoken)(void *, uintptr_t, uintptr_t);
     int (*is_watched)(void *, uintptr_t);
 } memhooks_api;

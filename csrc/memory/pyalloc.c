@@ -3,6 +3,7 @@
 
 #include "pyalloc.h"
 #include "../memhooks/pymalloc_arenas.h"
+#include "../common/sample_distance.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -27,11 +28,12 @@ int memhooks_api_find(memhooks_api *api)
     api->watch_table =
         (const volatile uintptr_t * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch_table");
     api->unwatch = (void (*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_unwatch");
+    api->watch = (void (*)(void *, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch");
     api->retoken = (int (*)(void *, uintptr_t, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_retoken");
     api->is_watched = (int (*)(void *, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_is_watched");
     return api->start && api->stop && api->thread && api->sample_python && api->python_block_size &&
                    api->python_arenas && api->footprint && api->footprint_add && api->watch_table &&
-                   api->unwatch && api->retoken && api->is_watched
+                   api->unwatch && api->watch && api->retoken && api->is_watched
                ? 0
                : -1;
 }
@@ -78,20 +80,6 @@ static inline int beyond_window(int64_t v)
     return (uint64_t)(v + (window - 1)) > (uint64_t)(2 * (window - 1));
 }
 
-/* As in the library (hooks.c, next_distance): uniform between half and one and
- * a half windows. */
-static int64_t next_distance(void)
-{
-    uint64_t x = python_rng;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    python_rng = x;
-    double u = (double)(x >> 11) / 9007199254740992.0; /* [0, 1) */
-    int64_t d = (int64_t)((0.5 + u) * (double)window);
-    return d < 1 ? 1 : d;
-}
-
 /* The slow part of counting a Python block of `bytes` (allocated: > 0, freed:
  * < 0) already added to python_net and, if smaller than a window, taken from
  * python_countdown: the footprint's report, and the allocation sample. */
@@ -108,7 +96,7 @@ static COLD void settle(int64_t bytes, void *p)
     int64_t crossings = 0;
     while (python_countdown <= 0) {
         crossings++;
-        python_countdown += next_distance();
+        python_countdown += sample_distance(&python_rng, window);
     }
     if (bytes > 0 && crossings > 0) {
         hooks.sample_python(crossings * window, p);
@@ -464,7 +452,7 @@ pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes)
     small_limit = sizing == PYALLOC_POOLS && window > 512 ? 512 : 0;
     python_net = 0;
     python_rng = (0x9E3779B97F4A7C15ULL ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&python_net) | 1;
-    python_countdown = next_distance();
+    python_countdown = sample_distance(&python_rng, window);
     for (int i = 0; i < 2; i++) {
         PyMem_GetAllocator(domains[i].domain, &domains[i].original);
         PyMemAllocatorEx mine = {&domains[i], wrapped_malloc, wrapped_calloc, wrapped_realloc,

@@ -383,11 +383,10 @@ static void memhooks_alloc_samples_weigh_the_bytes_and_frees_follow_watches(void
     CHECK_EQ(samples(MEMHOOKS_COPY), 0);
     api.stop();
 
-    /* Small blocks: sampled by their bytes.  20,000 blocks of 4 KiB at a 64 KiB
-     * window are about 1,250 samples of a window each; the distances' spread
-     * (coefficient of variation 0.29) makes the total's standard deviation under
-     * 1%: within 4%. */
-    REQUIRE(session_start(64 * KiB, MiB) == 0);
+    /* Small blocks: sampled by their bytes.  20,000 blocks of 4 KiB at a 16 KiB
+     * window are about 4,900 samples of a window each, a Poisson count
+     * (exponential distances): a standard deviation of 1.4%, so within 6%. */
+    REQUIRE(session_start(16 * KiB, MiB) == 0);
     watch_mine = 1;
     usable = 0;
     for (int i = 0; i < SMALL; i++) {
@@ -396,8 +395,8 @@ static void memhooks_alloc_samples_weigh_the_bytes_and_frees_follow_watches(void
         usable += (int64_t)malloc_usable_size(small[i]);
     }
     watch_mine = 0;
-    CHECK(within(sampled_bytes(MEMHOOKS_ALLOC), usable, 0.04));
-    CHECK_EQ(sampled_bytes(MEMHOOKS_ALLOC) % (64 * KiB), 0); /* a window per crossing */
+    CHECK(within(sampled_bytes(MEMHOOKS_ALLOC), usable, 0.06));
+    CHECK_EQ(sampled_bytes(MEMHOOKS_ALLOC) % (16 * KiB), 0); /* a window per crossing */
     CHECK_EQ(api.footprint() - footprint_at_start + t->net, usable);
     for (int i = 0; i < SMALL; i++) {
         free_watched(small[i]);
@@ -1089,7 +1088,9 @@ static void memhooks_threads_give_consistent_totals(void)
         all_gross += jobs[i].gross;
         all_left += jobs[i].net_left;
     }
-    CHECK_EQ(all_alloc, sampled_bytes(MEMHOOKS_ALLOC));
+    /* With the main thread's own samples (pthread_create allocates: a sample
+     * distance can be short). */
+    CHECK_EQ(all_alloc + thread_alloc_bytes, sampled_bytes(MEMHOOKS_ALLOC));
     CHECK_EQ(samples(MEMHOOKS_FREE), 0);
     /* Everything was freed: the footprint is back, but for what each thread still
      * had pending below the window. */

@@ -1,0 +1,120 @@
+#include "code_life.h"
+#include "leak_site.h"
+
+#include <stdatomic.h>
+
+/* An open-addressed table of the codes that queued samples name.  A slot's code
+ * is set by compare-and-swap (the first thread to name a code claims a free
+ * slot) and cleared by code_life_forget under the GIL; `last` is the newest ring
+ * position that named it.  Races between the two lose a code (it then reads as
+ * not alive: its sample is charged to an outer frame), never pass a freed one
+ * for alive: a slot's site says "freed" or "evicted" from the moment its code
+ * stops being watched. */
+#define SLOTS 1024
+#define PROBES 16
+
+typedef struct {
+    _Atomic uintptr_t code;
+    _Atomic uint64_t last;
+    leak_site life; /* the watch's token: freed or evicted means not alive */
+} slot;
+
+static slot table[SLOTS];
+static memhooks_api api;
+static atomic_int following;
+
+static size_t home(uintptr_t code)
+{
+    return (size_t)((code >> 4) * 0x9E3779B97F4A7C15ULL >> 54) & (SLOTS - 1);
+}
+
+void code_life_start(const memhooks_api *library)
+{
+    api = *library;
+    for (size_t i = 0; i < SLOTS; i++) {
+        atomic_store(&table[i].code, 0);
+    }
+    atomic_store(&following, 1);
+}
+
+void code_life_stop(void)
+{
+    atomic_store(&following, 0);
+}
+
+static void raise_last(slot *s, uint64_t index)
+{
+    uint64_t seen = atomic_load(&s->last);
+    while (seen < index && !atomic_compare_exchange_weak(&s->last, &seen, index)) {
+    }
+}
+
+int code_life_note(const void *code, uint64_t index)
+{
+    uintptr_t c = (uintptr_t)code;
+    if (c == 0 || !atomic_load_explicit(&following, memory_order_relaxed)) {
+        return 0;
+    }
+    size_t h = home(c);
+    for (size_t p = 0; p < PROBES; p++) {
+        slot *s = &table[(h + p) & (SLOTS - 1)];
+        uintptr_t seen = atomic_load(&s->code);
+        if (seen == c) {
+            raise_last(s, index);
+            return 1;
+        }
+        if (seen == 0 && atomic_compare_exchange_strong(&s->code, &seen, c)) {
+            /* Claimed.  Until the watch is in place the code is alive anyway:
+             * this thread's frame holds it, and it cannot lose it before it
+             * leaves this allocator and takes the GIL back. */
+            atomic_store(&s->life.freed, 0);
+            atomic_store(&s->life.evicted, 0);
+            atomic_store(&s->last, index);
+            api.watch((void *)c, (uintptr_t)&s->life);
+            return 1;
+        }
+        if (seen == c) {
+            raise_last(s, index);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static slot *find(uintptr_t c)
+{
+    size_t h = home(c);
+    for (size_t p = 0; p < PROBES; p++) {
+        slot *s = &table[(h + p) & (SLOTS - 1)];
+        if (atomic_load(&s->code) == c) {
+            return s;
+        }
+    }
+    return NULL;
+}
+
+int code_life_alive(const void *code)
+{
+    if (!atomic_load(&following)) {
+        return 0;
+    }
+    slot *s = find((uintptr_t)code);
+    return s != NULL && atomic_load(&s->life.freed) == 0 && atomic_load(&s->life.evicted) == 0;
+}
+
+void code_life_forget(uint64_t tail)
+{
+    for (size_t i = 0; i < SLOTS; i++) {
+        slot *s = &table[i];
+        uintptr_t c = atomic_load(&s->code);
+        if (c == 0 || atomic_load(&s->last) >= tail) {
+            continue;
+        }
+        /* Quietly: the block stays in the watch table with no token, and its
+         * free (or a newer sample there) tells nobody. */
+        if (atomic_load(&following)) {
+            api.retoken((void *)c, (uintptr_t)&s->life, 0);
+        }
+        atomic_store(&s->code, 0);
+    }
+}

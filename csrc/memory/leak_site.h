@@ -1,0 +1,15 @@
+/* leak_site: where the frees of sampled blocks are told (a sample's token points
+ * to one).  Updated from any thread, inside free(): atomics only.  An evicted
+ * block's fate is unknown: its bytes stay live. */
+#ifndef PYROMETER_LEAK_SITE_H
+#define PYROMETER_LEAK_SITE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef struct {
+    _Atomic uint64_t watched, freed, evicted;
+    _Atomic uint64_t freed_bytes; /* weights of the sampled blocks freed */
+} leak_site;
+
+#endif
