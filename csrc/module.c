@@ -128,15 +128,18 @@ static PyObject *collect_records(double unit_ns)
         return NULL;
     }
     size_t cursor = 0;
-    PyCodeObject *code;
-    int lasti;
+    uint32_t id;
+    int lineno;
     line_record *rec;
-    while ((rec = line_stats_next(&cursor, &code, &lasti)) != NULL) {
-        int lineno = PyCode_Addr2Line(code, lasti < 0 ? 0 : lasti * 2);
+    while ((rec = line_stats_next(&cursor, &id, &lineno)) != NULL) {
+        const site *where = sites_get(id);
+        if (where == NULL) {
+            continue;
+        }
         PyObject *cpu = sums_tuple(&rec->cpu, unit_ns);
         PyObject *item = cpu == NULL ? NULL
-                                     : Py_BuildValue("(OiOiN)", code->co_filename, lineno,
-                                                     pyframe_code_qualname(code), code->co_firstlineno, cpu);
+                                     : Py_BuildValue("(OiOiN)", where->filename, lineno, where->qualname,
+                                                     where->firstlineno, cpu);
         if (item == NULL || PyList_Append(records, item) != 0) {
             Py_XDECREF(item);
             Py_DECREF(records);
@@ -169,7 +172,7 @@ static PyObject *core_collect(PyObject *module, PyObject *unused)
         return NULL;
     }
     return Py_BuildValue(
-        "{s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K}", "memory", memory,
+        "{s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K,s:K,s:K}", "memory", memory,
         "records", records,
         "unattributed", unattributed, "start_wall_ns", (unsigned long long)t.start_wall_ns,
         "stop_wall_ns", (unsigned long long)t.stop_wall_ns, "snapshots",
@@ -180,7 +183,10 @@ static PyObject *core_collect(PyObject *module, PyObject *unused)
         (unsigned long long)t.periodic_cpu_ns, "mean_interval_ns",
         t.mean_interval_ns, "n_cpus", sysconf(_SC_NPROCESSORS_ONLN), "code_objects",
         (Py_ssize_t)codes_count(), "profiler_memory_bytes",
-        (unsigned long long)(t.memory_bytes + codes_memory_bytes() + line_stats_memory_bytes()));
+        (unsigned long long)(t.memory_bytes + codes_memory_bytes() + line_stats_memory_bytes() +
+                             mem_profile_memory_bytes()),
+        "code_objects_seen", (unsigned long long)codes_registered(), "functions_overflowed",
+        (unsigned long long)sites_overflowed());
 }
 
 static PyObject *core_periodic_socketpair(PyObject *module, PyObject *unused)

@@ -74,7 +74,7 @@ def make_profile(n_files: int = 200, lines_per_file: int = 250, memory: bool = T
         "cpu_sampling_rate": 0.01, "sampling_interval_sec": 0.0101,
         "cpu_samples": int(elapsed * 100) if samples is None else samples, "cpu_samples_main_thread": 5000,
         "threads": 3, "n_cpus": 8, "process_cpu_time_sec": elapsed * 0.9, "profiler_cpu_time_sec": 0.2,
-        "untracked_native_sec": 0.0, "profiler_memory_bytes": 1 << 24, "total_time_sec": elapsed,
+        "untracked_native_sec": 0.0, "profiler_memory_bytes": 1 << 24, "code_objects": 10, "code_objects_seen": 12, "total_time_sec": elapsed,
         "cpu_time_sec": {"python": elapsed * 0.6, "native": elapsed * 0.3, "system": elapsed * 0.1},
         "unattributed": {"python_sec": 0.0, "native_sec": 0.0, "system_sec": 0.0},
         "memory": memory, "gpu": False, "files": files,

@@ -1,6 +1,7 @@
 #include "arena.h"
 
 #include <stdint.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #define ARENA_CHUNK_BYTES ((size_t)1 << 20)
@@ -28,6 +29,7 @@ void arena_init(arena *a)
 {
     a->head = NULL;
     a->bytes_mapped = 0;
+    memset(a->given_back, 0, sizeof a->given_back);
 }
 
 static size_t round_up(size_t n, size_t to)
@@ -62,6 +64,43 @@ void *arena_alloc(arena *a, size_t size)
     return p; /* fresh mmap pages are already zero and never reused */
 }
 
+/* The size class of a request: the smallest power of two from 16 that holds it;
+ * ARENA_CLASSES when none does. */
+static int size_class(size_t size)
+{
+    int c = 0;
+    while (c < ARENA_CLASSES && ((size_t)16 << c) < size) {
+        c++;
+    }
+    return c;
+}
+
+void *arena_take(arena *a, size_t size)
+{
+    int c = size_class(size);
+    if (c == ARENA_CLASSES) {
+        return NULL;
+    }
+    size_t block = (size_t)16 << c;
+    void *p = a->given_back[c];
+    if (p == NULL) {
+        return arena_alloc(a, block);
+    }
+    memcpy(&a->given_back[c], p, sizeof(void *));
+    memset(p, 0, block);
+    return p;
+}
+
+void arena_give(arena *a, void *p, size_t size)
+{
+    int c = size_class(size);
+    if (p == NULL || c == ARENA_CLASSES) {
+        return;
+    }
+    memcpy(p, &a->given_back[c], sizeof(void *));
+    a->given_back[c] = p;
+}
+
 void arena_release(arena *a)
 {
     arena_chunk *c = a->head;
@@ -72,4 +111,5 @@ void arena_release(arena *a)
     }
     a->head = NULL;
     a->bytes_mapped = 0;
+    memset(a->given_back, 0, sizeof a->given_back);
 }

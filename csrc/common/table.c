@@ -134,6 +134,41 @@ void *table_upsert(table *t, table_key key, int *created)
     return slot + SLOT_HEADER;
 }
 
+/* Linear probing without tombstones: after the removed slot, every entry of
+ * the same run that could not be found past the new gap moves back into it
+ * (backward-shift deletion), so that lookups stay as short as before. */
+int table_remove(table *t, table_key key)
+{
+    if (t->slots == NULL) {
+        return 0;
+    }
+    unsigned char *slot = probe(t, key);
+    if (!slot_used(slot)) {
+        return 0;
+    }
+    size_t mask = t->capacity - 1;
+    size_t gap = (size_t)(slot - t->slots) / t->slot_size;
+    for (size_t j = (gap + 1) & mask;; j = (j + 1) & mask) {
+        unsigned char *next = slot_at(t, j);
+        if (!slot_used(next)) {
+            break;
+        }
+        table_key k;
+        memcpy(&k, next + sizeof(uint64_t), sizeof k);
+        size_t home = (size_t)mix(k) & mask;
+        /* The entry at j may fill the gap unless its home lies cyclically in
+         * (gap, j]: then it would no longer be found from its home. */
+        int home_after_gap = gap <= j ? (home > gap && home <= j) : (home > gap || home <= j);
+        if (!home_after_gap) {
+            memcpy(slot_at(t, gap), next, t->slot_size);
+            gap = j;
+        }
+    }
+    memset(slot_at(t, gap), 0, t->slot_size);
+    t->count--;
+    return 1;
+}
+
 size_t table_memory_bytes(const table *t)
 {
     return t->slots == NULL ? 0 : t->capacity * t->slot_size;

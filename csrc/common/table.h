@@ -34,6 +34,10 @@ void *table_find(const table *t, table_key key);
  * NULL only when the table cannot grow. */
 void *table_upsert(table *t, table_key key, int *created);
 
+/* Removes key's entry: 1 when there was one.  Values of other keys may move
+ * (as when the table grows): pointers to them are invalid afterwards. */
+int table_remove(table *t, table_key key);
+
 /* Bytes of memory the table holds (for the profiler's own footprint). */
 size_t table_memory_bytes(const table *t);
 

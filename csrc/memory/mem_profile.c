@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #define LINE_POINTS 100   /* memory_samples per line */
 #define RUN_POINTS 300    /* footprint timeline */
@@ -31,7 +32,7 @@ typedef struct {
     uint64_t alloc_bytes, python_bytes, copy_bytes;
     uint64_t alloc_samples, copy_samples;
     int64_t peak;     /* the largest live (allocated - freed) seen at an allocation */
-    leak_site *site;  /* arena memory: stable while the line table grows */
+    leak_site *fate;  /* its sampled blocks followed to their frees; arena memory, stable while the table grows */
     series *timeline;
 } mem_line;
 
@@ -44,6 +45,7 @@ typedef struct {
 typedef struct {
     atomic_int ready;
     PyThreadState *ts;
+    uint64_t thread_serial; /* ts's, so that a new thread reusing a freed state's address is not taken for it */
     void *address; /* the sampled block (ALLOC) */
     int kind;
     int holds_refs; /* taken with the GIL: each code below holds a reference */
@@ -66,7 +68,7 @@ static struct {
     arena mem;
     series *footprint;
     int64_t max_footprint;
-    PyCodeObject *max_code;
+    uint32_t max_site; /* where the footprint peaked: a site (sites.h), SITE_NONE for no line */
     int max_lineno;
     uint64_t max_t_ns;
     uint64_t unattributed_alloc, unattributed_python, unattributed_copy;
@@ -78,6 +80,11 @@ static struct {
     _Atomic uint64_t queued; /* samples that could not be charged where they were taken */
     _Atomic uint64_t ring_head; /* next slot a writer claims */
     _Atomic uint64_t ring_tail; /* next slot the drain reads (GIL held) */
+    uint64_t ring_start; /* the first slot of this run: older ones were queued by an earlier run */
+    /* Whether the callbacks may touch the profile's memory, and how many are
+     * running: release waits for none before unmapping (see callback_enter). */
+    atomic_int accepting;
+    atomic_int in_callback;
     atomic_int drain_requested;
 } M;
 
@@ -130,13 +137,13 @@ static void series_add(series *s, uint64_t t_ns, double mb)
     s->count++;
 }
 
-static mem_line *line_for(PyCodeObject *code, int lineno)
+static mem_line *line_for(uint32_t site, int lineno)
 {
-    table_key key = {(uint64_t)(uintptr_t)code, (uint64_t)(int64_t)lineno};
+    table_key key = {(uint64_t)site, (uint64_t)(int64_t)lineno};
     int created;
     mem_line *m = table_upsert(&M.lines, key, &created);
     if (m != NULL && created) {
-        m->site = arena_alloc(&M.mem, sizeof *m->site);
+        m->fate = arena_alloc(&M.mem, sizeof *m->fate);
         m->timeline = series_new(LINE_POINTS);
     }
     return m;
@@ -144,19 +151,19 @@ static mem_line *line_for(PyCodeObject *code, int lineno)
 
 static int64_t live_bytes(const mem_line *m)
 {
-    return (int64_t)m->alloc_bytes - (int64_t)atomic_load_explicit(&m->site->freed_bytes, memory_order_relaxed);
+    return (int64_t)m->alloc_bytes - (int64_t)atomic_load_explicit(&m->fate->freed_bytes, memory_order_relaxed);
 }
 
 /* The run's footprint now, for its timeline and peak (GIL held). */
-static void note_footprint(uint64_t t_ns, PyCodeObject *code, int lineno)
+static void note_footprint(uint64_t t_ns, uint32_t site, int lineno)
 {
     int64_t footprint = M.api.footprint();
     series_add(M.footprint, t_ns - M.start_ns, (double)footprint / 1048576.0);
     if (footprint > M.max_footprint) {
         M.max_footprint = footprint;
         M.max_t_ns = t_ns - M.start_ns;
-        if (code != NULL || lineno == 0) {
-            M.max_code = code;
+        if (site != SITE_NONE || lineno == 0) {
+            M.max_site = site;
             M.max_lineno = lineno;
         }
     }
@@ -171,13 +178,15 @@ static uintptr_t charge_line(PyCodeObject *code, int lasti, int kind, int64_t by
 {
     mem_line *m = NULL;
     int lineno = 0;
-    if (code != NULL) {
+    const code_info *info = code != NULL ? codes_find(code) : NULL; /* registered by the caller */
+    uint32_t site = info != NULL ? info->site : SITE_NONE;
+    if (site != SITE_NONE) {
         /* PyCode_Addr2Line only reads the code's line table. */
-        lineno = PyCode_Addr2Line(code, lasti < 0 ? 0 : lasti * 2);
-        m = line_for(code, lineno);
+        lineno = codes_line(code, lasti);
+        m = line_for(site, lineno);
     }
     uint64_t b = (uint64_t)bytes;
-    if (m == NULL || m->site == NULL) {
+    if (m == NULL || m->fate == NULL) {
         /* No reported line on the stack: counted for the run only. */
         if (kind == MEMHOOKS_COPY) {
             M.unattributed_copy += b;
@@ -185,7 +194,7 @@ static uintptr_t charge_line(PyCodeObject *code, int lasti, int kind, int64_t by
         }
         M.unattributed_alloc += b;
         M.unattributed_python += (uint64_t)python_bytes;
-        note_footprint(t_ns, NULL, 0);
+        note_footprint(t_ns, SITE_NONE, 0);
         return (uintptr_t)&M.unattributed_site;
     }
     if (kind == MEMHOOKS_COPY) {
@@ -201,9 +210,9 @@ static uintptr_t charge_line(PyCodeObject *code, int lasti, int kind, int64_t by
         m->peak = live;
     }
     series_add(m->timeline, t_ns - M.start_ns, (double)live / 1048576.0);
-    note_footprint(t_ns, code, lineno);
-    atomic_fetch_add(&m->site->watched, 1);
-    return (uintptr_t)m->site;
+    note_footprint(t_ns, site, lineno);
+    atomic_fetch_add(&m->fate->watched, 1);
+    return (uintptr_t)m->fate;
 }
 
 /* Inside an allocator, with the GIL: the nearest reported frame of the thread's
@@ -227,6 +236,30 @@ static int locate_known(PyThreadState *ts, PyCodeObject **code, int *lasti)
     return 1; /* no reported frame: unattributed */
 }
 
+/* The library may be inside a callback when profiling stops (it read the
+ * callback's address just before it was cleared), and the callbacks write into
+ * the profile's memory, which release unmaps.  So accepting says whether they
+ * may touch it, in_callback counts those inside, and release waits for none
+ * before unmapping.  A callback raises in_callback before it reads accepting;
+ * release clears accepting before it reads in_callback (sequentially consistent
+ * both): either release sees the callback and waits for it, or the callback
+ * sees the profile closed and leaves.  Atomics only: any thread, inside an
+ * allocator. */
+static int callback_enter(void)
+{
+    atomic_fetch_add(&M.in_callback, 1);
+    if (!atomic_load(&M.accepting)) {
+        atomic_fetch_sub(&M.in_callback, 1);
+        return 0;
+    }
+    return 1;
+}
+
+static void callback_leave(void)
+{
+    atomic_fetch_sub(&M.in_callback, 1);
+}
+
 /* The sample function: runs on the allocating thread, from inside malloc or a
  * Python allocator, with this thread's counting suspended by the library.  It
  * calls nothing in CPython that may allocate or take a lock (pymalloc may be in
@@ -234,7 +267,7 @@ static int locate_known(PyThreadState *ts, PyCodeObject **code, int *lasti)
  * frames (they cannot change while the thread is in here) and either charges
  * the sample at once, when it holds the GIL and knows every code object on the
  * way, or queues it with where the thread stands, for the next drain. */
-static uintptr_t on_sample(int kind, int64_t bytes, int64_t python_bytes, void *address)
+static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *address)
 {
     if (!M.active) {
         return 0;
@@ -271,6 +304,7 @@ static uintptr_t on_sample(int kind, int64_t bytes, int64_t python_bytes, void *
     atomic_store(&mark->evicted, 0);
     atomic_store(&mark->freed_bytes, 0);
     s->ts = ts;
+    s->thread_serial = pyframe_thread_serial(ts);
     s->address = address;
     s->kind = kind;
     s->bytes = bytes;
@@ -299,6 +333,16 @@ static uintptr_t on_sample(int kind, int64_t bytes, int64_t python_bytes, void *
     return kind == MEMHOOKS_ALLOC ? (uintptr_t)mark : 0;
 }
 
+static uintptr_t on_sample(int kind, int64_t bytes, int64_t python_bytes, void *address)
+{
+    if (!callback_enter()) {
+        return 0;
+    }
+    uintptr_t token = sample(kind, bytes, python_bytes, address);
+    callback_leave();
+    return token;
+}
+
 static int drain_as_pending_call(void *unused)
 {
     (void)unused;
@@ -317,7 +361,7 @@ void mem_profile_poll(void)
 /* The library saw a watched block freed (or gave its slot to a newer one, after
  * which its fate is unknown and its bytes stay live).  Runs on the freeing
  * thread, inside free(): atomics only. */
-static void on_freed(uintptr_t token, int evicted, int64_t bytes)
+static void tell_freed(uintptr_t token, int evicted, int64_t bytes)
 {
     leak_site *site = (leak_site *)token;
     if (evicted) {
@@ -326,6 +370,14 @@ static void on_freed(uintptr_t token, int evicted, int64_t bytes)
     }
     atomic_fetch_add(&site->freed, 1);
     atomic_fetch_add(&site->freed_bytes, (uint64_t)bytes);
+}
+
+static void on_freed(uintptr_t token, int evicted, int64_t bytes)
+{
+    if (callback_enter()) {
+        tell_freed(token, evicted, bytes);
+        callback_leave();
+    }
 }
 
 static void drain_queue(void);
@@ -355,7 +407,7 @@ static PyCodeObject *locate_queued(const ring_slot *s, int *lasti)
     if (!s->holds_refs) {
         for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyInterpreterState_Get()); ts != NULL;
              ts = PyThreadState_Next(ts)) {
-            if (ts == s->ts) {
+            if (ts == s->ts && pyframe_thread_serial(ts) == s->thread_serial) {
                 alive = ts;
                 break;
             }
@@ -392,7 +444,7 @@ void mem_profile_drain(void)
         /* Frees take no samples: the footprint's timeline also gets a point at
          * every drain (every CPU snapshot), so that it shows memory going down
          * (after the queued samples, which are older). */
-        note_footprint(clock_wall_ns(), NULL, -1);
+        note_footprint(clock_wall_ns(), SITE_NONE, -1);
     }
     if (self != NULL) {
         self->busy--;
@@ -421,8 +473,12 @@ static void drain_queue(void)
             break;
         }
         int lasti = 0;
-        PyCodeObject *code = locate_queued(s, &lasti);
-        uintptr_t token = charge_line(code, lasti, s->kind, s->bytes, s->python_bytes, s->t_ns);
+        /* Queued by an earlier run (a writer that finished after its last
+         * drain): not this profile's. */
+        PyCodeObject *code = tail >= M.ring_start ? locate_queued(s, &lasti) : NULL;
+        uintptr_t token = tail >= M.ring_start
+                              ? charge_line(code, lasti, s->kind, s->bytes, s->python_bytes, s->t_ns)
+                              : 0;
         if (s->kind == MEMHOOKS_ALLOC && token != 0 && s->address != NULL &&
             !M.api.retoken(s->address, (uintptr_t)mark, token)) {
             /* Freed, or evicted, before its line was known.  (A free whose
@@ -432,7 +488,7 @@ static void drain_queue(void)
             int freed = atomic_load(&mark->freed) != 0;
             int evicted = atomic_load(&mark->evicted) != 0 && !freed;
             if (!final_drain || freed || evicted) {
-                on_freed(token, evicted, s->bytes);
+                tell_freed(token, evicted, s->bytes);
             }
         }
         if (s->holds_refs) {
@@ -485,6 +541,7 @@ int mem_profile_start(int64_t window_bytes, int leak_detector)
             PyErr_NoMemory();
             return -1;
         }
+        M.max_site = SITE_NONE;
         M.initialised = 1;
     }
     if (codes_init() != 0) {
@@ -494,6 +551,8 @@ int mem_profile_start(int64_t window_bytes, int leak_detector)
     M.window = window_bytes;
     M.leak_detector = leak_detector;
     M.start_ns = clock_wall_ns();
+    M.ring_start = atomic_load(&M.ring_head);
+    atomic_store(&M.accepting, 1);
     M.python_sizing = pyalloc_install(&api, window_bytes);
     if (M.python_sizing != PYALLOC_NOT_SIZED) {
         code_life_start(&api); /* code objects' frees are seen: see code_life.h */
@@ -559,20 +618,20 @@ PyObject *mem_profile_collect(void)
     table_key key;
     mem_line *m;
     while ((m = table_next(&M.lines, &cursor, &key)) != NULL) {
-        PyCodeObject *code = (PyCodeObject *)(uintptr_t)key.k1;
-        if (m->site == NULL) {
+        const site *where = sites_get((uint32_t)key.k1);
+        if (m->fate == NULL || where == NULL) {
             continue; /* out of memory when the line was made: nothing was charged */
         }
-        uint64_t watched = atomic_load(&m->site->watched);
-        uint64_t freed = atomic_load(&m->site->freed);
-        uint64_t evicted = atomic_load(&m->site->evicted);
+        uint64_t watched = atomic_load(&m->fate->watched);
+        uint64_t freed = atomic_load(&m->fate->freed);
+        uint64_t evicted = atomic_load(&m->fate->evicted);
         PyObject *timeline = series_list(m->timeline);
         PyObject *item = timeline == NULL ? NULL : Py_BuildValue(
             "{s:O,s:i,s:O,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L,s:L,s:K,s:K,s:K,s:N}",
-            "filename", code->co_filename, "lineno", (int)(int64_t)key.k2, "function",
-            pyframe_code_qualname(code), "function_lineno", code->co_firstlineno, "alloc_bytes",
+            "filename", where->filename, "lineno", (int)(int64_t)key.k2, "function",
+            where->qualname, "function_lineno", where->firstlineno, "alloc_bytes",
             (unsigned long long)m->alloc_bytes, "python_bytes", (unsigned long long)m->python_bytes,
-            "free_bytes", (unsigned long long)atomic_load(&m->site->freed_bytes), "copy_bytes",
+            "free_bytes", (unsigned long long)atomic_load(&m->fate->freed_bytes), "copy_bytes",
             (unsigned long long)m->copy_bytes, "alloc_samples", (unsigned long long)m->alloc_samples,
             "free_samples", (unsigned long long)freed, "copy_samples",
             (unsigned long long)m->copy_samples, "net_bytes", (long long)live_bytes(m), "peak_bytes",
@@ -588,9 +647,9 @@ PyObject *mem_profile_collect(void)
         }
         Py_DECREF(item);
     }
-    PyObject *peak_where = M.max_code != NULL
-                               ? Py_BuildValue("(Oi)", M.max_code->co_filename, M.max_lineno)
-                               : (Py_INCREF(Py_None), Py_None);
+    const site *peak_site = sites_get(M.max_site);
+    PyObject *peak_where = peak_site != NULL ? Py_BuildValue("(Oi)", peak_site->filename, M.max_lineno)
+                                             : (Py_INCREF(Py_None), Py_None);
     return Py_BuildValue(
         "{s:N,s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:s,s:O}", "lines", lines,
         "footprint", series_list(M.footprint), "max_footprint_bytes", (long long)M.max_footprint,
@@ -609,17 +668,36 @@ PyObject *mem_profile_collect(void)
         pyalloc_allocator_name(), "leak_detector", M.leak_detector ? Py_True : Py_False);
 }
 
+size_t mem_profile_memory_bytes(void)
+{
+    return sizeof ring + sizeof pending +
+           (M.initialised ? table_memory_bytes(&M.lines) + M.mem.bytes_mapped : 0);
+}
+
+/* Waits (up to about a second) until no callback is inside: 1 when none is. */
+static int callbacks_quiet(void)
+{
+    atomic_store(&M.accepting, 0);
+    for (int i = 0; i < 1000 && atomic_load(&M.in_callback) != 0; i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    return atomic_load(&M.in_callback) == 0;
+}
+
 void mem_profile_release(void)
 {
     if (M.active || !M.initialised) {
         return;
     }
-    table_release(&M.lines);
-    arena_release(&M.mem);
+    if (callbacks_quiet()) {
+        table_release(&M.lines);
+        arena_release(&M.mem);
+    } /* else a callback is stuck inside (a stopped thread): its memory is left mapped */
     M.initialised = 0;
     M.footprint = NULL;
     M.max_footprint = 0;
-    M.max_code = NULL;
+    M.max_site = SITE_NONE;
     M.unattributed_alloc = M.unattributed_python = M.unattributed_copy = 0;
     atomic_store(&M.native_thread_alloc, 0);
     leak_site none = {0, 0, 0, 0};

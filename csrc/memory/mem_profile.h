@@ -28,6 +28,8 @@ void mem_profile_poll(void);
 /* The memory part of the profile as Python data; GIL held. */
 PyObject *mem_profile_collect(void);
 void mem_profile_release(void);
+/* What the memory side holds (its tables, timelines and queue). */
+size_t mem_profile_memory_bytes(void);
 /* The profiler's own work on this thread (GIL held, not released meanwhile) is
  * not counted: pause returns what resume needs. */
 int64_t mem_profile_pause(void);

@@ -6,8 +6,9 @@
 #include <string.h>
 
 static table code_table; /* code address -> code_info */
-static arena code_arena; /* per-code instruction maps */
+static arena code_arena; /* per-code instruction maps, given back when a code dies */
 static int initialised;
+static uint64_t registered;
 
 /* Opcodes at which the eval loop checks its eval breaker and so may hand over the
  * GIL while running Python (the layout's list: function entry and loop
@@ -133,6 +134,10 @@ int codes_init(void)
         PyErr_NoMemory();
         return -1;
     }
+    if (sites_init() != 0) {
+        table_release(&code_table);
+        return -1;
+    }
     arena_init(&code_arena);
     initialised = 1;
     return 0;
@@ -158,6 +163,11 @@ static int file_is_reported(PyCodeObject *code)
     return filter_reports(name);
 }
 
+static size_t map_bytes(const code_info *info)
+{
+    return (size_t)info->n_units + 1;
+}
+
 /* The unspecialised bytecode, so that adaptive (quickened) instructions map back
  * to the opcodes looked up in codes_init. */
 static int map_instructions(PyCodeObject *code, code_info *info)
@@ -169,7 +179,7 @@ static int map_instructions(PyCodeObject *code, code_info *info)
     }
     Py_ssize_t n = PyBytes_GET_SIZE(bytes) / 2;
     const unsigned char *raw = (const unsigned char *)PyBytes_AS_STRING(bytes);
-    uint8_t *map = arena_alloc(&code_arena, (size_t)n + 1);
+    uint8_t *map = arena_take(&code_arena, (size_t)n + 1);
     if (map == NULL) {
         Py_DECREF(bytes);
         return -1;
@@ -184,6 +194,45 @@ static int map_instructions(PyCodeObject *code, code_info *info)
     return 0;
 }
 
+/* The callback of a code's weak reference, called by CPython while the code is
+ * being deallocated, before its memory is freed: its facts go, so that a new
+ * code at the same address is met afresh.  self is the code's address (an
+ * int), as the referent is gone by now. */
+static PyObject *forget(PyObject *self, PyObject *ref)
+{
+    (void)ref;
+    void *address = PyLong_AsVoidPtr(self);
+    if (address == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    table_key key = {(uint64_t)(uintptr_t)address, 0};
+    code_info *info = initialised ? table_find(&code_table, key) : NULL;
+    if (info != NULL) {
+        PyObject *watch = info->watch;
+        arena_give(&code_arena, info->python_parked, map_bytes(info));
+        table_remove(&code_table, key);
+        Py_XDECREF(watch); /* CPython holds the reference it is calling us for */
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef forget_def = {"pyrometer_code_died", forget, METH_O, NULL};
+
+/* A weak reference to code whose callback forgets it; NULL when out of memory. */
+static PyObject *watch_code(PyCodeObject *code)
+{
+    PyObject *address = PyLong_FromVoidPtr(code);
+    PyObject *callback = address != NULL ? PyCFunction_New(&forget_def, address) : NULL;
+    PyObject *watch = callback != NULL ? PyWeakref_NewRef((PyObject *)code, callback) : NULL;
+    Py_XDECREF(callback);
+    Py_XDECREF(address);
+    if (watch == NULL) {
+        PyErr_Clear();
+    }
+    return watch;
+}
+
 const code_info *codes_find(PyCodeObject *code)
 {
     table_key key = {(uint64_t)(uintptr_t)code, 0};
@@ -193,29 +242,46 @@ const code_info *codes_find(PyCodeObject *code)
 const code_info *codes_lookup(PyCodeObject *code)
 {
     table_key key = {(uint64_t)(uintptr_t)code, 0};
+    if (!initialised) {
+        return NULL;
+    }
     code_info *info = table_find(&code_table, key);
     if (info != NULL) {
         return info;
     }
     /* The facts first, then the entry: working them out calls CPython, which
-     * allocates, and a memory sample taken meanwhile must not find a half-made
-     * entry (codes_find would take it for a code of an unreported file). */
+     * allocates (a memory sample taken meanwhile must not find a half-made
+     * entry: codes_find would take it for a code of an unreported file) and may
+     * collect garbage (whose codes' callbacks remove entries, moving others). */
     code_info fresh = {0};
     fresh.reported = file_is_reported(code);
+    fresh.site = fresh.reported ? sites_intern(code) : SITE_NONE;
     if (map_instructions(code, &fresh) != 0) {
         fresh.n_units = 0;
         fresh.python_parked = NULL;
     }
+    fresh.watch = watch_code(code);
+    if (fresh.watch == NULL || (fresh.reported && fresh.site == SITE_NONE)) {
+        /* Without a watch its death would go unseen: not registered. */
+        arena_give(&code_arena, fresh.python_parked, map_bytes(&fresh));
+        Py_XDECREF(fresh.watch);
+        return NULL;
+    }
     int created;
     info = table_upsert(&code_table, key, &created);
     if (info == NULL) {
+        arena_give(&code_arena, fresh.python_parked, map_bytes(&fresh));
+        Py_DECREF(fresh.watch);
         return NULL;
     }
-    if (created) {
-        Py_INCREF(code);
-        *info = fresh;
-    }
+    *info = fresh; /* created: a lookup of this code could not have run meanwhile */
+    registered++;
     return info;
+}
+
+int codes_line(PyCodeObject *code, int lasti)
+{
+    return PyCode_Addr2Line(code, lasti < 0 ? 0 : lasti * 2);
 }
 
 int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported)
@@ -249,9 +315,21 @@ size_t codes_count(void)
     return initialised ? code_table.count : 0;
 }
 
+uint64_t codes_registered(void)
+{
+    return registered;
+}
+
 size_t codes_memory_bytes(void)
 {
-    return initialised ? table_memory_bytes(&code_table) + code_arena.bytes_mapped : 0;
+    if (!initialised) {
+        return 0;
+    }
+    /* Per live code: its weak reference, the callback and the address it carries. */
+    size_t per_code = (size_t)_PyWeakref_RefType.tp_basicsize + (size_t)PyCFunction_Type.tp_basicsize +
+                      (size_t)PyLong_Type.tp_basicsize + (size_t)PyLong_Type.tp_itemsize;
+    return table_memory_bytes(&code_table) + code_arena.bytes_mapped + code_table.count * per_code +
+           sites_memory_bytes();
 }
 
 void codes_release(void)
@@ -259,12 +337,16 @@ void codes_release(void)
     if (!initialised) {
         return;
     }
+    /* Dropping a weak reference never calls its callback. */
     size_t cursor = 0;
     table_key key;
-    while (table_next(&code_table, &cursor, &key) != NULL) {
-        Py_DECREF((PyObject *)(uintptr_t)key.k1);
+    code_info *info;
+    while ((info = table_next(&code_table, &cursor, &key)) != NULL) {
+        Py_XDECREF(info->watch);
     }
     table_release(&code_table);
     arena_release(&code_arena);
+    sites_release();
+    registered = 0;
     initialised = 0;
 }

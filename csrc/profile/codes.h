@@ -1,10 +1,13 @@
 /* codes: what the profiler knows about each code object it has met.
  *
  * A code object is looked up on every sample, so the per-code facts are computed
- * once, at first sight: whether its file is reported (filter.h), and for each
- * instruction whether a thread parked there was running Python or native code.
- * Every registered code object is kept alive (one reference) until codes_release(),
- * so that samples keyed by code address stay valid for the report.
+ * once, at first sight: whether its file is reported (filter.h), its site (the
+ * function the profile keys its lines by, sites.h), and for each instruction
+ * whether a thread parked there was running Python or native code.  No code
+ * object is kept alive: each is watched through a weak reference, whose callback
+ * forgets its facts when it dies (before its memory can be reused), so that the
+ * table follows the live code objects and a program that keeps making code (exec
+ * loops, template engines, factories) does not grow through the profiler.
  * Callers hold the GIL.
  */
 #ifndef PYROMETER_CODES_H
@@ -16,14 +19,18 @@
 
 typedef struct {
     int reported;
+    uint32_t site;                /* reported codes: their function (sites.h); else SITE_NONE */
     int n_units;                  /* length of the bytecode in code units */
-    const uint8_t *python_parked; /* per unit: 1 at an eval-breaker point that is not a call */
+    uint8_t *python_parked;       /* per unit: 1 at an eval-breaker point that is not a call */
+    PyObject *watch;              /* the weak reference that tells the code's death */
 } code_info;
 
 /* Reads the opcode numbers the classification needs; -1 with an exception set. */
 int codes_init(void);
 /* NULL when memory runs out (the sample is then dropped, never raised).  The
- * first lookup of a code registers it, which calls CPython (it allocates). */
+ * first lookup of a code registers it, which calls CPython (it allocates, and a
+ * garbage collection there may forget other codes: a code_info pointer is good
+ * only until the next call into CPython). */
 const code_info *codes_lookup(PyCodeObject *code);
 /* The facts of a code object registered already, else NULL; never registers,
  * never calls CPython (usable inside an allocator, GIL held). */
@@ -38,8 +45,14 @@ int codes_python_at(const code_info *info, int lasti);
  * outward: *reported is NULL when there is none, *innermost the thread's current
  * frame (NULL: no Python frame).  Returns 0 when memory runs out. */
 #include "../cpython/pyframe.h"
+#include "sites.h"
 int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported);
+/* The line of instruction lasti in code (alive: on a frame). */
+int codes_line(PyCodeObject *code, int lasti);
+/* Code objects known now (alive), and ever registered. */
 size_t codes_count(void);
+uint64_t codes_registered(void);
+/* What the table, the instruction maps and the weak references hold. */
 size_t codes_memory_bytes(void);
 void codes_release(void);
 

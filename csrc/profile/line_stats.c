@@ -16,20 +16,20 @@ int line_stats_init(void)
     return 0;
 }
 
-line_record *line_stats_at(PyCodeObject *code, int lasti)
+line_record *line_stats_at(uint32_t site, int lineno)
 {
-    table_key key = {(uint64_t)(uintptr_t)code, (uint64_t)(int64_t)lasti};
+    table_key key = {(uint64_t)site, (uint64_t)(int64_t)lineno};
     int created;
     return initialised ? table_upsert(&locations, key, &created) : NULL;
 }
 
-line_record *line_stats_next(size_t *cursor, PyCodeObject **code, int *lasti)
+line_record *line_stats_next(size_t *cursor, uint32_t *site, int *lineno)
 {
     table_key key;
     line_record *rec = initialised ? table_next(&locations, cursor, &key) : NULL;
     if (rec != NULL) {
-        *code = (PyCodeObject *)(uintptr_t)key.k1;
-        *lasti = (int)(int64_t)key.k2;
+        *site = (uint32_t)key.k1;
+        *lineno = (int)(int64_t)key.k2;
     }
     return rec;
 }

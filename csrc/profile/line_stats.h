@@ -1,7 +1,8 @@
-/* line_stats: the profile's per-location aggregates, keyed by (code object,
- * instruction index).  The instruction is resolved to a line number only when the
- * profile is collected, so the sample path never decodes line tables.  Size
- * follows the number of distinct locations sampled, never the run time.
+/* line_stats: the profile's per-line aggregates, keyed by (site, line number):
+ * the function as the report names it (sites.h) and the line, resolved when the
+ * sample is taken (the code object may be gone by the time the profile is
+ * collected).  Size follows the number of distinct lines sampled, never the run
+ * time or the number of code objects.
  * Callers hold the GIL (the only writers are sampler snapshots).
  */
 #ifndef PYROMETER_LINE_STATS_H
@@ -38,11 +39,10 @@ typedef struct {
 } line_record;
 
 int line_stats_init(void);
-/* The record for a location (code must be registered in codes.h, which keeps it
- * alive); NULL when memory runs out. */
-line_record *line_stats_at(PyCodeObject *code, int lasti);
+/* The record for a line of a site; NULL when memory runs out. */
+line_record *line_stats_at(uint32_t site, int lineno);
 /* Iteration: start with *cursor = 0; NULL when done. */
-line_record *line_stats_next(size_t *cursor, PyCodeObject **code, int *lasti);
+line_record *line_stats_next(size_t *cursor, uint32_t *site, int *lineno);
 void line_stats_release(void);
 size_t line_stats_memory_bytes(void);
 

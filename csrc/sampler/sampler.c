@@ -89,11 +89,11 @@ static uint64_t delta(uint64_t now, uint64_t before)
 /* Where a thread's time goes: the nearest reported frame on its stack, and the
  * kind of what it runs.  The kind is decided at the innermost frame, reported or
  * not, so time in the standard library keeps its kind when it is charged to the
- * user's line.  code is NULL when no reported frame is on the stack.  A location
- * holds the key, not the record: records move when the table grows. */
+ * user's line.  site is SITE_NONE when no reported frame is on the stack.  A
+ * location holds the key, not the record: records move when the table grows. */
 typedef struct {
-    PyCodeObject *code;
-    int lasti;
+    uint32_t site; /* SITE_NONE: no reported frame */
+    int lineno;
     int native;
     int ok; /* 0 when memory ran out: the time is dropped */
 } location;
@@ -106,7 +106,7 @@ typedef struct {
 static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint64_t delay_cpu_ns,
                        int standing)
 {
-    location loc = {NULL, 0, 1, 1};
+    location loc = {SITE_NONE, 0, 1, 1};
     pyframe innermost, f;
     if (!codes_locate(ts, &innermost, &f)) {
         loc.ok = 0;
@@ -133,8 +133,13 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
         loc.native = info != NULL && !codes_python_at(info, pyframe_lasti(innermost));
     }
     if (f != NULL) {
-        loc.code = pyframe_code(f);
-        loc.lasti = pyframe_lasti(f);
+        const code_info *info = codes_lookup(pyframe_code(f)); /* registered by codes_locate */
+        if (info == NULL) {
+            loc.ok = 0;
+            return loc;
+        }
+        loc.site = info->site;
+        loc.lineno = codes_line(pyframe_code(f), pyframe_lasti(f));
     }
     return loc;
 }
@@ -145,10 +150,10 @@ static cpu_sums *sums_at(const location *loc)
     if (!loc->ok) {
         return NULL;
     }
-    if (loc->code == NULL) {
+    if (loc->site == SITE_NONE) {
         return &S.totals.unattributed;
     }
-    line_record *rec = line_stats_at(loc->code, loc->lasti);
+    line_record *rec = line_stats_at(loc->site, loc->lineno);
     return rec != NULL ? &rec->cpu : NULL;
 }
 
@@ -367,7 +372,7 @@ static void snapshot(enum snapshot_source source)
 
     uint64_t threads_used = 0;
     size_t live = 0;
-    location main_location = {NULL, 0, 1, 0};
+    location main_location = {SITE_NONE, 0, 1, 0};
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
          ts = PyThreadState_Next(ts)) {
         pid_t tid = pyframe_thread_tid(ts);

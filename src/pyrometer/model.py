@@ -175,10 +175,9 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         per_line = lines[filename]
         per_line_mem = mem_lines.get(filename, {})
         source = _source_lines(filename)
-        n = max(len(source), max(per_line, default=0), max(per_line_mem, default=0))
         line_entries = []
         leaks = {}
-        for lineno in range(1, n + 1):
+        for lineno in _lines_to_report(len(source), set(per_line) | set(per_line_mem)):
             entry = {"lineno": lineno, "line": source[lineno - 1] if lineno <= len(source) else ""}
             entry.update((per_line.get(lineno) or _Sums()).fields(denominator))
             if memory:
@@ -233,6 +232,8 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         "profiler_cpu_time_sec": raw["sampler_cpu_ns"] * NS,
         "untracked_native_sec": raw["untracked_native_ns"] * NS,
         "profiler_memory_bytes": raw["profiler_memory_bytes"],
+        "code_objects": raw["code_objects"],
+        "code_objects_seen": raw["code_objects_seen"],
         "total_time_sec": denominator,
         "cpu_time_sec": {
             "python": every_line.python + unattributed.python,
@@ -250,10 +251,34 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         },
         "memory": bool(memory),
         "gpu": False,
-        "notices": _notices(memory),
+        "notices": _notices(memory, raw["functions_overflowed"]),
         **(_run_memory(memory, mem_lines, elapsed) if memory else {}),
         "files": files,
     }
+
+
+SITES_MAX = 100_000  # csrc/profile/sites.h
+SOURCE_LINES_MAX = 20_000  # a file's listing: every line up to here
+CONTEXT_LINES = 2  # beyond it, around each line with data
+
+
+def _lines_to_report(source_length: int, with_data: set[int]) -> list[int]:
+    """The lines a file's entries cover, in order: its whole source listing (up to
+    SOURCE_LINES_MAX lines) and every line with data, with a little context
+    around those beyond the listing that the source has text for.  Never one
+    entry per number up to the highest line seen: code compiled with two million
+    leading newlines under a program's name would make that a 557 MB report."""
+    listing = min(source_length, SOURCE_LINES_MAX)
+    shown = set(range(1, listing + 1))
+    for lineno in with_data:
+        if lineno < 1:
+            continue
+        shown.add(lineno)
+        if lineno > listing:
+            shown.update(n for n in range(lineno - CONTEXT_LINES, lineno + CONTEXT_LINES + 1)
+                         if listing < n <= source_length)
+    return sorted(shown)
+
 
 
 def _run_memory(memory: dict[str, Any], mem_lines: dict, elapsed: float) -> dict[str, Any]:
@@ -285,9 +310,12 @@ def _run_memory(memory: dict[str, Any], mem_lines: dict, elapsed: float) -> dict
     }
 
 
-def _notices(memory: dict[str, Any] | None) -> list[str]:
+def _notices(memory: dict[str, Any] | None, functions_overflowed: int = 0) -> list[str]:
     """What a reader must know to read the profile right, one line each."""
     out = []
+    if functions_overflowed:
+        out.append(f"more than {SITES_MAX:,} distinct functions: {functions_overflowed:,} code objects "
+                   "of further ones are reported together as <other functions>")
     if memory and not memory["python_memory_profiled"]:
         name = memory["python_allocator"]
         what = "was replaced by another tool" if name == "unknown" else f"({name}) does not tell its block sizes"

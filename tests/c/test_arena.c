@@ -174,7 +174,43 @@ static void arena_size_near_size_max_gives_null(void)
     arena_release(&a);
 }
 
+/* Blocks given back are handed out again for their size class, zeroed, and a
+ * class's blocks never serve another class: taking and giving the same sizes
+ * over and over maps nothing more. */
+static void arena_blocks_given_back_are_reused(void)
+{
+    arena a;
+    arena_init(&a);
+    unsigned char *first = arena_take(&a, 100);
+    REQUIRE(first != NULL);
+    memset(first, 0xAB, 128); /* the class of 100 bytes is 128 */
+    arena_give(&a, first, 100);
+    unsigned char *again = arena_take(&a, 120);
+    CHECK(again == first);
+    int zero = 1;
+    for (int i = 0; i < 128; i++) {
+        zero &= again[i] == 0;
+    }
+    CHECK(zero);
+    unsigned char *other = arena_take(&a, 20); /* class 32: not the 128-byte block */
+    CHECK(other != NULL && other != first);
+    arena_give(&a, other, 20);
+    arena_give(&a, again, 120);
+    size_t mapped = a.bytes_mapped;
+    for (int round = 0; round < 100000; round++) {
+        void *p = arena_take(&a, 1000 + (size_t)round % 24);
+        void *q = arena_take(&a, 17);
+        REQUIRE(p != NULL && q != NULL);
+        arena_give(&a, q, 17);
+        arena_give(&a, p, 1000 + (size_t)round % 24);
+    }
+    CHECK_EQ(a.bytes_mapped, mapped);
+    CHECK(arena_take(&a, (size_t)1 << 62) == NULL); /* no class that large */
+    arena_release(&a);
+}
+
 const unit_test arena_tests[] = {
+    UNIT_TEST(arena_blocks_given_back_are_reused),
     UNIT_TEST(arena_blocks_are_zeroed_and_aligned),
     UNIT_TEST(arena_zero_size_gives_distinct_blocks),
     UNIT_TEST(arena_blocks_do_not_overlap),

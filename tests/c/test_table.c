@@ -325,7 +325,50 @@ static void table_init_fails_when_refused(void)
     table_release(&t);
 }
 
+/* Removing keys (in an order unlike their insertion, so that runs of probes
+ * wrap and shift back) leaves every other key findable with its value, the
+ * removed ones absent, and the count right; re-inserting them works. */
+static void table_remove_keeps_the_others_findable(void)
+{
+    table t;
+    REQUIRE(table_init(&t, sizeof(entry_value), 64) == 0);
+    const uint64_t n = 3000;
+    int created;
+    for (uint64_t i = 0; i < n; i++) {
+        entry_value *v = table_upsert(&t, code_line_key(i), &created);
+        REQUIRE(v != NULL);
+        v->index = i;
+        v->check = i * 3 + 1;
+    }
+    uint64_t removed = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t k = (i * 7919) % n;
+        if (k % 3 != 0) {
+            CHECK(table_remove(&t, code_line_key(k)) == 1);
+            removed++;
+        }
+    }
+    CHECK(table_remove(&t, code_line_key(n + 5)) == 0);
+    CHECK_EQ(t.count, n - removed);
+    int ok = 1;
+    for (uint64_t i = 0; i < n; i++) {
+        entry_value *v = table_find(&t, code_line_key(i));
+        ok &= i % 3 == 0 ? (v != NULL && v->index == i && v->check == i * 3 + 1) : v == NULL;
+    }
+    CHECK(ok);
+    for (uint64_t i = 0; i < n; i++) {
+        if (i % 3 != 0) {
+            entry_value *v = table_upsert(&t, code_line_key(i), &created);
+            ok &= v != NULL && created && v->index == 0 && v->check == 0;
+        }
+    }
+    CHECK(ok);
+    CHECK_EQ(t.count, n);
+    table_release(&t);
+}
+
 const unit_test table_tests[] = {
+    UNIT_TEST(table_remove_keeps_the_others_findable),
     UNIT_TEST(table_init_rounds_capacity_up),
     UNIT_TEST(table_upsert_creates_once),
     UNIT_TEST(table_keys_with_zero_words),

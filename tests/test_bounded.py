@@ -1,0 +1,78 @@
+"""Bounded: the profiler's memory and the report's size follow what the program
+has (distinct functions and lines with data), never how long it runs, how many
+code objects it makes, or the highest line number it reaches."""
+from __future__ import annotations
+
+import json
+import re
+
+EXEC_LOOP = """
+import sys, time
+marks = [5.0, 20.0]
+template = '''
+def work_{i}(n):
+    total = 0
+    for k in range(n):
+        total += k * k % 7
+    return total
+'''
+def rss_kb():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+start = time.monotonic()
+made = 0
+while marks:
+    scope = {}
+    # A new code object each time (as template engines and factories make
+    # them), doing real work so that the sampler meets many of them.
+    exec(compile(template.format(i=made % 50), "<generated>", "exec"), scope)
+    scope["work_%d" % (made % 50)](2000)  # @call
+    made += 1
+    if time.monotonic() - start >= marks[0]:
+        print(f"at {marks.pop(0):.0f}s rss {rss_kb()} made {made}", flush=True)
+"""
+
+
+def test_exec_loop_memory_stays_flat(profile_program):
+    """A program that makes a new code object about every 0.2 ms for 20 s, sampled
+    every millisecond: the profiled process's RSS from 5 s to 20 s stays within
+    10% (the program itself does not grow).  Keeping every code object the
+    sampler met alive grew it from 21.7 to 31.5 MB in 9 s; the profiler now
+    keys its lines by function (file, name, first line) and forgets a code
+    object when it dies."""
+    run = profile_program(EXEC_LOOP, options=["--cpu-sampling-rate", "0.001"])
+    rss = {int(m[0]): int(m[1]) for m in re.findall(r"at (\d+)s rss (\d+)", run.proc.stdout)}
+    made = int(re.findall(r"made (\d+)", run.proc.stdout)[-1])
+    p = run.profile
+    info = (f"RSS {rss} kB, {made} code objects made; the profiler knows {p['code_objects']} "
+            f"of {p['code_objects_seen']} it met, holds {p['profiler_memory_bytes'] / 1e6:.1f} MB")
+    print(info)
+    assert set(rss) == {5, 20}, run.proc.stdout
+    assert rss[20] <= rss[5] * 1.10, info
+    assert p["code_objects_seen"] > 1000, info  # the sampler did meet many
+    assert p["code_objects"] < 200, info        # and did not keep them
+    # Every code object of the loop is one function: one line record.
+    assert run.line("# @call")["n_samples"] > 0, info
+
+
+def test_lines_far_beyond_the_source_do_not_inflate_the_report(profile_program, tmp_path):
+    """Code compiled with two million leading newlines under the program's own
+    file name: the report lists the file's real lines and the line with data
+    (with the context the source has, none here), not two million entries (it
+    was a 557 MB JSON and 5.1 GB of RSS)."""
+    source = (
+        "code = compile('\\n' * 2_000_000 + 'for i in range(3_000_000): i * i', __file__, 'exec')\n"
+        "exec(code)  # @exec\n"
+    )
+    run = profile_program(source)
+    size = (tmp_path / "profile.json").stat().st_size
+    entries = run.file()["lines"]
+    numbers = [e["lineno"] for e in entries]
+    print(f"{size} bytes, lines {numbers[:5]}...{numbers[-3:]}")
+    assert size < 1_000_000
+    assert numbers[:2] == [1, 2]
+    assert 2_000_001 in numbers, numbers  # the line that ran: its time is kept
+    assert len(entries) <= 10
+    far = next(e for e in entries if e["lineno"] == 2_000_001)
+    assert far["n_samples"] > 0 and far["line"] == ""
+    assert json.dumps(run.profile)  # and it is a whole profile
