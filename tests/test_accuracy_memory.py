@@ -81,12 +81,12 @@ print(len(keep), len(handles))
 """
 
 
-# Samples weigh a window each: a line of 200 MB has about 200 of them at the
-# default window (a spread of about 2%) and 20 at 10 MB (about 7%, since the
-# distances between samples vary by 29% around the window): 10% and 30% are
-# three standard deviations or more.
-@pytest.mark.parametrize("window, tolerance", [(None, 0.10), (10 << 20, 0.30)],
-                         ids=["window-default", "window-10MB"])
+# At the default window each 1 MiB block is a sample of its own (exact); at a
+# 2 MiB window a line of 200 MB gets about 100 samples of a window each, a
+# Poisson count (exponential distances): a spread of 10%, so 35% is three and a
+# half standard deviations.
+@pytest.mark.parametrize("window, tolerance", [(None, 0.10), (2 << 20, 0.35)],
+                         ids=["window-default", "window-2MB"])
 def test_python_and_native_allocation_volume_and_share(profile_program, window, tolerance):
     options = [] if window is None else ["--allocation-sampling-window", str(window)]
     run = profile_program(PYTHON_VS_NATIVE, options=options)
@@ -330,7 +330,9 @@ def test_short_lived_threads_running_code_never_seen(profile_program):
     info = memory_summary(run)
     print(f"120 MiB from short-lived threads: {mem(alloc)}")
     assert alloc["n_malloc_mb"] == pytest.approx(120, rel=0.02), info
-    assert run.profile["unattributed_memory"]["malloc_mb"] < 2, info
+    unattributed = run.profile["unattributed_memory"]
+    # Native bytes (the threads'); Python's own start-up may leave a sample or two.
+    assert unattributed["malloc_mb"] - unattributed["python_mb"] < 2, info
 
 
 def test_short_lived_threads_whose_code_is_freed(profile_program):
@@ -342,7 +344,8 @@ def test_short_lived_threads_whose_code_is_freed(profile_program):
     run = profile_program(FRESH_CODE_THREADS, args=["drop"])
     alloc = run.line("# @alloc")
     info = memory_summary(run)
-    unattributed = run.profile["unattributed_memory"]["malloc_mb"]
+    unattributed = (run.profile["unattributed_memory"]["malloc_mb"]
+                    - run.profile["unattributed_memory"]["python_mb"])  # native: the threads'
     print(f"120 MiB, code freed: {mem(alloc)}; unattributed {unattributed:.1f} MB")
     assert alloc["n_malloc_mb"] + unattributed == pytest.approx(120, rel=0.02), info
 
