@@ -25,6 +25,21 @@
 /* Slow paths are kept out of line, so that the interposed functions' common path
  * saves no registers and sets up no frame. */
 #define COLD __attribute__((noinline, cold))
+/* Built with AddressSanitizer (the sanitizer job, tests/sanitized.py), the
+ * library is preloaded ahead of ASan's runtime, so that the program's malloc
+ * reaches these hooks and theirs (dlsym(RTLD_NEXT)) reaches ASan's.  ASan's
+ * start-up calls dlsym before it has mapped its shadow memory, and dlsym may
+ * call malloc: whatever runs then (the interposed entry points, up to the point
+ * where they see counting is off, and the resolution of the real functions)
+ * must not be instrumented, or its first shadow check faults.  Everything past
+ * that point (counting, samples, watches) is instrumented, and the blocks
+ * themselves are checked by ASan's own allocator and interceptors.  Empty in
+ * every other build. */
+#if defined(__SANITIZE_ADDRESS__)
+#define EARLY __attribute__((no_sanitize_address))
+#else
+#define EARLY
+#endif
 
 /* ---- the real functions ---------------------------------------------------- */
 
@@ -40,7 +55,7 @@ static struct {
 
 static atomic_int resolve_state; /* 0: not started, 1: in progress, 2: done */
 
-static void resolve(void)
+static EARLY void resolve(void)
 {
     int expected = 0;
     if (!atomic_compare_exchange_strong(&resolve_state, &expected, 1)) {
@@ -52,7 +67,7 @@ static void resolve(void)
     atomic_store_explicit(&resolve_state, 2, memory_order_release);
 }
 
-static inline int resolved(void)
+static inline EARLY int resolved(void)
 {
     if (LIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) == 2)) {
         return 1;
@@ -74,7 +89,7 @@ static _Alignas(64) unsigned char bootstrap_heap[BOOTSTRAP_BYTES];
 static atomic_size_t bootstrap_used;
 
 /* Each block is preceded by 16 bytes holding its size, for realloc. */
-static void *bootstrap_alloc(size_t size, size_t align)
+static EARLY void *bootstrap_alloc(size_t size, size_t align)
 {
     if (align < 16) {
         align = 16;
@@ -93,13 +108,13 @@ static void *bootstrap_alloc(size_t size, size_t align)
     return (void *)p; /* static storage is zero, and never reused: calloc-safe */
 }
 
-static int in_bootstrap(const void *p)
+static EARLY int in_bootstrap(const void *p)
 {
     return (const unsigned char *)p >= bootstrap_heap &&
            (const unsigned char *)p < bootstrap_heap + BOOTSTRAP_BYTES;
 }
 
-static size_t bootstrap_size(const void *p)
+static EARLY size_t bootstrap_size(const void *p)
 {
     return ((const size_t *)p)[-2];
 }
@@ -139,7 +154,7 @@ static inline size_t watch_slot(uintptr_t address)
     return memhooks_watch_slot(address);
 }
 
-static inline int counting(void)
+static inline EARLY int counting(void)
 {
     return atomic_load_explicit(&enabled, memory_order_relaxed) && T.busy == 0 && T.python_depth == 0;
 }
@@ -311,14 +326,14 @@ static inline void note_copy(size_t n)
     }
 }
 
-static inline void counted_alloc(void *p)
+static inline EARLY void counted_alloc(void *p)
 {
     if (p != NULL && counting()) {
         note((int64_t)real.malloc_usable_size(p), p);
     }
 }
 
-static inline void counted_free(void *p)
+static inline EARLY void counted_free(void *p)
 {
     if (atomic_load_explicit(&enabled, memory_order_relaxed)) {
         unwatch(p);
@@ -330,7 +345,7 @@ static inline void counted_free(void *p)
 
 /* ---- the interposed functions --------------------------------------------------- */
 
-EXPORT void *malloc(size_t size)
+EXPORT EARLY void *malloc(size_t size)
 {
     if (UNLIKELY(!resolved())) {
         return bootstrap_alloc(size, 16);
@@ -340,7 +355,7 @@ EXPORT void *malloc(size_t size)
     return p;
 }
 
-EXPORT void *calloc(size_t n, size_t size)
+EXPORT EARLY void *calloc(size_t n, size_t size)
 {
     if (UNLIKELY(!resolved())) {
         size_t total;
@@ -355,7 +370,7 @@ EXPORT void *calloc(size_t n, size_t size)
     return p;
 }
 
-EXPORT void free(void *p)
+EXPORT EARLY void free(void *p)
 {
     if (p == NULL || UNLIKELY(in_bootstrap(p))) {
         return;
@@ -367,7 +382,7 @@ EXPORT void free(void *p)
     real.free(p);
 }
 
-EXPORT void *realloc(void *p, size_t size)
+EXPORT EARLY void *realloc(void *p, size_t size)
 {
     if (UNLIKELY(p != NULL && in_bootstrap(p))) {
         void *fresh = malloc(size);
@@ -408,7 +423,7 @@ EXPORT void *realloc(void *p, size_t size)
     return q;
 }
 
-EXPORT void *reallocarray(void *p, size_t n, size_t size)
+EXPORT EARLY void *reallocarray(void *p, size_t n, size_t size)
 {
     size_t total;
     if (__builtin_mul_overflow(n, size, &total)) {
@@ -418,7 +433,7 @@ EXPORT void *reallocarray(void *p, size_t n, size_t size)
     return realloc(p, total);
 }
 
-EXPORT int posix_memalign(void **out, size_t align, size_t size)
+EXPORT EARLY int posix_memalign(void **out, size_t align, size_t size)
 {
     if (UNLIKELY(!resolved())) {
         *out = bootstrap_alloc(size, align);
@@ -431,7 +446,7 @@ EXPORT int posix_memalign(void **out, size_t align, size_t size)
     return rc;
 }
 
-EXPORT void *aligned_alloc(size_t align, size_t size)
+EXPORT EARLY void *aligned_alloc(size_t align, size_t size)
 {
     if (UNLIKELY(!resolved())) {
         return bootstrap_alloc(size, align);
@@ -441,7 +456,7 @@ EXPORT void *aligned_alloc(size_t align, size_t size)
     return p;
 }
 
-EXPORT void *memalign(size_t align, size_t size)
+EXPORT EARLY void *memalign(size_t align, size_t size)
 {
     if (UNLIKELY(!resolved())) {
         return bootstrap_alloc(size, align);
@@ -451,7 +466,7 @@ EXPORT void *memalign(size_t align, size_t size)
     return p;
 }
 
-EXPORT void *valloc(size_t size)
+EXPORT EARLY void *valloc(size_t size)
 {
     if (UNLIKELY(!resolved())) {
         return bootstrap_alloc(size, 4096);
@@ -461,7 +476,7 @@ EXPORT void *valloc(size_t size)
     return p;
 }
 
-EXPORT void *pvalloc(size_t size)
+EXPORT EARLY void *pvalloc(size_t size)
 {
     if (UNLIKELY(!resolved())) {
         return bootstrap_alloc((size + 4095) / 4096 * 4096, 4096);
@@ -471,14 +486,14 @@ EXPORT void *pvalloc(size_t size)
     return p;
 }
 
-EXPORT size_t malloc_usable_size(void *p)
+EXPORT EARLY size_t malloc_usable_size(void *p)
 {
     return pyrometer_memhooks_usable_size(p);
 }
 
 /* Before resolution (inside the dynamic loader) copies go byte by byte; volatile
  * keeps the compiler from turning this loop back into a call to memcpy. */
-static COLD void *plain_copy(void *dst, const void *src, size_t n)
+static COLD EARLY void *plain_copy(void *dst, const void *src, size_t n)
 {
     volatile unsigned char *d = dst;
     const volatile unsigned char *s = src;
@@ -494,7 +509,7 @@ static COLD void *plain_copy(void *dst, const void *src, size_t n)
     return dst;
 }
 
-EXPORT void *memcpy(void *restrict dst, const void *restrict src, size_t n)
+EXPORT EARLY void *memcpy(void *restrict dst, const void *restrict src, size_t n)
 {
     if (UNLIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) != 2)) {
         return plain_copy(dst, src, n);
@@ -505,7 +520,7 @@ EXPORT void *memcpy(void *restrict dst, const void *restrict src, size_t n)
     return real.memcpy(dst, src, n);
 }
 
-EXPORT void *memmove(void *dst, const void *src, size_t n)
+EXPORT EARLY void *memmove(void *dst, const void *src, size_t n)
 {
     if (UNLIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) != 2)) {
         return plain_copy(dst, src, n);
@@ -518,7 +533,7 @@ EXPORT void *memmove(void *dst, const void *src, size_t n)
 
 /* The fortified variants check the destination size themselves (and abort on
  * overflow, as glibc's do); the real ones are used when the library has them. */
-EXPORT void *__memcpy_chk(void *dst, const void *src, size_t n, size_t dst_len)
+EXPORT EARLY void *__memcpy_chk(void *dst, const void *src, size_t n, size_t dst_len)
 {
     if (UNLIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) != 2) ||
         real.__memcpy_chk == NULL) {
@@ -533,7 +548,7 @@ EXPORT void *__memcpy_chk(void *dst, const void *src, size_t n, size_t dst_len)
     return real.__memcpy_chk(dst, src, n, dst_len);
 }
 
-EXPORT void *__memmove_chk(void *dst, const void *src, size_t n, size_t dst_len)
+EXPORT EARLY void *__memmove_chk(void *dst, const void *src, size_t n, size_t dst_len)
 {
     if (UNLIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) != 2) ||
         real.__memmove_chk == NULL) {
@@ -643,7 +658,7 @@ EXPORT void pyrometer_memhooks_unwatch(void *address)
     unwatch(address);
 }
 
-EXPORT size_t pyrometer_memhooks_usable_size(void *p)
+EXPORT EARLY size_t pyrometer_memhooks_usable_size(void *p)
 {
     if (p == NULL) {
         return 0;

@@ -305,6 +305,19 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
     }
     S.totals.main_live_ns += live;
     S.totals.main_live_units++;
+    /* The same split, by kind, of what was measured and of what was estimated
+     * (the clamping of cpu_sums_add_estimate), so that each kind's unit can be
+     * its own ratio (sampler_get_totals). */
+    uint64_t live_runq_kept = S.options.virtual_time ? 0 : live_runq;
+    uint64_t live_off = live - live_cpu;
+    live_runq_kept = live_runq_kept > live_off ? live_off : live_runq_kept;
+    S.totals.main_live_cpu_ns += live_cpu;
+    S.totals.main_live_runq_ns += live_runq_kept;
+    S.totals.main_live_off_ns += live_off - live_runq_kept;
+    double est_runq = runq_share < 0.0 ? 0.0 : runq_share > 1.0 - on_cpu ? 1.0 - on_cpu : runq_share;
+    S.totals.est_cpu_units += on_cpu;
+    S.totals.est_runq_units += est_runq;
+    S.totals.est_off_units += 1.0 - on_cpu - est_runq;
     cpu_sums *into = sums_at(&loc);
     if (into != NULL) {
         cpu_sums_add_estimate(into, loc.native, on_cpu, runq_share, core_fraction);
@@ -371,6 +384,12 @@ static void snapshot(enum snapshot_source source)
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
          ts = PyThreadState_Next(ts)) {
         pid_t tid = pyframe_thread_tid(ts);
+        if (tid <= 0) {
+            /* Not running yet (or a 3.10 state without a frame): which thread's
+             * CPU it will count is not known, so it gets no window; its first
+             * one starts where it is first seen with an id. */
+            continue;
+        }
         if (ts == S.sampler_ts || tid == sampler_tid) {
             continue; /* by tid too: its state exists before it first holds the GIL */
         }
@@ -856,6 +875,25 @@ void sampler_get_totals(sampler_totals *out)
     out->unit_ns = S.totals.main_live_units
                        ? (double)S.totals.main_live_ns / (double)S.totals.main_live_units
                        : 0.0;
+    /* A ratio estimator per kind: the units' CPU shares add up to the main
+     * thread's measured CPU before its requests, and likewise off CPU and on the
+     * run queue, so that the estimated time's totals are the measured ones and
+     * only their split among lines is estimated.  With one unit for all kinds the
+     * total was off whenever the share observed at the answer (the request's
+     * delay, for a native call) differed from the share before it on average: a
+     * main thread starting threads (blocked, then briefly on CPU when it
+     * answers) had 2.3 s of CPU estimated for 0.3 s measured.  A kind with less
+     * than one unit's worth of estimates keeps the common unit (its ratio would
+     * rest on too little). */
+    out->unit_cpu_ns = S.totals.est_cpu_units >= 1.0
+                           ? (double)S.totals.main_live_cpu_ns / S.totals.est_cpu_units
+                           : out->unit_ns;
+    out->unit_off_ns = S.totals.est_off_units >= 1.0
+                           ? (double)S.totals.main_live_off_ns / S.totals.est_off_units
+                           : out->unit_ns;
+    out->unit_runq_ns = S.totals.est_runq_units >= 1.0
+                            ? (double)S.totals.main_live_runq_ns / S.totals.est_runq_units
+                            : out->unit_ns;
     out->mean_interval_ns =
         S.totals.snapshots ? (double)delta(end, S.totals.start_wall_ns) / (double)S.totals.snapshots : 0.0;
 }
