@@ -15,6 +15,8 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,10 +78,15 @@ static inline EARLY int resolved(void)
     return atomic_load_explicit(&resolve_state, memory_order_acquire) == 2;
 }
 
+static void forget_other_threads(void);
+
 __attribute__((constructor)) static void memhooks_init(void)
 {
     resolve();
     pymalloc_arenas_install(); /* before the interpreter makes its first arena */
+    /* Registered before any handler of the extension's (it loads later), so it
+     * runs first in a child. */
+    pthread_atfork(NULL, NULL, forget_other_threads);
 }
 
 /* ---- bootstrap heap: allocations made while dlsym runs ------------------------- */
@@ -154,6 +161,19 @@ static inline size_t watch_slot(uintptr_t address)
     return memhooks_watch_slot(address);
 }
 
+/* Threads inside the library's calls out (the sample and freed functions) or
+ * changing a slot on their behalf (watch): stop() waits for none to be left, so
+ * that once it returns no token is told or put back into the table, and the
+ * owner may free what its tokens point to.  Without it, a thread that loaded
+ * freed_fn just before stop() called it after the owner had released the
+ * tokens' memory.  Only the slow paths (samples, frees of watched blocks) count
+ * themselves here; every access is sequentially consistent, which is what makes
+ * the exchange with stop() work: stop() clears the functions, then reads the
+ * count; a caller raises the count, then reads the functions; so either stop()
+ * sees the caller and waits, or the caller sees the functions cleared and does
+ * nothing. */
+static atomic_int calls_out;
+
 static inline EARLY int counting(void)
 {
     return atomic_load_explicit(&enabled, memory_order_relaxed) && T.busy == 0 && T.python_depth == 0;
@@ -163,14 +183,19 @@ static inline EARLY int counting(void)
  * (free keeps it; a failed realloc leaves ENOMEM): save it around them. */
 static COLD void tell(uintptr_t token, int evicted, int64_t weight)
 {
+    if (token == 0) {
+        return;
+    }
+    atomic_fetch_add(&calls_out, 1);
     memhooks_freed_fn freed = atomic_load(&freed_fn);
-    if (token != 0 && freed != NULL) {
+    if (freed != NULL) {
         int saved = errno;
         T.busy++;
         freed(token, evicted, weight);
         T.busy--;
         errno = saved;
     }
+    atomic_fetch_sub(&calls_out, 1);
 }
 
 /* Takes a slot's lock; 0 when another thread held it all along. */
@@ -193,7 +218,11 @@ static COLD void watch(void *address, uintptr_t token, int64_t weight)
     size_t slot = watch_slot((uintptr_t)address);
     uintptr_t evicted = token; /* not watched after all */
     int64_t evicted_weight = weight;
-    if (slot_lock(slot)) {
+    atomic_fetch_add(&calls_out, 1);
+    /* Stopped meanwhile (see calls_out): the token is not put in a table that
+     * stop() has already cleared. */
+    int live = atomic_load(&freed_fn) != NULL;
+    if (live && slot_lock(slot)) {
         evicted = atomic_load_explicit(&watch_token[slot], memory_order_relaxed);
         evicted_weight = atomic_load_explicit(&watch_weight[slot], memory_order_relaxed);
         atomic_store_explicit(&watch_token[slot], token, memory_order_relaxed);
@@ -201,6 +230,7 @@ static COLD void watch(void *address, uintptr_t token, int64_t weight)
         atomic_store_explicit(&watch_address[slot], (uintptr_t)address, memory_order_release);
     }
     tell(evicted, 1, evicted_weight);
+    atomic_fetch_sub(&calls_out, 1);
 }
 
 /* Stops watching address; its token (0 if it was not watched) and weight, not
@@ -232,18 +262,19 @@ static inline void unwatch(void *address)
 
 static COLD void emit(int kind, int64_t bytes, int64_t python_bytes, void *address)
 {
+    atomic_fetch_add(&calls_out, 1);
     memhooks_sample_fn fn = atomic_load(&sample_fn);
-    if (fn == NULL) {
-        return;
+    if (fn != NULL) {
+        int saved = errno;
+        T.busy++;
+        uintptr_t token = fn(kind, bytes, python_bytes, address);
+        if (token != 0 && address != NULL) {
+            watch(address, token, bytes);
+        }
+        T.busy--;
+        errno = saved;
     }
-    int saved = errno;
-    T.busy++;
-    uintptr_t token = fn(kind, bytes, python_bytes, address);
-    if (token != 0 && address != NULL) {
-        watch(address, token, bytes);
-    }
-    T.busy--;
-    errno = saved;
+    atomic_fetch_sub(&calls_out, 1);
 }
 
 /* The thread's net bytes passed a window: they go to the footprint. */
@@ -578,16 +609,51 @@ EXPORT int pyrometer_memhooks_start(const memhooks_config *config)
     return 0;
 }
 
+/* Waits (yielding) until no thread is in a call out or a slot change.  Each
+ * lasts a callback or a few instructions, and neither ever waits for the thread
+ * that stops: the callbacks take no lock (mem_profile.c, code_life.c).  In a
+ * forked child, the threads that were inside are gone: forget_other_threads
+ * has cleared what they left. */
+static void wait_for_calls_out(void)
+{
+    while (atomic_load(&calls_out) != 0) {
+        sched_yield();
+    }
+}
+
+/* Stopping clears the watch table, so that no token of this run is told after
+ * it.  A slot whose lock another thread holds is waited for, not cleared under
+ * it: that thread is about to store the slot's address (and, in watch(), a
+ * token) after the clearing, which would leave a token of this run in the table
+ * for a free of the next run to tell (to an owner whose memory is gone). */
 EXPORT void pyrometer_memhooks_stop(void)
 {
     atomic_store(&enabled, 0);
     atomic_store(&sample_fn, NULL);
     atomic_store(&freed_fn, NULL);
+    /* From here no call out starts (see calls_out); those under way end. */
+    wait_for_calls_out();
     for (size_t i = 0; i < WATCH_SLOTS; i++) {
-        if (slot_lock(i)) {
-            atomic_store_explicit(&watch_token[i], 0, memory_order_relaxed);
+        while (!slot_lock(i)) {
+            sched_yield(); /* a free or a retoken changing this slot: instructions */
         }
+        atomic_store_explicit(&watch_token[i], 0, memory_order_relaxed);
         atomic_store_explicit(&watch_address[i], 0, memory_order_release);
+    }
+}
+
+/* In a forked child only the forking thread is left: a count or a slot lock that
+ * another thread held at the fork would never be given back, and stop() (the
+ * extension stops in the child) would wait for it forever.  The tokens of such
+ * slots are the parent's. */
+static void forget_other_threads(void)
+{
+    atomic_store(&calls_out, 0);
+    for (size_t i = 0; i < WATCH_SLOTS; i++) {
+        if (atomic_load_explicit(&watch_address[i], memory_order_relaxed) == SLOT_BUSY) {
+            atomic_store_explicit(&watch_token[i], 0, memory_order_relaxed);
+            atomic_store_explicit(&watch_address[i], 0, memory_order_relaxed);
+        }
     }
 }
 
