@@ -74,7 +74,8 @@ def asan_runtime() -> str:
 
 
 def build(source: Path, target: Path) -> None:
-    shutil.rmtree(target, ignore_errors=True)
+    for made in ("site", "meson"):
+        shutil.rmtree(target / made, ignore_errors=True)
     # The interpreter's own meson-python when it has one (and ninja); else pip
     # fetches the build requirements into an isolated environment.
     have_tools = importlib.util.find_spec("mesonpy") is not None and (

@@ -759,6 +759,7 @@ static void start_after_fork_unsuspended(void)
         core_fraction = (double)delta(process_cpu, S.pause_process_cpu_ns) / ((double)gap * (double)S.n_cpus);
         core_fraction = core_fraction > 1.0 ? 1.0 : core_fraction;
     }
+    uint64_t gap_threads_used = 0;
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
          ts = PyThreadState_Next(ts)) {
         table_key key = {pyframe_thread_serial(ts), 0};
@@ -769,6 +770,7 @@ static void start_after_fork_unsuspended(void)
         }
         uint64_t used = delta(cpu, t->cpu_at_pause);
         used = used > gap ? gap : used;
+        gap_threads_used += used;
         location loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN);
         charge(&loc, gap, used, 0, core_fraction);
         t->last_wall_ns += gap;
@@ -783,6 +785,12 @@ static void start_after_fork_unsuspended(void)
     }
     S.last_wall_ns += gap;
     S.last_process_cpu_ns += delta(process_cpu, S.pause_process_cpu_ns);
+    /* The gap's CPU that no thread above accounts for (threads that ended or
+     * started during it, threads without Python state) is the program's
+     * untracked native time, as in a snapshot: the next snapshot charges it.
+     * Left out, the stress test (a fork every 50 ms among 200 threads coming
+     * and going) charged 94% of the process's CPU under the sanitizers. */
+    S.untracked_carry += (int64_t)delta(process_cpu, S.pause_process_cpu_ns) - (int64_t)gap_threads_used;
     /* Should the thread not start (out of threads), the program goes on and the
      * profile has no samples from here on. */
     (void)launch_thread();
