@@ -112,16 +112,24 @@ static PyObject *core_stop(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* (python, native, system, busy, samples, gil_wait, cpu_wait) in ns. */
-static PyObject *sums_tuple(const cpu_sums *s, double unit_ns)
+/* (python, native, system, busy, samples, gil_wait, cpu_wait) in ns.  Each kind
+ * of estimated time with its own unit (see sampler_totals). */
+static PyObject *sums_tuple(const cpu_sums *s, const sampler_totals *units)
 {
-    cpu_totals t;
-    cpu_sums_resolve(s, unit_ns, &t);
+    cpu_totals t, off, runq, wall;
+    cpu_sums_resolve(s, units->unit_cpu_ns, &t);
+    cpu_sums_resolve(s, units->unit_off_ns, &off);
+    cpu_sums_resolve(s, units->unit_runq_ns, &runq);
+    cpu_sums_resolve(s, units->unit_ns, &wall);
+    t.system_ns = off.system_ns;
+    t.gil_wait_ns = off.gil_wait_ns;
+    t.cpu_wait_ns = runq.cpu_wait_ns;
+    t.busy_core_ns = wall.busy_core_ns;
     return Py_BuildValue("(ddddKdd)", t.python_ns, t.native_ns, t.system_ns, t.busy_core_ns,
                          (unsigned long long)s->samples, t.gil_wait_ns, t.cpu_wait_ns);
 }
 
-static PyObject *collect_records(double unit_ns)
+static PyObject *collect_records(const sampler_totals *units)
 {
     PyObject *records = PyList_New(0);
     if (records == NULL) {
@@ -136,7 +144,7 @@ static PyObject *collect_records(double unit_ns)
         if (where == NULL) {
             continue;
         }
-        PyObject *cpu = sums_tuple(&rec->cpu, unit_ns);
+        PyObject *cpu = sums_tuple(&rec->cpu, units);
         PyObject *item = cpu == NULL ? NULL
                                      : Py_BuildValue("(OiOiN)", where->filename, lineno, where->qualname,
                                                      where->firstlineno, cpu);
@@ -156,11 +164,11 @@ static PyObject *core_collect(PyObject *module, PyObject *unused)
     (void)unused;
     sampler_totals t;
     sampler_get_totals(&t);
-    PyObject *records = collect_records(t.unit_ns);
+    PyObject *records = collect_records(&t);
     if (records == NULL) {
         return NULL;
     }
-    PyObject *unattributed = sums_tuple(&t.unattributed, t.unit_ns);
+    PyObject *unattributed = sums_tuple(&t.unattributed, &t);
     if (unattributed == NULL) {
         Py_DECREF(records);
         return NULL;

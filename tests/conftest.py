@@ -229,3 +229,4 @@ def run_bare(tmp_path, groundtruth_dir):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "accuracy: profiles a program and compares it with ground truth")
+    config.addinivalue_line("markers", "stress: a long run (about 25 s) of many threads, forks and allocations")

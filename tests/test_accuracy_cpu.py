@@ -480,14 +480,19 @@ def busy_machine():
             p.wait()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known limit of a sampler thread: when every core is busy, the kernel runs the "
-    "sampler thread mostly when the main thread enters the kernel, so requests land "
-    "right after the program's system calls (docs/how-it-works.md, Known limits)"))
-def test_busy_machine_does_not_skew_lines(profile_program, tmp_path, busy_machine):
+def test_busy_machine_skew_stays_within_its_known_limit(profile_program, tmp_path, busy_machine):
     """The check line reads the thread's CPU clock (a system call) once per ~100 us
-    of work on the next line; it costs well under 1% of the loop.  On a machine
-    whose CPUs are all busy, the profile must still put the time on the work line."""
+    of work on the next line; it costs well under 1% of the loop.  When every CPU
+    is busy, the kernel tends to run the sampler thread when the main thread
+    enters the kernel, so requests cluster right after the check's system call
+    and the check line is over-reported: a known limit (docs/how-it-works.md,
+    Known limits).  This was a non-strict xfail, which passed or failed with the
+    machine's load and so could not fail.  How large the skew is depends on the
+    load: 9% for a 0.4% line when first measured, 29% to 51% on a 2-core machine
+    shared with other jobs (the code before and after issue 12 alike).  What
+    must hold whatever the load: the loop is sampled, and the work line keeps at
+    least 30% of it (tolerance: the check line at most 70 points over its true
+    share; requests landing at the system calls altogether give it all)."""
     truth_file = tmp_path / "truth.json"
     run = profile_program(CHEAP_SYSCALL_CHECK, args=[str(truth_file)])
     truth = json.loads(truth_file.read_text())
@@ -499,8 +504,8 @@ def test_busy_machine_does_not_skew_lines(profile_program, tmp_path, busy_machin
         f"({truth['checks']} checks at {truth['per_check'] * 1e9:.0f} ns); "
         f"{busy_machine} competing processes")
     print(f"busy machine: check line reported {reported_share:.1%}, true {true_share:.1%}")
-    # Tolerance: 5 points over the true share.
-    assert reported_share <= true_share + 0.05, (
+    assert cpu(check) + cpu(work) > 0.5 * truth["cpu"], f"the loop was hardly sampled:\n  {info}"
+    assert reported_share <= true_share + 0.70, (
         f"the cheap check line got {reported_share:.1%} of the CPU, truly {true_share:.1%}:\n  {info}")
 
 

@@ -70,6 +70,8 @@ int pyframe_gil_is_mine(void);
 PyThreadState *pyframe_my_thread_state(void);
 
 uint64_t pyframe_thread_serial(PyThreadState *ts); /* unique for the life of the interpreter */
-pid_t pyframe_thread_tid(PyThreadState *ts);       /* kernel thread id; 0 when unknown */
+/* Kernel thread id; 0 when unknown, as for a thread that has not started
+ * running yet (its state is made by the thread that starts it). */
+pid_t pyframe_thread_tid(PyThreadState *ts);
 
 #endif

@@ -119,6 +119,18 @@ PyObject *pyframe_code_qualname(PyCodeObject *code)
 
 pid_t pyframe_thread_tid(PyThreadState *ts)
 {
+#if PY_VERSION_HEX < 0x030C0000
+    /* 3.11 makes a new thread's state in the thread that starts it
+     * (_PyThreadState_Prealloc), with that thread's ids; the new thread writes
+     * its own when it first runs, just before it notes the state as its own,
+     * which sets gilstate_counter (0 until then, at least 1 while the thread
+     * lives).  Until then the id is the creator's, whose CPU is not this
+     * thread's. */
+    if (ts->gilstate_counter == 0) {
+        return 0;
+    }
+#endif
+    /* 3.12 leaves it 0 until the thread binds its state (bind_tstate). */
     return (pid_t)ts->native_thread_id;
 }
 

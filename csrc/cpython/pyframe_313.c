@@ -104,6 +104,7 @@ PyObject *pyframe_code_qualname(PyCodeObject *code)
 
 pid_t pyframe_thread_tid(PyThreadState *ts)
 {
+    /* 0 until the thread binds its state, when it first runs (bind_tstate). */
     return (pid_t)ts->native_thread_id;
 }
 

@@ -15,6 +15,8 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,21 @@
 /* Slow paths are kept out of line, so that the interposed functions' common path
  * saves no registers and sets up no frame. */
 #define COLD __attribute__((noinline, cold))
+/* Built with AddressSanitizer (the sanitizer job, tests/sanitized.py), the
+ * library is preloaded ahead of ASan's runtime, so that the program's malloc
+ * reaches these hooks and theirs (dlsym(RTLD_NEXT)) reaches ASan's.  ASan's
+ * start-up calls dlsym before it has mapped its shadow memory, and dlsym may
+ * call malloc: whatever runs then (the interposed entry points, up to the point
+ * where they see counting is off, and the resolution of the real functions)
+ * must not be instrumented, or its first shadow check faults.  Everything past
+ * that point (counting, samples, watches) is instrumented, and the blocks
+ * themselves are checked by ASan's own allocator and interceptors.  Empty in
+ * every other build. */
+#if defined(__SANITIZE_ADDRESS__)
+#define EARLY __attribute__((no_sanitize_address))
+#else
+#define EARLY
+#endif
 
 /* ---- the real functions ---------------------------------------------------- */
 
@@ -40,7 +57,7 @@ static struct {
 
 static atomic_int resolve_state; /* 0: not started, 1: in progress, 2: done */
 
-static void resolve(void)
+static EARLY void resolve(void)
 {
     int expected = 0;
     if (!atomic_compare_exchange_strong(&resolve_state, &expected, 1)) {
@@ -52,7 +69,7 @@ static void resolve(void)
     atomic_store_explicit(&resolve_state, 2, memory_order_release);
 }
 
-static inline int resolved(void)
+static inline EARLY int resolved(void)
 {
     if (LIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) == 2)) {
         return 1;
@@ -61,10 +78,15 @@ static inline int resolved(void)
     return atomic_load_explicit(&resolve_state, memory_order_acquire) == 2;
 }
 
+static void forget_other_threads(void);
+
 __attribute__((constructor)) static void memhooks_init(void)
 {
     resolve();
     pymalloc_arenas_install(); /* before the interpreter makes its first arena */
+    /* Registered before any handler of the extension's (it loads later), so it
+     * runs first in a child. */
+    pthread_atfork(NULL, NULL, forget_other_threads);
 }
 
 /* ---- bootstrap heap: allocations made while dlsym runs ------------------------- */
@@ -74,7 +96,7 @@ static _Alignas(64) unsigned char bootstrap_heap[BOOTSTRAP_BYTES];
 static atomic_size_t bootstrap_used;
 
 /* Each block is preceded by 16 bytes holding its size, for realloc. */
-static void *bootstrap_alloc(size_t size, size_t align)
+static EARLY void *bootstrap_alloc(size_t size, size_t align)
 {
     if (align < 16) {
         align = 16;
@@ -93,13 +115,13 @@ static void *bootstrap_alloc(size_t size, size_t align)
     return (void *)p; /* static storage is zero, and never reused: calloc-safe */
 }
 
-static int in_bootstrap(const void *p)
+static EARLY int in_bootstrap(const void *p)
 {
     return (const unsigned char *)p >= bootstrap_heap &&
            (const unsigned char *)p < bootstrap_heap + BOOTSTRAP_BYTES;
 }
 
-static size_t bootstrap_size(const void *p)
+static EARLY size_t bootstrap_size(const void *p)
 {
     return ((const size_t *)p)[-2];
 }
@@ -139,7 +161,20 @@ static inline size_t watch_slot(uintptr_t address)
     return memhooks_watch_slot(address);
 }
 
-static inline int counting(void)
+/* Threads inside the library's calls out (the sample and freed functions) or
+ * changing a slot on their behalf (watch): stop() waits for none to be left, so
+ * that once it returns no token is told or put back into the table, and the
+ * owner may free what its tokens point to.  Without it, a thread that loaded
+ * freed_fn just before stop() called it after the owner had released the
+ * tokens' memory.  Only the slow paths (samples, frees of watched blocks) count
+ * themselves here; every access is sequentially consistent, which is what makes
+ * the exchange with stop() work: stop() clears the functions, then reads the
+ * count; a caller raises the count, then reads the functions; so either stop()
+ * sees the caller and waits, or the caller sees the functions cleared and does
+ * nothing. */
+static atomic_int calls_out;
+
+static inline EARLY int counting(void)
 {
     return atomic_load_explicit(&enabled, memory_order_relaxed) && T.busy == 0 && T.python_depth == 0;
 }
@@ -148,14 +183,19 @@ static inline int counting(void)
  * (free keeps it; a failed realloc leaves ENOMEM): save it around them. */
 static COLD void tell(uintptr_t token, int evicted, int64_t weight)
 {
+    if (token == 0) {
+        return;
+    }
+    atomic_fetch_add(&calls_out, 1);
     memhooks_freed_fn freed = atomic_load(&freed_fn);
-    if (token != 0 && freed != NULL) {
+    if (freed != NULL) {
         int saved = errno;
         T.busy++;
         freed(token, evicted, weight);
         T.busy--;
         errno = saved;
     }
+    atomic_fetch_sub(&calls_out, 1);
 }
 
 /* Takes a slot's lock; 0 when another thread held it all along. */
@@ -178,7 +218,11 @@ static COLD void watch(void *address, uintptr_t token, int64_t weight)
     size_t slot = watch_slot((uintptr_t)address);
     uintptr_t evicted = token; /* not watched after all */
     int64_t evicted_weight = weight;
-    if (slot_lock(slot)) {
+    atomic_fetch_add(&calls_out, 1);
+    /* Stopped meanwhile (see calls_out): the token is not put in a table that
+     * stop() has already cleared. */
+    int live = atomic_load(&freed_fn) != NULL;
+    if (live && slot_lock(slot)) {
         evicted = atomic_load_explicit(&watch_token[slot], memory_order_relaxed);
         evicted_weight = atomic_load_explicit(&watch_weight[slot], memory_order_relaxed);
         atomic_store_explicit(&watch_token[slot], token, memory_order_relaxed);
@@ -186,6 +230,7 @@ static COLD void watch(void *address, uintptr_t token, int64_t weight)
         atomic_store_explicit(&watch_address[slot], (uintptr_t)address, memory_order_release);
     }
     tell(evicted, 1, evicted_weight);
+    atomic_fetch_sub(&calls_out, 1);
 }
 
 /* Stops watching address; its token (0 if it was not watched) and weight, not
@@ -217,18 +262,19 @@ static inline void unwatch(void *address)
 
 static COLD void emit(int kind, int64_t bytes, int64_t python_bytes, void *address)
 {
+    atomic_fetch_add(&calls_out, 1);
     memhooks_sample_fn fn = atomic_load(&sample_fn);
-    if (fn == NULL) {
-        return;
+    if (fn != NULL) {
+        int saved = errno;
+        T.busy++;
+        uintptr_t token = fn(kind, bytes, python_bytes, address);
+        if (token != 0 && address != NULL) {
+            watch(address, token, bytes);
+        }
+        T.busy--;
+        errno = saved;
     }
-    int saved = errno;
-    T.busy++;
-    uintptr_t token = fn(kind, bytes, python_bytes, address);
-    if (token != 0 && address != NULL) {
-        watch(address, token, bytes);
-    }
-    T.busy--;
-    errno = saved;
+    atomic_fetch_sub(&calls_out, 1);
 }
 
 /* The thread's net bytes passed a window: they go to the footprint. */
@@ -311,14 +357,14 @@ static inline void note_copy(size_t n)
     }
 }
 
-static inline void counted_alloc(void *p)
+static inline EARLY void counted_alloc(void *p)
 {
     if (p != NULL && counting()) {
         note((int64_t)real.malloc_usable_size(p), p);
     }
 }
 
-static inline void counted_free(void *p)
+static inline EARLY void counted_free(void *p)
 {
     if (atomic_load_explicit(&enabled, memory_order_relaxed)) {
         unwatch(p);
@@ -330,7 +376,7 @@ static inline void counted_free(void *p)
 
 /* ---- the interposed functions --------------------------------------------------- */
 
-EXPORT void *malloc(size_t size)
+EXPORT EARLY void *malloc(size_t size)
 {
     if (UNLIKELY(!resolved())) {
         return bootstrap_alloc(size, 16);
@@ -340,7 +386,7 @@ EXPORT void *malloc(size_t size)
     return p;
 }
 
-EXPORT void *calloc(size_t n, size_t size)
+EXPORT EARLY void *calloc(size_t n, size_t size)
 {
     if (UNLIKELY(!resolved())) {
         size_t total;
@@ -355,7 +401,7 @@ EXPORT void *calloc(size_t n, size_t size)
     return p;
 }
 
-EXPORT void free(void *p)
+EXPORT EARLY void free(void *p)
 {
     if (p == NULL || UNLIKELY(in_bootstrap(p))) {
         return;
@@ -367,7 +413,7 @@ EXPORT void free(void *p)
     real.free(p);
 }
 
-EXPORT void *realloc(void *p, size_t size)
+EXPORT EARLY void *realloc(void *p, size_t size)
 {
     if (UNLIKELY(p != NULL && in_bootstrap(p))) {
         void *fresh = malloc(size);
@@ -408,7 +454,7 @@ EXPORT void *realloc(void *p, size_t size)
     return q;
 }
 
-EXPORT void *reallocarray(void *p, size_t n, size_t size)
+EXPORT EARLY void *reallocarray(void *p, size_t n, size_t size)
 {
     size_t total;
     if (__builtin_mul_overflow(n, size, &total)) {
@@ -418,7 +464,7 @@ EXPORT void *reallocarray(void *p, size_t n, size_t size)
     return realloc(p, total);
 }
 
-EXPORT int posix_memalign(void **out, size_t align, size_t size)
+EXPORT EARLY int posix_memalign(void **out, size_t align, size_t size)
 {
     if (UNLIKELY(!resolved())) {
         *out = bootstrap_alloc(size, align);
@@ -431,7 +477,7 @@ EXPORT int posix_memalign(void **out, size_t align, size_t size)
     return rc;
 }
 
-EXPORT void *aligned_alloc(size_t align, size_t size)
+EXPORT EARLY void *aligned_alloc(size_t align, size_t size)
 {
     if (UNLIKELY(!resolved())) {
         return bootstrap_alloc(size, align);
@@ -441,7 +487,7 @@ EXPORT void *aligned_alloc(size_t align, size_t size)
     return p;
 }
 
-EXPORT void *memalign(size_t align, size_t size)
+EXPORT EARLY void *memalign(size_t align, size_t size)
 {
     if (UNLIKELY(!resolved())) {
         return bootstrap_alloc(size, align);
@@ -451,7 +497,7 @@ EXPORT void *memalign(size_t align, size_t size)
     return p;
 }
 
-EXPORT void *valloc(size_t size)
+EXPORT EARLY void *valloc(size_t size)
 {
     if (UNLIKELY(!resolved())) {
         return bootstrap_alloc(size, 4096);
@@ -461,7 +507,7 @@ EXPORT void *valloc(size_t size)
     return p;
 }
 
-EXPORT void *pvalloc(size_t size)
+EXPORT EARLY void *pvalloc(size_t size)
 {
     if (UNLIKELY(!resolved())) {
         return bootstrap_alloc((size + 4095) / 4096 * 4096, 4096);
@@ -471,14 +517,14 @@ EXPORT void *pvalloc(size_t size)
     return p;
 }
 
-EXPORT size_t malloc_usable_size(void *p)
+EXPORT EARLY size_t malloc_usable_size(void *p)
 {
     return pyrometer_memhooks_usable_size(p);
 }
 
 /* Before resolution (inside the dynamic loader) copies go byte by byte; volatile
  * keeps the compiler from turning this loop back into a call to memcpy. */
-static COLD void *plain_copy(void *dst, const void *src, size_t n)
+static COLD EARLY void *plain_copy(void *dst, const void *src, size_t n)
 {
     volatile unsigned char *d = dst;
     const volatile unsigned char *s = src;
@@ -494,7 +540,7 @@ static COLD void *plain_copy(void *dst, const void *src, size_t n)
     return dst;
 }
 
-EXPORT void *memcpy(void *restrict dst, const void *restrict src, size_t n)
+EXPORT EARLY void *memcpy(void *restrict dst, const void *restrict src, size_t n)
 {
     if (UNLIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) != 2)) {
         return plain_copy(dst, src, n);
@@ -505,7 +551,7 @@ EXPORT void *memcpy(void *restrict dst, const void *restrict src, size_t n)
     return real.memcpy(dst, src, n);
 }
 
-EXPORT void *memmove(void *dst, const void *src, size_t n)
+EXPORT EARLY void *memmove(void *dst, const void *src, size_t n)
 {
     if (UNLIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) != 2)) {
         return plain_copy(dst, src, n);
@@ -518,7 +564,7 @@ EXPORT void *memmove(void *dst, const void *src, size_t n)
 
 /* The fortified variants check the destination size themselves (and abort on
  * overflow, as glibc's do); the real ones are used when the library has them. */
-EXPORT void *__memcpy_chk(void *dst, const void *src, size_t n, size_t dst_len)
+EXPORT EARLY void *__memcpy_chk(void *dst, const void *src, size_t n, size_t dst_len)
 {
     if (UNLIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) != 2) ||
         real.__memcpy_chk == NULL) {
@@ -533,7 +579,7 @@ EXPORT void *__memcpy_chk(void *dst, const void *src, size_t n, size_t dst_len)
     return real.__memcpy_chk(dst, src, n, dst_len);
 }
 
-EXPORT void *__memmove_chk(void *dst, const void *src, size_t n, size_t dst_len)
+EXPORT EARLY void *__memmove_chk(void *dst, const void *src, size_t n, size_t dst_len)
 {
     if (UNLIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) != 2) ||
         real.__memmove_chk == NULL) {
@@ -563,16 +609,51 @@ EXPORT int pyrometer_memhooks_start(const memhooks_config *config)
     return 0;
 }
 
+/* Waits (yielding) until no thread is in a call out or a slot change.  Each
+ * lasts a callback or a few instructions, and neither ever waits for the thread
+ * that stops: the callbacks take no lock (mem_profile.c, code_life.c).  In a
+ * forked child, the threads that were inside are gone: forget_other_threads
+ * has cleared what they left. */
+static void wait_for_calls_out(void)
+{
+    while (atomic_load(&calls_out) != 0) {
+        sched_yield();
+    }
+}
+
+/* Stopping clears the watch table, so that no token of this run is told after
+ * it.  A slot whose lock another thread holds is waited for, not cleared under
+ * it: that thread is about to store the slot's address (and, in watch(), a
+ * token) after the clearing, which would leave a token of this run in the table
+ * for a free of the next run to tell (to an owner whose memory is gone). */
 EXPORT void pyrometer_memhooks_stop(void)
 {
     atomic_store(&enabled, 0);
     atomic_store(&sample_fn, NULL);
     atomic_store(&freed_fn, NULL);
+    /* From here no call out starts (see calls_out); those under way end. */
+    wait_for_calls_out();
     for (size_t i = 0; i < WATCH_SLOTS; i++) {
-        if (slot_lock(i)) {
-            atomic_store_explicit(&watch_token[i], 0, memory_order_relaxed);
+        while (!slot_lock(i)) {
+            sched_yield(); /* a free or a retoken changing this slot: instructions */
         }
+        atomic_store_explicit(&watch_token[i], 0, memory_order_relaxed);
         atomic_store_explicit(&watch_address[i], 0, memory_order_release);
+    }
+}
+
+/* In a forked child only the forking thread is left: a count or a slot lock that
+ * another thread held at the fork would never be given back, and stop() (the
+ * extension stops in the child) would wait for it forever.  The tokens of such
+ * slots are the parent's. */
+static void forget_other_threads(void)
+{
+    atomic_store(&calls_out, 0);
+    for (size_t i = 0; i < WATCH_SLOTS; i++) {
+        if (atomic_load_explicit(&watch_address[i], memory_order_relaxed) == SLOT_BUSY) {
+            atomic_store_explicit(&watch_token[i], 0, memory_order_relaxed);
+            atomic_store_explicit(&watch_address[i], 0, memory_order_relaxed);
+        }
     }
 }
 
@@ -643,7 +724,7 @@ EXPORT void pyrometer_memhooks_unwatch(void *address)
     unwatch(address);
 }
 
-EXPORT size_t pyrometer_memhooks_usable_size(void *p)
+EXPORT EARLY size_t pyrometer_memhooks_usable_size(void *p)
 {
     if (p == NULL) {
         return 0;

@@ -490,3 +490,24 @@ void pyalloc_restore_counts(const pyalloc_counts *from)
     python_countdown = from->countdown;
     python_rng = from->rng;
 }
+
+void pyalloc_own_work_begin(pyalloc_own_work *work)
+{
+    /* hooks is set from the first start on, and stays: the library never goes
+     * away.  Suspending while the library is stopped is harmless. */
+    work->thread = hooks.thread != NULL ? hooks.thread() : NULL;
+    if (work->thread == NULL) {
+        return;
+    }
+    work->thread->busy++;
+    pyalloc_save_counts(&work->counts);
+}
+
+void pyalloc_own_work_end(const pyalloc_own_work *work)
+{
+    if (work->thread == NULL) {
+        return;
+    }
+    pyalloc_restore_counts(&work->counts);
+    work->thread->busy--;
+}

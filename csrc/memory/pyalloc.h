@@ -37,4 +37,19 @@ typedef struct {
 void pyalloc_save_counts(pyalloc_counts *into);
 void pyalloc_restore_counts(const pyalloc_counts *from);
 
+/* The profiler's own work on the calling thread, GIL held throughout (a CPU
+ * snapshot: registering a code object calls CPython, which allocates): nothing
+ * it allocates, through Python's domains or malloc, is sampled as the program's.
+ * The thread's native counting is suspended (the library's busy level) and
+ * Python's sampling state is put back as it was afterwards, as for
+ * mem_profile_pause; unlike it, the state lives in the caller's `work`, so
+ * suspensions nest.  Python's net count goes on (see pyalloc_counts).  Does
+ * nothing while memory is not profiled. */
+typedef struct {
+    memhooks_thread *thread; /* NULL: nothing was suspended */
+    pyalloc_counts counts;
+} pyalloc_own_work;
+void pyalloc_own_work_begin(pyalloc_own_work *work);
+void pyalloc_own_work_end(const pyalloc_own_work *work);
+
 #endif

@@ -18,6 +18,14 @@ uint64_t clock_self_cpu_ns(void) { return read_clock(CLOCK_THREAD_CPUTIME_ID); }
 
 uint64_t clock_thread_cpu_ns(pid_t tid)
 {
+    /* tid 0 encodes the *calling* thread's clock (the kernel reads pid 0 as
+     * "self"), and 0 is what a thread state says before its thread has run
+     * (3.12+; see pyframe_thread_tid): read as is, a sampler looking at a thread
+     * that is only being started would charge its own CPU, or its creator's, to
+     * that thread. */
+    if (tid <= 0) {
+        return CLOCK_UNAVAILABLE;
+    }
     /* Linux encodes a thread's CPU clock as ~tid << 3 | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED
      * (what glibc's pthread_getcpuclockid computes).  Building it from the kernel tid
      * instead of a pthread_t matters: a pthread_t of a thread that has exited is

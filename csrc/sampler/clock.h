@@ -12,7 +12,8 @@ uint64_t clock_wall_ns(void);         /* monotonic wall clock */
 uint64_t clock_process_cpu_ns(void);  /* CPU of every thread of the process */
 uint64_t clock_self_cpu_ns(void);     /* CPU of the calling thread */
 /* CPU of the thread with kernel id tid, read from any thread of the process;
- * CLOCK_UNAVAILABLE when that thread no longer exists. */
+ * CLOCK_UNAVAILABLE when that thread no longer exists, or tid is not a thread
+ * id (0 or less: never the calling thread's clock). */
 uint64_t clock_thread_cpu_ns(pid_t tid);
 
 /* Exponentially distributed interval with the given mean, from a xorshift state

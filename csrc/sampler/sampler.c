@@ -8,6 +8,7 @@
 #include "../profile/line_stats.h"
 #include "../profile/periodic.h"
 #include "../memory/mem_profile.h"
+#include "../memory/pyalloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -310,6 +311,19 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
     }
     S.totals.main_live_ns += live;
     S.totals.main_live_units++;
+    /* The same split, by kind, of what was measured and of what was estimated
+     * (the clamping of cpu_sums_add_estimate), so that each kind's unit can be
+     * its own ratio (sampler_get_totals). */
+    uint64_t live_runq_kept = S.options.virtual_time ? 0 : live_runq;
+    uint64_t live_off = live - live_cpu;
+    live_runq_kept = live_runq_kept > live_off ? live_off : live_runq_kept;
+    S.totals.main_live_cpu_ns += live_cpu;
+    S.totals.main_live_runq_ns += live_runq_kept;
+    S.totals.main_live_off_ns += live_off - live_runq_kept;
+    double est_runq = runq_share < 0.0 ? 0.0 : runq_share > 1.0 - on_cpu ? 1.0 - on_cpu : runq_share;
+    S.totals.est_cpu_units += on_cpu;
+    S.totals.est_runq_units += est_runq;
+    S.totals.est_off_units += 1.0 - on_cpu - est_runq;
     cpu_sums *into = sums_at(&loc);
     if (into != NULL) {
         cpu_sums_add_estimate(into, loc.native, on_cpu, runq_share, core_fraction);
@@ -346,7 +360,22 @@ static void prune_threads(size_t live)
     S.threads = fresh;
 }
 
+static void snapshot_unsuspended(enum snapshot_source source);
+
+/* A snapshot is the profiler's work, on whichever thread takes it: the code
+ * objects it meets for the first time are registered, which calls CPython, which
+ * allocates (3.12+ copies the bytecode, 3.11 caches a copy on the code object).
+ * Counted, those were samples of the program's, charged to the line the thread
+ * stood on: 1 MB over 100 large functions in the test. */
 static void snapshot(enum snapshot_source source)
+{
+    pyalloc_own_work work;
+    pyalloc_own_work_begin(&work);
+    snapshot_unsuspended(source);
+    pyalloc_own_work_end(&work);
+}
+
+static void snapshot_unsuspended(enum snapshot_source source)
 {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback); /* the snapshot must not disturb a pending error */
@@ -376,6 +405,12 @@ static void snapshot(enum snapshot_source source)
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
          ts = PyThreadState_Next(ts)) {
         pid_t tid = pyframe_thread_tid(ts);
+        if (tid <= 0) {
+            /* Not running yet (or a 3.10 state without a frame): which thread's
+             * CPU it will count is not known, so it gets no window; its first
+             * one starts where it is first seen with an id. */
+            continue;
+        }
         if (ts == S.sampler_ts || tid == sampler_tid) {
             continue; /* by tid too: its state exists before it first holds the GIL */
         }
@@ -705,11 +740,21 @@ static void stop_for_fork(void)
     forks_wait_until_thread_gone(tid);
 }
 
+static void start_after_fork_unsuspended(void);
+
 static void start_after_fork(void)
 {
     if (!(S.suspended_for_fork && S.active)) {
         return;
     }
+    pyalloc_own_work work; /* it registers code objects, as a snapshot does */
+    pyalloc_own_work_begin(&work);
+    start_after_fork_unsuspended();
+    pyalloc_own_work_end(&work);
+}
+
+static void start_after_fork_unsuspended(void)
+{
     S.suspended_for_fork = 0;
     uint64_t now = clock_wall_ns();
     uint64_t gap = delta(now, S.pause_wall_ns);
@@ -719,6 +764,7 @@ static void start_after_fork(void)
         core_fraction = (double)delta(process_cpu, S.pause_process_cpu_ns) / ((double)gap * (double)S.n_cpus);
         core_fraction = core_fraction > 1.0 ? 1.0 : core_fraction;
     }
+    uint64_t gap_threads_used = 0;
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
          ts = PyThreadState_Next(ts)) {
         table_key key = {pyframe_thread_serial(ts), 0};
@@ -729,6 +775,7 @@ static void start_after_fork(void)
         }
         uint64_t used = delta(cpu, t->cpu_at_pause);
         used = used > gap ? gap : used;
+        gap_threads_used += used;
         location loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN);
         charge(&loc, gap, used, 0, core_fraction);
         t->last_wall_ns += gap;
@@ -743,6 +790,12 @@ static void start_after_fork(void)
     }
     S.last_wall_ns += gap;
     S.last_process_cpu_ns += delta(process_cpu, S.pause_process_cpu_ns);
+    /* The gap's CPU that no thread above accounts for (threads that ended or
+     * started during it, threads without Python state) is the program's
+     * untracked native time, as in a snapshot: the next snapshot charges it.
+     * Left out, the stress test (a fork every 50 ms among 200 threads coming
+     * and going) charged 94% of the process's CPU under the sanitizers. */
+    S.untracked_carry += (int64_t)delta(process_cpu, S.pause_process_cpu_ns) - (int64_t)gap_threads_used;
     /* Should the thread not start (out of threads), the program goes on and the
      * profile has no samples from here on. */
     (void)launch_thread();
@@ -762,7 +815,11 @@ int sampler_start(const sampler_options *options)
         }
         atfork_registered = 1;
     }
-    if (codes_init() != 0) {
+    pyalloc_own_work work; /* codes_init imports `opcode`: not the program's memory */
+    pyalloc_own_work_begin(&work);
+    int codes_ready = codes_init();
+    pyalloc_own_work_end(&work);
+    if (codes_ready != 0) {
         return -1;
     }
     if (line_stats_init() != 0 ||
@@ -861,6 +918,25 @@ void sampler_get_totals(sampler_totals *out)
     out->unit_ns = S.totals.main_live_units
                        ? (double)S.totals.main_live_ns / (double)S.totals.main_live_units
                        : 0.0;
+    /* A ratio estimator per kind: the units' CPU shares add up to the main
+     * thread's measured CPU before its requests, and likewise off CPU and on the
+     * run queue, so that the estimated time's totals are the measured ones and
+     * only their split among lines is estimated.  With one unit for all kinds the
+     * total was off whenever the share observed at the answer (the request's
+     * delay, for a native call) differed from the share before it on average: a
+     * main thread starting threads (blocked, then briefly on CPU when it
+     * answers) had 2.3 s of CPU estimated for 0.3 s measured.  A kind with less
+     * than one unit's worth of estimates keeps the common unit (its ratio would
+     * rest on too little). */
+    out->unit_cpu_ns = S.totals.est_cpu_units >= 1.0
+                           ? (double)S.totals.main_live_cpu_ns / S.totals.est_cpu_units
+                           : out->unit_ns;
+    out->unit_off_ns = S.totals.est_off_units >= 1.0
+                           ? (double)S.totals.main_live_off_ns / S.totals.est_off_units
+                           : out->unit_ns;
+    out->unit_runq_ns = S.totals.est_runq_units >= 1.0
+                            ? (double)S.totals.main_live_runq_ns / S.totals.est_runq_units
+                            : out->unit_ns;
     out->mean_interval_ns =
         S.totals.snapshots ? (double)delta(end, S.totals.start_wall_ns) / (double)S.totals.snapshots : 0.0;
 }

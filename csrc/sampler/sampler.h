@@ -35,8 +35,15 @@ typedef struct {
     uint64_t untracked_native_ns;/* CPU of threads without Python state, charged as native */
     double mean_interval_ns;     /* achieved time between samples */
     double unit_ns;              /* length of one estimated unit (see cpu_sums) */
+    /* What one estimated unit's share of each kind stands for (sampler_units):
+     * on CPU, off CPU (system or GIL wait), on the run queue. */
+    double unit_cpu_ns, unit_off_ns, unit_runq_ns;
     uint64_t main_live_ns;       /* measured main-thread time before its requests */
     uint64_t main_live_units;    /* requests it answered: the estimated units */
+    /* The same time by kind, measured, and the estimated units' shares of each
+     * kind summed over the requests. */
+    uint64_t main_live_cpu_ns, main_live_off_ns, main_live_runq_ns;
+    double est_cpu_units, est_off_units, est_runq_units;
     uint64_t memory_bytes;       /* the sampler's own bookkeeping */
     uint64_t periodic_cpu_ns;    /* main-thread CPU spent on periodic reports (left out) */
     cpu_sums unattributed;       /* threads with no reported frame on their stack */

@@ -21,6 +21,11 @@
  *   c_thread_malloc(total, chunk)
  *                      start a pthread from C (no Python state) that mallocs total
  *                      bytes in chunks, then frees them all; join it, GIL released
+ *   hold_unstarted_thread_state() / drop_unstarted_thread_state()
+ *                      make (and later delete) a thread state that no thread runs,
+ *                      as CPython makes one for a thread it is starting, before the
+ *                      thread runs: its ids are its creator's (3.10, 3.11) or 0
+ *                      (3.12+)
  *
  * CPU is burnt by working until clock_gettime(CLOCK_THREAD_CPUTIME_ID) says the
  * calling thread's own CPU clock has advanced by ms: the time is real CPU time of
@@ -29,6 +34,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include <dlfcn.h>
 
 #include <errno.h>
 #include <pthread.h>
@@ -443,6 +450,50 @@ gt_c_thread_malloc(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- a thread being started --------------------------------------------------
+ *
+ * CPython makes a new thread's state in the thread that starts it
+ * (_PyThreadState_Prealloc, exported by every supported version), and the new
+ * thread fills in its own ids only when it first runs.  A thread that is slow to
+ * start is that state for as long as it likes; holding one here makes the
+ * moment last. */
+static PyThreadState *unstarted;
+
+static PyObject *
+gt_hold_unstarted_thread_state(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    PyThreadState *(*prealloc)(PyInterpreterState *) =
+        (PyThreadState * (*)(PyInterpreterState *)) dlsym(RTLD_DEFAULT, "_PyThreadState_Prealloc");
+    if (prealloc == NULL) {
+        PyErr_SetString(PyExc_NotImplementedError, "this CPython does not export _PyThreadState_Prealloc");
+        return NULL;
+    }
+    if (unstarted != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "one unstarted thread state is held already");
+        return NULL;
+    }
+    unstarted = prealloc(PyInterpreterState_Get());
+    if (unstarted == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+gt_drop_unstarted_thread_state(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    if (unstarted != NULL) {
+        PyThreadState_Clear(unstarted);
+        PyThreadState_Delete(unstarted);
+        unstarted = NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef gt_methods[] = {
     {"spin_gil", gt_spin_gil, METH_O,
      "spin_gil(ms) -> (start, end): burn ms of this thread's CPU time in C, holding the GIL;\n"
@@ -470,6 +521,11 @@ static PyMethodDef gt_methods[] = {
     {"c_thread_malloc", gt_c_thread_malloc, METH_VARARGS,
      "c_thread_malloc(total_bytes, chunk): a pthread started from C (no Python state)\n"
      "mallocs total_bytes in chunks, then frees them all; joined with the GIL released."},
+    {"hold_unstarted_thread_state", gt_hold_unstarted_thread_state, METH_NOARGS,
+     "hold_unstarted_thread_state(): make a thread state that no thread runs yet, as CPython\n"
+     "makes one for a thread it starts (its ids are not a running thread's)."},
+    {"drop_unstarted_thread_state", gt_drop_unstarted_thread_state, METH_NOARGS,
+     "drop_unstarted_thread_state(): delete the state hold_unstarted_thread_state made."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -168,6 +168,7 @@ static _Thread_local void *volatile freeing; /* the block this thread is freeing
 /* For the watch race: the eviction callback of this token waits (a bounded time)
  * until another thread has done its part. */
 static _Atomic uintptr_t pause_on_evicting;
+static _Atomic uintptr_t pause_on_freeing; /* the same, for this token's free */
 static atomic_int paused, resumed;
 
 static void reset_recorder(void)
@@ -177,6 +178,7 @@ static void reset_recorder(void)
     atomic_store(&sampler_sets_errno, 0);
     atomic_store(&watch_all, 0);
     atomic_store(&pause_on_evicting, 0);
+    atomic_store(&pause_on_freeing, 0);
     atomic_store(&paused, 0);
     atomic_store(&resumed, 0);
     watch_mine = 0;
@@ -264,6 +266,9 @@ static void record_freed(uintptr_t token, int evicted, int64_t bytes)
          * (freeing is NULL when libc frees something of its own, at thread exit.) */
         if (freeing != NULL && atomic_load(&rec.token_address[token]) != (uintptr_t)freeing) {
             atomic_fetch_add(&rec.misattributed, 1);
+        }
+        if (token == atomic_load(&pause_on_freeing)) {
+            pause_in_callback();
         }
     }
     if (atomic_load(&sampler_sets_errno)) {
@@ -1456,6 +1461,55 @@ static void memhooks_watch_slot_changes_are_atomic(void)
     CHECK_EQ(atomic_load(&rec.misattributed), 0);
 }
 
+/* stop() returns only once no freed callback is running: the extension frees
+ * what its tokens point to once stop() has returned (the profile is collected,
+ * its arenas unmapped), and a callback still running then writes into them. */
+static atomic_int stop_returned, freed_callback_done;
+
+static void *free_the_watched_block(void *block)
+{
+    free_watched(block); /* its callback pauses until resumed */
+    atomic_store(&freed_callback_done, 1);
+    return NULL;
+}
+
+static void *stop_hooks(void *unused)
+{
+    (void)unused;
+    api.stop();
+    atomic_store(&stop_returned, 1);
+    return NULL;
+}
+
+static void memhooks_stop_waits_for_running_callbacks(void)
+{
+    atomic_store(&stop_returned, 0);
+    atomic_store(&freed_callback_done, 0);
+    REQUIRE(session_start(64 * KiB, MiB) == 0);
+    watch_mine = 1;
+    void *block = malloc(MiB); /* over the window: always a sample */
+    watch_mine = 0;
+    REQUIRE(block != NULL);
+    REQUIRE(atomic_load(&rec.next_token) == 1);
+    atomic_store(&pause_on_freeing, 1);
+    pthread_t freer, stopper;
+    REQUIRE(pthread_create(&freer, NULL, free_the_watched_block, block) == 0);
+    for (long i = 0; i < 50000000 && !atomic_load(&paused); i++) {
+        sched_yield();
+    }
+    CHECK(atomic_load(&paused));
+    REQUIRE(pthread_create(&stopper, NULL, stop_hooks, NULL) == 0);
+    /* The callback is paused: stop() must still be waiting after a while. */
+    struct timespec wait = {0, 100 * 1000 * 1000};
+    nanosleep(&wait, NULL);
+    CHECK(!atomic_load(&stop_returned));
+    atomic_store(&resumed, 1);
+    pthread_join(freer, NULL);
+    pthread_join(stopper, NULL);
+    CHECK(atomic_load(&stop_returned) && atomic_load(&freed_callback_done));
+    CHECK_EQ(atomic_load(&rec.freed_calls), 1);
+}
+
 static const unit_test memhooks_tests[] = {
     UNIT_TEST(memhooks_api_is_exported_and_checks_config),
     UNIT_TEST(memhooks_alloc_samples_weigh_the_bytes_and_frees_follow_watches),
@@ -1477,6 +1531,7 @@ static const unit_test memhooks_tests[] = {
     UNIT_TEST(memhooks_errno_survives_samples),
     UNIT_TEST(memhooks_failed_realloc_keeps_watch),
     UNIT_TEST(memhooks_watch_slot_changes_are_atomic),
+    UNIT_TEST(memhooks_stop_waits_for_running_callbacks),
     {NULL, NULL, NULL},
 };
 
