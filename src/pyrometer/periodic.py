@@ -126,10 +126,15 @@ class PeriodicWriter:
 WRITER_EXIT_S = 2.0
 
 
-def _read_exactly(stream, n: int) -> bytes:
+def _read_exactly(fd: int, n: int) -> bytes:
+    """n bytes, or b"" at the end of the input (a program that died with an answer
+    unread resets the connection: an end too)."""
     data = b""
     while len(data) < n:
-        chunk = stream.read(n - len(data))
+        try:
+            chunk = os.read(fd, n - len(data))
+        except OSError:
+            return b""
         if not chunk:
             return b""
         data += chunk
@@ -151,7 +156,9 @@ def child_main() -> None:
         pass
     from . import model
     from .render import report
-    jobs, answers = sys.stdin.buffer, sys.stdout.buffer
+    # Plain descriptors, no buffered streams: an answer to a program that is gone
+    # fails here, once, and nothing is left to flush at exit.
+    jobs, answers = 0, 1
     last = None
     while True:
         header = _read_exactly(jobs, 8)
@@ -166,10 +173,14 @@ def child_main() -> None:
             profile = _build(model, job, ended_by=None)
             json_out.write_atomically(job["path"], report(profile, job["format"]))
             last = job
-            answers.write(b"ok\n")
+            answer = b"ok\n"
         except Exception as e:  # reported by the profiler as one line, never a traceback
-            answers.write(f"periodic report not written: {type(e).__name__}: {e}".replace("\n", " ").encode() + b"\n")
-        answers.flush()
+            answer = f"periodic report not written: {type(e).__name__}: {e}".replace("\n", " ").encode() + b"\n"
+        try:
+            os.write(answers, answer)
+        except OSError:  # the program ended while this report was made
+            _last_word(last, model, report)
+            return
 
 
 def _build(model, job: dict, ended_by: str | None, notices: list[str] | None = None) -> dict:
