@@ -286,6 +286,7 @@ try:
     busy(20)
 except KeyboardInterrupt:
     print("cleaning up", flush=True)
+    open("cleaning", "w").close()
     busy(20)  # the second Ctrl-C interrupts this
 """
 
@@ -296,7 +297,7 @@ def ctrl_c_twice(start, tmp_path, args, program) -> tuple[int, str, str]:
     try:
         wait_for(proc, tmp_path / "ready")
         os.killpg(proc.pid, signal.SIGINT)
-        time.sleep(0.5)
+        wait_for(proc, tmp_path / "cleaning")
         os.killpg(proc.pid, signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=PROGRAM_TIMEOUT_S)
     finally:
@@ -319,6 +320,7 @@ def test_ctrl_c_twice(tmp_path, start_pyrometer, groundtruth_dir, options):
 
     status, stdout, stderr = ctrl_c_twice(bare, tmp_path, [str(prog)], prog)
     (tmp_path / "ready").unlink()
+    (tmp_path / "cleaning").unlink()
     p_status, p_stdout, p_stderr = ctrl_c_twice(start_pyrometer, tmp_path,
                                                 ["--json", "--outfile", str(out), *options, str(prog)], prog)
     assert p_status == status == -signal.SIGINT, p_stderr

@@ -265,6 +265,14 @@ void ending_run(void)
             Py_XDECREF(value);
             Py_XDECREF(traceback);
         }
+        if (result == Py_False) {
+            /* This thread is already writing the profile (exec, os._exit) and
+             * answered the request from inside that write: the write goes on, and
+             * ends the process of this signal when done (endings.py). */
+            Py_DECREF(result);
+            atomic_store(&E.claimed, 0);
+            return;
+        }
         Py_XDECREF(result);
     }
     ending_die(signum);

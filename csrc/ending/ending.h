@@ -53,7 +53,9 @@ int ending_pending(void);
 /* Any thread: 1 for the one thread that is to write the profile, 0 for the others. */
 int ending_claim(void);
 /* GIL held, after ending_claim() returned 1: calls write_profile(signum), then
- * ending_die(signum).  Does not return. */
+ * ending_die(signum).  Returns only when write_profile returned False: this
+ * thread is already writing the profile (the request was answered inside that
+ * write), and the write under way ends the process of the signal when done. */
 void ending_run(void);
 /* Dies of signum with its default disposition (from any thread, including one
  * that blocks every signal).  Does not return. */

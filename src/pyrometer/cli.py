@@ -121,16 +121,16 @@ def _profile(options: Options) -> int:
     writing = threading.Lock()
     writing_thread: int | None = None
 
-    def write_profile(status: int | None, ended_by: str) -> bool:
+    def write_profile(status: int | None, ended_by: str) -> bool | None:
         """The profile as it stands, written: at the end of the run, or where the
         run ends without returning (exec, os._exit, a termination signal), from
-        whichever thread.  False when it could not be written, or when this
-        thread is already writing it (a signal's request answered inside that
-        write: the write under way ends the process when done, see endings.py)."""
+        whichever thread.  Whether it could be written; None when this thread is
+        already writing it (a signal's request answered inside that write: the
+        write under way ends the process of the signal when done, endings.py)."""
         nonlocal writing_thread
         me = threading.get_ident()
         if writing_thread == me:
-            return False
+            return None
         with writing, _interrupts_held():
             writing_thread = me
             try:
@@ -167,8 +167,9 @@ def _profile(options: Options) -> int:
         return True
 
     def on_termination_signal(signum: int) -> bool:
-        """Called by the core (csrc/ending) on a termination signal; it then dies of it."""
-        return write_profile(128 + signum, signal.Signals(signum).name)
+        """Called by the core (csrc/ending) on a termination signal; it then dies of
+        it, unless this returns False (this thread is writing the profile already)."""
+        return write_profile(128 + signum, signal.Signals(signum).name) is not None
 
     def start() -> None:
         nonlocal writer, endings

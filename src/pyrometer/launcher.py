@@ -131,15 +131,17 @@ def run(target: Target, start, stop) -> Outcome:
         # A Ctrl-C that landed in the launcher's own steps between the program's
         # (printing its traceback, say): it interrupted the program all the same.
         outcome = Outcome(130, interrupted=True)
-    # The program is over: from here on the time is pyrometer's, and a Ctrl-C must
-    # not stop the profile from being written (cli._interrupts_held, for the rest).
-    _hold_interrupts()
-    stop()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
+    finally:
+        # The program is over: from here on the time is pyrometer's, and a Ctrl-C
+        # must not stop the profile from being written (cli._interrupts_held, for
+        # the rest).
+        _hold_interrupts()
+        stop()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
     return outcome
 
 
