@@ -11,11 +11,13 @@
 #include "profile/filter.h"
 #include "profile/line_stats.h"
 #include "profile/periodic.h"
+#include "ending/ending.h"
 #include "memory/mem_profile.h"
 #include "memory/memhooks_api.h"
 #include "cpython/pyframe.h"
 #include "sampler/sampler.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 /* A list of str as a NULL-terminated array of UTF-8 pointers that stay valid while
@@ -158,10 +160,23 @@ static PyObject *collect_records(const sampler_totals *units)
     return records;
 }
 
+static PyObject *collect_all(void);
+
 static PyObject *core_collect(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
+    /* While profiling (a periodic report, or a run that ends by exec or a
+     * signal), what the collection allocates is the profiler's, and a memory
+     * sample taken meanwhile would change the tables being read. */
+    int64_t paused = mem_profile_pause();
+    PyObject *result = collect_all();
+    mem_profile_resume(paused);
+    return result;
+}
+
+static PyObject *collect_all(void)
+{
     sampler_totals t;
     sampler_get_totals(&t);
     PyObject *records = collect_records(&t);
@@ -234,6 +249,60 @@ static PyObject *core_periodic_stop(PyObject *module, PyObject *unused)
     return periodic_stop();
 }
 
+static PyObject *core_ending_install(PyObject *module, PyObject *write_profile)
+{
+    (void)module;
+    if (!PyCallable_Check(write_profile)) {
+        PyErr_SetString(PyExc_TypeError, "ending_install needs a callable");
+        return NULL;
+    }
+    if (ending_install(write_profile) != 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_ending_uninstall(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    ending_uninstall();
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_ending_reinstall(PyObject *module, PyObject *signum)
+{
+    (void)module;
+    long n = PyLong_AsLong(signum);
+    if (n == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    ending_reinstall((int)n);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_ending_signal(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromLong(ending_signal());
+}
+
+static PyObject *core_ending_die(PyObject *module, PyObject *signum)
+{
+    (void)module;
+    long n = PyLong_AsLong(signum);
+    if (n == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (n <= 0 || n >= NSIG) {
+        PyErr_SetString(PyExc_ValueError, "not a signal number");
+        return NULL;
+    }
+    ending_die((int)n);
+    Py_RETURN_NONE; /* not reached */
+}
+
 static PyObject *core_reset(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -271,6 +340,18 @@ static PyMethodDef core_methods[] = {
      "profile_all)\nStart the CPU sampler with the given file filter."},
     {"stop", core_stop, METH_NOARGS, "Stop the CPU sampler and join its thread."},
     {"collect", core_collect, METH_NOARGS, "The aggregates measured so far, as plain data."},
+    {"ending_install", core_ending_install, METH_O,
+     "ending_install(write_profile)\nOn a termination signal with its default disposition, call "
+     "write_profile(signum) (from the main or the sampler thread), then die of the signal; on a "
+     "crash, one line on stderr (see csrc/ending/ending.h)."},
+    {"ending_uninstall", core_ending_uninstall, METH_NOARGS,
+     "Put back the signal dispositions that ending_install replaced."},
+    {"ending_reinstall", core_ending_reinstall, METH_O,
+     "ending_reinstall(signum)\nThe program set signum to SIG_DFL: catch it again."},
+    {"ending_signal", core_ending_signal, METH_NOARGS,
+     "The termination signal received since ending_install, or 0."},
+    {"ending_die", core_ending_die, METH_O,
+     "ending_die(signum)\nDie of signum with its default disposition; does not return."},
     {"periodic_socketpair", core_periodic_socketpair, METH_NOARGS,
      "A connected socket pair (mine, the writer's) for periodic reports."},
     {"periodic_start", core_periodic_start, METH_VARARGS,

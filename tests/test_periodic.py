@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -126,3 +127,52 @@ def test_bad_interval(tmp_path, run_pyrometer, value):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pyrometer: error:") and "--profile-interval" in lines[0]
     assert "should not run" not in proc.stdout
+
+
+# The program stops or kills its own report writer (its only child) in the middle
+# of the run, then works on.
+WRITER_SIGNALLED = """
+import os, signal, sys, time
+def busy(seconds):
+    start, total = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        for i in range(2000): total += i * i
+busy(0.5)
+me = os.getpid()
+writer = int(open(f"/proc/{me}/task/{me}/children").read().split()[0])
+os.kill(writer, getattr(signal, sys.argv[1]))
+busy(1.0)
+print("done", flush=True)
+open("writer.pid", "w").write(str(writer))
+"""
+
+
+def writer_signalled(run_pyrometer, tmp_path, sig):
+    (tmp_path / "prog.py").write_text(WRITER_SIGNALLED)
+    started = time.monotonic()
+    proc = run_pyrometer(["--json", "--profile-interval", "0.1", "--outfile", "out.json", "prog.py", sig],
+                         cwd=tmp_path, timeout=30)
+    took = time.monotonic() - started
+    assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pyrometer: warning: the periodic report writer"), proc.stderr
+    profile = json.loads((tmp_path / "out.json").read_text())
+    assert profile["exit_status"] == 0, "the final report was not written, or was replaced"
+    assert any("periodic report writer" in n for n in profile["notices"]), profile["notices"]
+    writer = int((tmp_path / "writer.pid").read_text())
+    assert not os.path.exists(f"/proc/{writer}") or "Z" in open(f"/proc/{writer}/stat").read().split()[2], (
+        "the writer outlived the run")
+    return took, lines[0]
+
+
+def test_stopped_writer_costs_a_line_not_a_hang(tmp_path, run_pyrometer):
+    """A writer stopped by SIGSTOP never answers: the end waits a bounded time
+    (2 s), says so, and ends the writer."""
+    took, line = writer_signalled(run_pyrometer, tmp_path, "SIGSTOP")
+    assert "did not answer" in line or "took nothing" in line, line
+    assert took < 10, f"the run took {took:.1f} s"
+
+
+def test_killed_writer_costs_a_line(tmp_path, run_pyrometer):
+    took, line = writer_signalled(run_pyrometer, tmp_path, "SIGKILL")
+    assert "ended" in line, line

@@ -714,6 +714,7 @@ void mem_profile_release(void)
  * made and dropped inside are never seen.  The work must not release the GIL
  * (another thread's Python allocations would be put back too). */
 static pyalloc_counts paused_counts; /* one pause at a time (GIL held throughout) */
+static int pause_depth;              /* pauses nest: only the outermost saves and restores */
 
 int64_t mem_profile_pause(void)
 {
@@ -721,7 +722,9 @@ int64_t mem_profile_pause(void)
         return 0;
     }
     M.api.thread()->busy++;
-    pyalloc_save_counts(&paused_counts);
+    if (pause_depth++ == 0) {
+        pyalloc_save_counts(&paused_counts);
+    }
     return 1;
 }
 
@@ -730,6 +733,8 @@ void mem_profile_resume(int64_t paused)
     if (!M.active || !paused) {
         return;
     }
-    pyalloc_restore_counts(&paused_counts);
+    if (--pause_depth == 0) {
+        pyalloc_restore_counts(&paused_counts);
+    }
     M.api.thread()->busy--;
 }

@@ -8,12 +8,21 @@
  * sample request, or the sampler thread when it took the GIL itself.
  *
  * Per report: make_payload() (Python, returns bytes: the aggregates, marshalled)
- * runs with the memory profile paused, the bytes go to a writer process over a
- * socket, and the writer (a separate, niced interpreter) renders the report and
- * replaces the file, then answers one line.  A new report is sent only once the
- * previous one is answered, so reports never pile up and the send never waits for
- * rendering.  The main thread's CPU in all this is taken out of its samples by
+ * runs with the GIL and the memory profile paused; the bytes go to a writer
+ * process over a socket with the GIL released (the program's other threads go on
+ * meanwhile), and the writer (a separate, niced interpreter) renders the report
+ * and replaces the file, then answers one line.  A new report is sent only once
+ * the previous one is answered, so reports never pile up and the send never waits
+ * for rendering.  The main thread's CPU in all this is taken out of its samples by
  * the sampler (see periodic_tick).
+ *
+ * Nothing here waits without a bound: a writer that takes no data for 2 s
+ * (stopped, hung) or has died ends the reports with a one-line reason, and the
+ * final wait for the report in flight is bounded too (periodic_stop).  The
+ * protocol: each message is an 8-byte little-endian length and that many bytes;
+ * an empty message says the run is over and its final report written by the
+ * program's process, so that a writer that meets end of input without one knows
+ * the program ended abruptly and says so.
  */
 #ifndef PYROMETER_PERIODIC_H
 #define PYROMETER_PERIODIC_H
@@ -30,12 +39,15 @@ int periodic_start(uint64_t interval_ns, int fd, PyObject *make_payload);
 /* Whether a report is due at `now` (monotonic wall clock, clock.h) and the
  * writer is ready for it; cheap, GIL held. */
 int periodic_due(uint64_t now);
-/* GIL held: reads the writer's answer if there is one, and sends the report if
- * due.  Never raises (a failure stops the reports and is kept for periodic_stop). */
+/* GIL held (released while the report is sent): reads the writer's answer if
+ * there is one, and sends the report if due.  Never raises (a failure stops the
+ * reports and is kept for periodic_stop). */
 void periodic_tick(uint64_t now);
-/* GIL held (released while waiting): waits for the answer to the report in
- * flight, closes the socket (the writer then exits) and returns
- * (reports written, error message or None). */
+/* GIL held (released while waiting): waits, bounded, for a report being sent
+ * and for the answer to the report in flight, tells the writer the run is over,
+ * closes the socket and returns (reports written, error message or None, quiet):
+ * quiet is False when the writer may still be running a report or be stopped,
+ * and should be ended by the caller, who knows its pid. */
 PyObject *periodic_stop(void);
 
 #endif

@@ -1,6 +1,7 @@
 #include "sampler.h"
 #include "clock.h"
 #include "../cpython/pyframe.h"
+#include "../ending/ending.h"
 #include "../forks/forks.h"
 #include "../common/safe_read.h"
 #include "../common/table.h"
@@ -26,6 +27,12 @@
  * an instruction that is not a call (numpy's a + b is a BINARY_OP) but runs native
  * code that long. */
 #define NATIVE_DELAY_NS 100000ULL
+
+/* After a termination signal, the main thread answers a request within
+ * microseconds when it runs Python; one that has not answered for this long is
+ * blocked or in a call that released the GIL, and the sampler thread writes the
+ * profile instead. */
+#define ENDING_TAKEOVER_NS (2 * ENDING_POLL_NS)
 
 /* Where the main thread stood when the request was made (t0), read by the
  * sampler thread (pyframe_peek_opcode): in a call into native code, running
@@ -61,6 +68,7 @@ static struct {
     int active;             /* between sampler_start and sampler_stop, thread or not */
     int suspended_for_fork; /* stopped for a fork, to start again in the parent */
     int joining;            /* a thread waits (GIL released) for the sampler thread to end */
+    atomic_int main_reporting; /* the main thread makes a periodic report (GIL released while sending) */
     pthread_mutex_t wake_lock;
     pthread_cond_t wake;
 
@@ -500,7 +508,11 @@ static void snapshot_unsuspended(enum snapshot_source source)
 static void periodic_on_main(uint64_t now)
 {
     uint64_t cpu0 = clock_thread_cpu_ns(S.main_tid);
+    /* The report is sent with the GIL released: the sampler thread must not take
+     * the main thread's time in the send for the program's (sampler_main). */
+    atomic_store(&S.main_reporting, 1);
     periodic_tick(now);
+    atomic_store(&S.main_reporting, 0);
     uint64_t cpu1 = clock_thread_cpu_ns(S.main_tid);
     if (cpu0 == CLOCK_UNAVAILABLE || cpu1 == CLOCK_UNAVAILABLE) {
         return;
@@ -522,7 +534,10 @@ static void periodic_on_main(uint64_t now)
 static int answer_request(void *unused)
 {
     (void)unused;
-    if (atomic_load(&S.running) && getpid() == S.owner_pid) {
+    if (getpid() == S.owner_pid && ending_claim()) {
+        ending_run(); /* a termination signal: the profile, then the same death */
+    }
+    if (atomic_load(&S.running) && getpid() == S.owner_pid && !ending_signal()) {
         int main = PyThreadState_Get() == S.main_ts;
         snapshot(main ? ANSWERED_BY_MAIN : TAKEN_BY_SAMPLER);
         uint64_t now = clock_wall_ns();
@@ -540,20 +555,21 @@ static int answer_request(void *unused)
 
 /* ---- the sampler thread ------------------------------------------------------- */
 
-/* Sleeps for ns unless sampler_stop() wakes it; returns whether to keep going. */
-static int wait_for_next_sample(uint64_t ns)
+/* Sleeps for ns unless sampler_stop() wakes it, or, with watch_ending, a
+ * termination signal is recorded (ending.h: its handler cannot wake us, so the
+ * wait looks every ENDING_POLL_NS); returns whether to keep going. */
+static int wait_for_next_sample(uint64_t ns, int watch_ending)
 {
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    uint64_t nsec = (uint64_t)deadline.tv_nsec + ns;
-    deadline.tv_sec += (time_t)(nsec / 1000000000ULL);
-    deadline.tv_nsec = (long)(nsec % 1000000000ULL);
+    uint64_t end = clock_wall_ns() + ns;
     pthread_mutex_lock(&S.wake_lock);
     while (atomic_load(&S.running)) {
-        int rc = pthread_cond_timedwait(&S.wake, &S.wake_lock, &deadline);
-        if (rc == ETIMEDOUT) {
+        uint64_t now = clock_wall_ns();
+        if (now >= end || (watch_ending && ending_signal() != 0)) {
             break;
         }
+        uint64_t until = watch_ending && end - now > ENDING_POLL_NS ? now + ENDING_POLL_NS : end;
+        struct timespec deadline = {(time_t)(until / 1000000000ULL), (long)(until % 1000000000ULL)};
+        pthread_cond_timedwait(&S.wake, &S.wake_lock, &deadline); /* the condition's clock is monotonic */
     }
     pthread_mutex_unlock(&S.wake_lock);
     return atomic_load(&S.running);
@@ -589,8 +605,18 @@ static void *sampler_main(void *unused)
     int have_thread_state = 0;
     PyGILState_STATE gil_state = PyGILState_UNLOCKED;
 
-    while (wait_for_next_sample(clock_random_interval_ns(interval, &rng))) {
-        mem_profile_poll();
+    int ending = 0;
+    /* Once a termination signal is recorded (ending.h), no more samples: the
+     * thread only sees that the profile gets written, by the main thread when
+     * it answers a request (answer_request), or by this one when the main
+     * thread has not answered for ENDING_TAKEOVER_NS. */
+    while (wait_for_next_sample(ending ? ENDING_POLL_NS : clock_random_interval_ns(interval, &rng), !ending)) {
+        ending = ending_signal() != 0;
+        if (!ending) {
+            mem_profile_poll();
+        } else if (!ending_pending()) {
+            continue; /* the main thread writes it */
+        }
         if (!atomic_load(&S.request_pending)) {
             atomic_store(&S.request_main_cpu_ns, clock_thread_cpu_ns(S.main_tid));
             atomic_store(&S.request_main_runq_ns, read_runq_fd(S.main_schedstat_fd));
@@ -604,7 +630,8 @@ static void *sampler_main(void *unused)
             }
             continue;
         }
-        if (delta(clock_wall_ns(), atomic_load(&S.request_wall_ns)) < interval) {
+        uint64_t waited = delta(clock_wall_ns(), atomic_load(&S.request_wall_ns));
+        if (waited < (ending ? ENDING_TAKEOVER_NS : interval) || atomic_load(&S.main_reporting)) {
             continue;
         }
         /* The main thread has not answered for a whole interval: it is blocked or
@@ -618,7 +645,11 @@ static void *sampler_main(void *unused)
         } else {
             PyEval_RestoreThread(S.sampler_ts);
         }
-        if (atomic_load(&S.running) && atomic_load(&S.request_pending)) {
+        if (ending) {
+            if (atomic_load(&S.running) && ending_claim()) {
+                ending_run(); /* does not return */
+            }
+        } else if (atomic_load(&S.running) && atomic_load(&S.request_pending)) {
             snapshot(TAKEN_BY_SAMPLER);
             uint64_t now = clock_wall_ns();
             if (periodic_due(now)) {

@@ -8,9 +8,11 @@ the rest is imported where it is used."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
+import threading
 
 from .options import Options, UsageError, parse
 
@@ -95,7 +97,8 @@ def _profile(options: Options) -> int:
         problem = ensure_memhooks_preloaded()  # returns only when the library is in
         if problem is not None:
             return _error(problem, 1)
-    from . import launcher, model
+    from . import _core, launcher, model
+    from .endings import Endings
     from .periodic import PeriodicWriter
     from .profiler import Session
     script = None if options.module is not None else options.program[0]
@@ -113,46 +116,119 @@ def _profile(options: Options) -> int:
         path = os.path.abspath(path)  # the program may change directory
     session = Session(options, target.directory)
     writer = None
+    endings = None
+    warned: set[str] = set()
+    writing = threading.Lock()
+    writing_thread: int | None = None
+
+    def write_profile(status: int | None, ended_by: str) -> bool | None:
+        """The profile as it stands, written: at the end of the run, or where the
+        run ends without returning (exec, os._exit, a termination signal), from
+        whichever thread.  Whether it could be written; None when this thread is
+        already writing it (a signal's request answered inside that write: the
+        write under way ends the process of the signal when done, endings.py)."""
+        nonlocal writing_thread
+        me = threading.get_ident()
+        if writing_thread == me:
+            return None
+        with writing, _interrupts_held():
+            writing_thread = me
+            try:
+                return _write(status, ended_by)
+            finally:
+                writing_thread = None
+
+    def _write(status: int | None, ended_by: str) -> bool:
+        elapsed = session.elapsed_now()
+        notices = []
+        if writer is not None:
+            writer.stop()  # its last write must not replace this report
+            if writer.error is not None:
+                notices.append(writer.error)
+                if writer.error not in warned:
+                    warned.add(writer.error)
+                    print(f"pyrometer: warning: {writer.error}", file=sys.stderr, flush=True)
+        if ended_by == "exec":
+            notices.append("the program replaced itself with another (exec): the profile ends there, "
+                           "and the other program's exit status is the run's")
+        elif ended_by != "exit":
+            notices.append(f"the program ended by {ended_by}")
+        profile = model.build(session.collect(), program=target.display, argv=target.argv,
+                              options=options.as_profile_options(), elapsed=elapsed,
+                              start_time=session.start_time, exit_status=status, ended_by=ended_by,
+                              notices=notices)
+        try:
+            # Only a run that ended by itself opens a browser: not one about to be
+            # replaced or to die of a signal.
+            write_report(profile, fmt, path, web=options.web and ended_by == "exit")
+        except OSError as e:
+            _error(f"cannot write the report: {e}", 1)
+            return False
+        return True
+
+    def on_termination_signal(signum: int) -> bool:
+        """Called by the core (csrc/ending) on a termination signal; it then dies of
+        it, unless this returns False (this thread is writing the profile already)."""
+        return write_profile(128 + signum, signal.Signals(signum).name) is not None
 
     def start() -> None:
-        nonlocal writer
+        nonlocal writer, endings
         if options.profile_interval is not None:
             writer = PeriodicWriter(options.profile_interval, {
                 "program": target.display, "argv": target.argv, "options": options.as_profile_options(),
                 "format": fmt, "path": path})
             writer.spawn()
         session.start()
+        _core.ending_install(on_termination_signal)
+        endings = Endings(write_profile, _core.ending_signal, _core.ending_reinstall, _core.ending_die)
+        endings.install()
         if writer is not None:
             writer.begin(session.start_time, session.t0)
 
     def stop() -> None:
-        session.stop()
-        if writer is not None:
-            writer.stop()  # after the sampler, which drives it; its last write must not
-            # replace the final report
+        if endings is not None:
+            endings.uninstall()
+        session.stop()  # the writer, driven by the sampler, is stopped when the profile is written
 
     parent = os.getpid()
     outcome = launcher.run(target, start, stop)
     if os.getpid() != parent:
         return outcome.status  # a child forked by the program: the parent reports
-    raw = session.collect()
-    if writer is not None and writer.error is not None:
-        print(f"pyrometer: warning: {writer.error}", file=sys.stderr)
-    profile = model.build(raw, program=target.display, argv=target.argv,
-                          options=options.as_profile_options(), elapsed=session.elapsed,
-                          start_time=session.start_time, exit_status=outcome.status)
-    try:
-        write_report(profile, fmt, path, web=options.web)
-    except OSError as e:
-        _error(f"cannot write the report: {e}", 1)
-        if outcome.status == 0:
-            outcome.status = 1
+    if not write_profile(outcome.status, "exit") and outcome.status == 0:
+        outcome.status = 1
+    _core.ending_uninstall()
+    signum = _core.ending_signal()
+    if signum:
+        # A termination signal during the end of the run: the profile is written,
+        # now the death it asked for.
+        _core.ending_die(signum)
     if outcome.interrupted:
         # Exit the way Python does on Ctrl-C: killed by SIGINT, so that shells and
         # parent processes see the interruption.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     return outcome.status
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """Ctrl-C while pyrometer writes the profile (not the program's time) is
+    ignored: it must not leave the profile unwritten, nor show a traceback of
+    pyrometer's own.  A handler rather than SIG_IGN, which a browser opened by
+    --web would inherit.  Only the main thread can change it; elsewhere the
+    program's handler stays."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _ignore)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ignore(signum, frame) -> None:
+    pass
 
 
 def _unwritable(path: str) -> str | None:

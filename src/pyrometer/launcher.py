@@ -9,6 +9,7 @@ import atexit
 import importlib.util
 import os
 import runpy
+import signal
 import sys
 import threading
 import traceback
@@ -123,34 +124,18 @@ def run(target: Target, start, stop) -> Outcome:
         sys.path[0] = os.path.dirname(program_file)
     else:
         sys.path[0] = os.getcwd()
-    outcome = Outcome(0)
     start()
     try:
-        try:
-            if target.script is not None:
-                _run_script(target.script)
-            else:
-                _run_module(target.module)
-        except SystemExit as e:
-            outcome.status = _exit_status(e)
-        except KeyboardInterrupt as e:
-            tb = _strip_own_frames(e.__traceback__, program_file)
-            traceback.print_exception(type(e), e.with_traceback(tb), tb)
-            outcome = Outcome(130, interrupted=True)
-        except BaseException as e:
-            # The exception must carry the stripped traceback itself: excepthook
-            # prints e.__traceback__ when it has one, whatever tb it is given.
-            tb = _strip_own_frames(e.__traceback__, program_file)
-            sys.excepthook(type(e), e.with_traceback(tb), tb)
-            outcome.status = 1
-        # What the interpreter does on the way out, done while still profiling:
-        # wait for non-daemon threads, then run the atexit handlers (once).
-        try:
-            threading._shutdown()
-        except KeyboardInterrupt:
-            outcome = Outcome(130, interrupted=True)
-        atexit._run_exitfuncs()
+        outcome = _run_program(target, program_file)
+    except KeyboardInterrupt:
+        # A Ctrl-C that landed in the launcher's own steps between the program's
+        # (printing its traceback, say): it interrupted the program all the same.
+        outcome = Outcome(130, interrupted=True)
     finally:
+        # The program is over: from here on the time is pyrometer's, and a Ctrl-C
+        # must not stop the profile from being written (cli._interrupts_held, for
+        # the rest).
+        _hold_interrupts()
         stop()
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -158,3 +143,50 @@ def run(target: Target, start, stop) -> Outcome:
             except Exception:
                 pass
     return outcome
+
+
+def _run_program(target: Target, program_file: str | None) -> Outcome:
+    outcome = Outcome(0)
+    try:
+        if target.script is not None:
+            _run_script(target.script)
+        else:
+            _run_module(target.module)
+    except SystemExit as e:
+        outcome.status = _exit_status(e)
+    except KeyboardInterrupt as e:
+        tb = _strip_own_frames(e.__traceback__, program_file)
+        traceback.print_exception(type(e), e.with_traceback(tb), tb)
+        outcome = Outcome(130, interrupted=True)
+    except BaseException as e:
+        # The exception must carry the stripped traceback itself: excepthook
+        # prints e.__traceback__ when it has one, whatever tb it is given.
+        tb = _strip_own_frames(e.__traceback__, program_file)
+        sys.excepthook(type(e), e.with_traceback(tb), tb)
+        outcome.status = 1
+    # What the interpreter does on the way out, done while still profiling:
+    # wait for non-daemon threads, then run the atexit handlers (once).
+    try:
+        threading._shutdown()
+    except KeyboardInterrupt:
+        outcome = Outcome(130, interrupted=True)
+    atexit._run_exitfuncs()
+    return outcome
+
+
+def _ignore(signum, frame) -> None:
+    pass
+
+
+def _hold_interrupts() -> None:
+    """Ctrl-C is ignored from now on (a handler, not SIG_IGN, which programs
+    started later, such as a browser for --web, would inherit).  Retried should
+    a Ctrl-C that came just before land in it."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    while True:
+        try:
+            signal.signal(signal.SIGINT, _ignore)
+            return
+        except KeyboardInterrupt:
+            continue

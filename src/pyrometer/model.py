@@ -137,7 +137,11 @@ def _significant(entry: dict[str, Any], threshold: float, malloc_threshold: floa
 
 
 def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[str, Any],
-          elapsed: float, start_time: float, exit_status: int | None) -> dict[str, Any]:
+          elapsed: float, start_time: float, exit_status: int | None,
+          ended_by: str | None = "exit", notices: list[str] | None = None) -> dict[str, Any]:
+    """ended_by: how the run ended ("exit", "exec", "os._exit", a signal's name,
+    "unknown"), None for a snapshot of a run still going; notices: lines a reader
+    must see, besides those the data itself calls for."""
     lines: dict[str, dict[int, _Sums]] = defaultdict(lambda: defaultdict(_Sums))
     functions: dict[str, dict[tuple[str, int], _Sums]] = defaultdict(lambda: defaultdict(_Sums))
     for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
@@ -221,6 +225,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         "start_time_absolute": start_time,
         "elapsed_time_sec": elapsed,
         "exit_status": exit_status,
+        "ended_by": ended_by,
         "options": options,
         "cpu_sampling_rate": options["cpu_sampling_rate"],
         "sampling_interval_sec": raw["mean_interval_ns"] * NS,
@@ -251,7 +256,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         },
         "memory": bool(memory),
         "gpu": False,
-        "notices": _notices(memory, raw["functions_overflowed"]),
+        "notices": [*(notices or []), *_notices(memory, raw["functions_overflowed"])],
         **(_run_memory(memory, mem_lines, elapsed) if memory else {}),
         "files": files,
     }
@@ -367,7 +372,7 @@ _TOP = {"program": str, "args": list, "elapsed_time_sec": _NUMBER, "options": di
         "cpu_time_sec": dict, "files": dict, "total_time_sec": _NUMBER}
 _TOP_DEFAULTS = {"cpu_samples": 0, "sampling_interval_sec": 0.0, "threads": 0, "memory": False, "gpu": False,
                  "notices": [],
-                 "exit_status": None, "python_version": "?", "platform": "?", "n_cpus": 0}
+                 "exit_status": None, "ended_by": None, "python_version": "?", "platform": "?", "n_cpus": 0}
 _OPTION_DEFAULTS = {"cpu_percent_threshold": 1.0, "reduced_profile": False, "malloc_threshold": 100.0,
                     "cpu_sampling_rate": 0.01, "cpu_only": False, "profile_all": False, "profile_only": [],
                     "profile_exclude": [], "use_virtual_time": False}

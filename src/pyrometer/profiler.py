@@ -72,5 +72,9 @@ class Session:
             _core.stop()
             self.elapsed = time.perf_counter() - self.t0
 
+    def elapsed_now(self) -> float:
+        """The run's wall time so far, or in all once stopped."""
+        return time.perf_counter() - self.t0 if _core.running() else self.elapsed
+
     def collect(self) -> dict:
         return _core.collect()

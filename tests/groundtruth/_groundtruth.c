@@ -26,6 +26,9 @@
  *                      as CPython makes one for a thread it is starting, before the
  *                      thread runs: its ids are its creator's (3.10, 3.11) or 0
  *                      (3.12+)
+ *   crash(how)         end the process from C, the way native code can: "segv" (a
+ *                      store to a page mapped without access: a real fault),
+ *                      "abort" (abort()), "exit" (_exit(3), no Python involved)
  *
  * CPU is burnt by working until clock_gettime(CLOCK_THREAD_CPUTIME_ID) says the
  * calling thread's own CPU clock has advanced by ms: the time is real CPU time of
@@ -42,7 +45,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 static int64_t
 thread_cpu_ns(void)
@@ -494,6 +499,36 @@ gt_drop_unstarted_thread_state(PyObject *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+gt_crash(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const char *how = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    if (how == NULL) {
+        PyErr_SetString(PyExc_TypeError, "crash(how): how is 'segv', 'abort' or 'exit'");
+        return NULL;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    if (strcmp(how, "segv") == 0) {
+        /* A fault from an instruction, as a bug in native code makes: a page that
+         * exists but may not be touched (not a null pointer, whose use the
+         * compiler may assume away). */
+        long page = sysconf(_SC_PAGESIZE);
+        void *p = mmap(NULL, (size_t)page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        *(volatile char *)p = 1;
+    } else if (strcmp(how, "abort") == 0) {
+        abort();
+    } else if (strcmp(how, "exit") == 0) {
+        _exit(3);
+    }
+    PyErr_Format(PyExc_ValueError, "crash(how): unknown %R", arg);
+    return NULL;
+}
+
 static PyMethodDef gt_methods[] = {
     {"spin_gil", gt_spin_gil, METH_O,
      "spin_gil(ms) -> (start, end): burn ms of this thread's CPU time in C, holding the GIL;\n"
@@ -526,6 +561,8 @@ static PyMethodDef gt_methods[] = {
      "makes one for a thread it starts (its ids are not a running thread's)."},
     {"drop_unstarted_thread_state", gt_drop_unstarted_thread_state, METH_NOARGS,
      "drop_unstarted_thread_state(): delete the state hold_unstarted_thread_state made."},
+    {"crash", gt_crash, METH_O,
+     "crash(how): end the process from C: 'segv' (a real fault), 'abort' (abort()), 'exit' (_exit(3))."},
     {NULL, NULL, 0, NULL},
 };
 

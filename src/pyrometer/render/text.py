@@ -209,7 +209,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
     out.append(cut("options: " + _options_words(profile), width))
     for notice in profile.get("notices", []):
         out.append(paint(_clean("notice: " + str(notice)), BOLD))
-    if profile.get("exit_status", 0) is None:
+    if profile.get("exit_status", 0) is None and profile.get("ended_by") is None:
         out.append(cut("A snapshot taken while the program was still running (--profile-interval).", width))
     brief = samples == 0
     if brief:

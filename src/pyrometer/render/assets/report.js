@@ -335,7 +335,7 @@
     (Array.isArray(S.notices) ? S.notices : []).forEach(function (n) {
       h += '<div class="note notice">' + esc(String(n)) + "</div>";
     });
-    if (S.exit_status === null) {
+    if (S.exit_status === null && (S.ended_by === null || S.ended_by === undefined)) {
       h += '<div class="note" id="note-partial">A snapshot taken while the program was still running ' +
         "(--profile-interval): the final profile is written when it ends.</div>";
     }
