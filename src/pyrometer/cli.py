@@ -16,7 +16,8 @@ from .options import Options, UsageError, parse
 
 
 def _error(message: str, status: int = 2) -> int:
-    print(f"pyrometer: error: {message}", file=sys.stderr)
+    from .render.text import visible  # a message may quote a file name: nothing raw to the terminal
+    print(f"pyrometer: error: {visible(message)}", file=sys.stderr)
     return status
 
 
