@@ -433,7 +433,7 @@ _OPTIONS = _Object({
     "profile_interval": (_Null(_NONNEG), _OPTIONAL),
 })
 
-_ENTRY = _Object({
+_TIME_ENTRY = _Object({
     "lineno": (_LINENO, _REQUIRED),
     "line": (_STR, _REQUIRED),
     "n_cpu_percent_python": (_NONNEG, _REQUIRED),
@@ -467,7 +467,16 @@ _MEMORY_ENTRY = _Object({
     "memory_samples": (_TIMELINE, []),
 })
 
-_ENTRY_WITH_MEMORY = _Object({**_ENTRY.fields, **_MEMORY_ENTRY.fields})
+
+
+def _optional(kind: _Object) -> dict[str, tuple[Any, Any]]:
+    return {name: (k, _OPTIONAL) for name, (k, _) in kind.fields.items()}
+
+
+_ENTRY_WITH_MEMORY = _Object({**_TIME_ENTRY.fields, **_MEMORY_ENTRY.fields})
+# Without memory profiled, the memory fields are not expected, but where they are
+# they have their types all the same: a renderer may read one it finds.
+_ENTRY_CPU_ONLY = _Object({**_TIME_ENTRY.fields, **_optional(_MEMORY_ENTRY)})
 
 
 class _Entries:
@@ -491,9 +500,9 @@ def _file(entry: _Object) -> _Object:
     })
 
 
-_FILE, _FILE_WITH_MEMORY = _file(_ENTRY), _file(_ENTRY_WITH_MEMORY)
+_FILE_CPU_ONLY, _FILE_WITH_MEMORY = _file(_ENTRY_CPU_ONLY), _file(_ENTRY_WITH_MEMORY)
 
-_TOP = _Object({
+_RUN = _Object({
     "pyrometer_schema": (_whole(1, SCHEMA_VERSION), _REQUIRED),
     "program": (_STR, _REQUIRED),
     "args": (_List(_STR), _REQUIRED),
@@ -545,7 +554,8 @@ _MEMORY_TOP = _Object({
     "python_allocator": (_STR, _OPTIONAL),
     "python_memory_profiled": (_BOOL, _OPTIONAL),
 })
-_TOP_WITH_MEMORY = _Object({**_TOP.fields, **_MEMORY_TOP.fields})
+_TOP_WITH_MEMORY = _Object({**_RUN.fields, **_MEMORY_TOP.fields})
+_TOP_CPU_ONLY = _Object({**_RUN.fields, **_optional(_MEMORY_TOP)})
 
 # Fields no pyrometer of this schema writes may still be there (a newer one may
 # add some); they must be plain JSON that every renderer can write out again:
@@ -710,8 +720,8 @@ def _check_entries(entries: list, kind: _Object, where: str) -> None:
                         if total != total or min(values) < low or max(values) > high:
                             break
                 else:
-                    samples = e.get("memory_samples") if timeline else None
-                    if samples is None or (type(samples) is list and _timeline_ok(samples)):
+                    samples = e.get("memory_samples", _OPTIONAL) if timeline else _OPTIONAL
+                    if samples is _OPTIONAL or (type(samples) is list and _timeline_ok(samples)):
                         continue
         _check_value(e, kind, f"{where}[{i}]")
 
@@ -763,8 +773,8 @@ def check(profile: Any, path: str = "the profile") -> dict[str, Any]:
                            f"reads schema {SCHEMA_VERSION}): upgrade pyrometer to view it")
     where = f"{path} is damaged: "
     memory = profile.get("memory") is True
-    _check_fields(profile, _TOP_WITH_MEMORY if memory else _TOP, where)
-    file_kind = _FILE_WITH_MEMORY if memory else _FILE
+    _check_fields(profile, _TOP_WITH_MEMORY if memory else _TOP_CPU_ONLY, where)
+    file_kind = _FILE_WITH_MEMORY if memory else _FILE_CPU_ONLY
     for name, f in profile["files"].items():
         _check_value(f, file_kind, f"{where}files[{_shown_name(name)}]")
     return profile

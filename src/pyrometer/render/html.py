@@ -16,6 +16,7 @@ import base64
 import hashlib
 import html
 import json
+import math
 import os
 import re
 from typing import Any
@@ -50,7 +51,9 @@ def _round(value: Any) -> Any:
     if isinstance(value, float):
         if value == 0.0 or value != value:
             return 0
-        return float(f"{value:.4g}")
+        rounded = float(f"{value:.4g}")
+        # 4 digits of a number near the largest float round past it, to infinity
+        return rounded if abs(rounded) != math.inf else value
     return value
 
 
