@@ -51,7 +51,7 @@ def write_report(profile: dict, fmt: str, path: str | None, web: bool = False) -
             stream.write(rendered)
             stream.flush()
         return
-    json_out.write_atomically(path, report(profile, fmt))
+    json_out.write_report(path, report(profile, fmt))
     if web:
         _open_page(path)
 
@@ -159,9 +159,13 @@ def _profile(options: Options) -> int:
 def _unwritable(path: str) -> str | None:
     """Why the report could not be written to path, checked before the program
     runs rather than after it."""
-    directory = os.path.dirname(os.path.abspath(path))
+    from .render.json_out import written_in_place
     if os.path.isdir(path):
         return f"cannot write the report to {path}: it is a directory"
+    if written_in_place(path):  # a FIFO or a device: written into, not replaced
+        return None if os.access(path, os.W_OK) else f"cannot write the report to {path}: it is not writable"
+    # A regular file, new or replaced, is made in its directory (a link's: its target's)
+    directory = os.path.dirname(os.path.abspath(os.path.realpath(path) if os.path.islink(path) else path))
     if not os.path.isdir(directory):
         return f"cannot write the report to {path}: no directory {directory}"
     if not os.access(directory, os.W_OK):

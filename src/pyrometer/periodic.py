@@ -5,7 +5,8 @@ sample (csrc/profile/periodic.h says why a thread of our own does not work): it
 takes the C core's aggregates (`collect`), serialises them with `marshal`, and
 sends them over a socket to a writer process (a separate, low-priority
 interpreter started once with `posix_spawn`, without the memory hooks), which
-builds the profile, renders it and replaces the file atomically, then answers.
+builds the profile, renders it and replaces the file atomically (json_out.write_report),
+then answers.
 The C core leaves that work out of the program's CPU time and memory, and sends
 a new report only once the previous one is answered.  Only the writer process
 runs the standard library's json or tokenize, so no line of them shows up in the
@@ -120,7 +121,7 @@ def child_main() -> None:
             profile = model.build(job["raw"], program=job["program"],
                                   argv=job["argv"], options=job["options"], elapsed=job["elapsed"],
                                   start_time=job["start_time"], exit_status=None)
-            json_out.write_atomically(job["path"], report(profile, job["format"]))
+            json_out.write_report(job["path"], report(profile, job["format"]))
             answers.write(b"ok\n")
         except Exception as e:  # reported by the profiler as one line, never a traceback
             answers.write(f"periodic report not written: {type(e).__name__}: {e}".replace("\n", " ").encode() + b"\n")
