@@ -182,3 +182,19 @@ def test_umask_is_never_set_while_the_program_runs(tmp_path, groundtruth_dir):
         assert proc.returncode == 0, proc.stderr
         assert stat.S_IMODE(out.stat().st_mode) == 0o644
     assert log.read_text() == ""
+
+
+def test_umask_without_proc(tmp_path, monkeypatch):
+    """Where /proc/self/status does not say it, the umask comes from a probe
+    file, made in a private directory that is then removed."""
+    from pyrometer.render import json_out  # noqa: PLC0415
+    from_proc = json_out.umask()
+
+    def no_proc(path, *args, **kw):
+        if str(path).startswith("/proc/"):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return open(path, *args, **kw)
+
+    monkeypatch.setattr(json_out, "open", no_proc, raising=False)
+    assert json_out.umask(str(tmp_path)) == from_proc
+    assert list(tmp_path.iterdir()) == []
