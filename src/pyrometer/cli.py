@@ -149,6 +149,9 @@ def _profile(options: Options) -> int:
         if outcome.status == 0:
             outcome.status = 1
     if outcome.interrupted:
+        if options.memory:
+            from .preload import remove_private_link
+            remove_private_link()  # main's finally does not run after the kill
         # Exit the way Python does on Ctrl-C: killed by SIGINT, so that shells and
         # parent processes see the interruption.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -230,4 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         options = parse(argv)
     except UsageError as e:
         return _error(str(e))
-    return _profile(options)
+    try:
+        return _profile(options)
+    finally:
+        if options.memory:
+            from .preload import remove_private_link
+            remove_private_link()  # the library's link, when its path could not be preloaded
