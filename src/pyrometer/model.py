@@ -532,7 +532,7 @@ _RUN = _Object({
     "memory": (_BOOL, False),
     "gpu": (_BOOL, False),
     "notices": (_List(_STR), []),
-    "files": (_Leaf((dict,), "an object"), _REQUIRED),  # each file: _FILE, checked by check()
+    "files": (_Leaf((dict,), "an object"), _REQUIRED),  # each file: _FILE_*, checked by check()
 })
 # With memory profiled, the top level also has these.
 _MEMORY_TOP = _Object({

@@ -56,8 +56,8 @@ def _cleaned(value: Any) -> Any:
 def _printable(profile: dict[str, Any]) -> dict[str, Any]:
     """The profile with every string the report can show made visible, so that none
     reaches the terminal raw.  Lines and functions are the bulk of a big
-    profile and their only string is `line` (model.check makes sure): those
-    are copied only where their text changes."""
+    profile and their only string is `line` (model.check makes sure of that,
+    and this does not count on it): those are copied only where it changes."""
     out = _cleaned({k: v for k, v in profile.items() if k != "files"})
     files = out["files"] = {}
     for name, f in profile["files"].items():
@@ -66,8 +66,9 @@ def _printable(profile: dict[str, Any]) -> dict[str, Any]:
         for kind in ("lines", "functions"):
             original = entries = f[kind]
             for i, e in enumerate(original):
-                text = visible(e["line"])
-                if text != e["line"]:
+                line = e.get("line")
+                text = visible(line) if isinstance(line, str) else _cleaned(line)
+                if text != line:
                     if entries is original:
                         entries = f[kind] = list(original)
                     entries[i] = dict(e, line=text)
