@@ -95,6 +95,40 @@ def make_profile(n_files: int = 200, lines_per_file: int = 250, memory: bool = T
     return profile
 
 
+def _rename_first_file(profile: dict[str, Any], name: str) -> None:
+    old = next(iter(profile["files"]))
+    profile["files"] = {name if k == old else k: v for k, v in profile["files"].items()}
+    profile["max_footprint_where"]["filename"] = name
+
+
+def _hot_line(profile: dict[str, Any], text: str) -> None:
+    entry = next(iter(profile["files"].values()))["lines"][0]
+    entry.update(line=text, n_cpu_percent_python=60.0)
+
+
+# Every string a profile holds, by where it is: name -> plant(profile, text).
+# The hostile-input tests put markup or escape sequences into each in turn.
+STRING_FIELDS = {
+    "program": lambda p, s: p.update(program=s),
+    "args": lambda p, s: p.update(args=["--flag", s]),
+    "python_version": lambda p, s: p.update(python_version=s),
+    "platform": lambda p, s: p.update(platform=s),
+    "notices": lambda p, s: p.update(notices=[s]),
+    "options.profile_only": lambda p, s: p["options"].update(profile_only=[s]),
+    "options.profile_exclude": lambda p, s: p["options"].update(profile_exclude=[s]),
+    "file name": _rename_first_file,
+    "source line": _hot_line,
+    "function name": lambda p, s: next(iter(p["files"].values()))["functions"][0].update(line=s),
+    "max_footprint_where.filename": lambda p, s: p["max_footprint_where"].update(filename="/elsewhere/" + s),
+    "top_allocations.filename": lambda p, s: p["top_allocations"][0].update(filename="/elsewhere/" + s),
+    "python_allocator": lambda p, s: p.update(python_allocator=s),
+    "a field of a newer pyrometer": lambda p, s: p.update(comment={"text": [s]}),
+}
+# Those the terminal report shows (the others are in the web page only).
+SHOWN_IN_TEXT = {"program", "args", "notices", "options.profile_only", "options.profile_exclude", "file name",
+                 "source line", "function name", "max_footprint_where.filename", "top_allocations.filename"}
+
+
 if __name__ == "__main__":
     n_files, per_file, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     with open(out, "w") as f:

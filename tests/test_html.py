@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from browser import Browser, chromium
-from synthetic import make_profile
+from synthetic import STRING_FIELDS, make_profile
+
+from pyrometer.render import html
 
 pytestmark = pytest.mark.skipif(
     chromium() is None,
@@ -273,4 +275,69 @@ def test_saved_profile_from_elsewhere_escapes_source_and_shows_gpu(tmp_path, bro
     assert page.eval(f"document.getElementById('L{fi}-1').querySelector('b')") is None
     heads = headers(page, f"#F{fi} .prof.lines")
     assert "GPU" in heads and cells[heads.index("GPU")] == "42%", (heads, cells)
+    assert page.requests() == [page.url]
+
+
+# Markup that, put into the page as markup, adds elements a test can find: a
+# form posting to an outside address (what the issue saw), an image (a request),
+# a bold word.
+MARKUP = ('<form action="http://evil.example/" class="pwn"><input name="q" class="pwn"></form>'
+          '<img src="x.png" class="pwn"><b class="pwn">bold</b>')
+INJECTED = "document.querySelectorAll('.pwn, form, img, iframe, b').length"
+
+
+def open_everything(page) -> None:
+    """Every table the page can draw, drawn: every file open, the function view."""
+    page.settle()
+    page.click("#expand-all")
+    page.click("#tab-functions")
+    page.settle()
+    page.click("#tab-lines")
+
+
+@pytest.mark.parametrize("field", sorted(STRING_FIELDS))
+def test_markup_in_any_string_of_the_profile_stays_text(field, tmp_path, browser, run_pyrometer):
+    """pyrometer view --html of a profile with markup in one string field: the
+    page shows it as text, and no element of it exists in the page."""
+    profile = make_profile(2, 30, seed=3)
+    STRING_FIELDS[field](profile, MARKUP)
+    saved = tmp_path / "crafted.json"
+    saved.write_text(json.dumps(profile))
+    out = tmp_path / "crafted.html"
+    proc = run_pyrometer(["view", saved, "--html", "-o", out], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    page = browser.open(out)
+    open_everything(page)
+    assert page.eval(INJECTED) == 0, f"{field}: markup from the profile became elements"
+    if field == "file name":  # shown relative and normalised ("//" is "/"); in full as the title
+        assert page.eval("Array.from(document.querySelectorAll('.file .name')).some(function (n) {"
+                         f" return n.title === {json.dumps(MARKUP)}; }})"), "the file name is not shown"
+    elif field not in ("python_allocator", "a field of a newer pyrometer"):  # not shown by the page
+        assert page.eval(f"document.body.textContent.indexOf({json.dumps(MARKUP)}) >= 0"), \
+            f"{field}: not shown as text"
+    assert page.requests() == [page.url]
+    assert page.errors() == []
+
+
+def test_page_escapes_even_what_check_refuses(tmp_path, browser):
+    """The page does not rely on model.check: markup where the profile has
+    numbers (line numbers, the exit status) or line-number keys (leaks) is
+    still shown as text, by the page script itself."""
+    profile = make_profile(1, 30, seed=3)
+    f = next(iter(profile["files"].values()))
+    f["lines"][0].update(lineno=MARKUP, n_cpu_percent_python=60.0)
+    f["functions"][0]["lineno"] = MARKUP
+    f["leaks"] = {MARKUP: {"likelihood": 0.99, "velocity_mb_s": 0.5, "growth_mb": 30.0}}
+    profile["exit_status"] = MARKUP
+    profile["max_footprint_where"]["lineno"] = MARKUP
+    profile["top_allocations"][0].update(filename="/elsewhere.py", lineno=MARKUP)
+    out = tmp_path / "unchecked.html"
+    out.write_text(html.render(profile))
+    page = browser.open(out)
+    open_everything(page)
+    assert page.eval(INJECTED) == 0, "markup in a number field became elements"
+    text = page.eval("document.body.textContent")
+    for where in ("exit status " + MARKUP, "at module_000.py:" + MARKUP, "/elsewhere.py:" + MARKUP,
+                  "possible leak at line " + MARKUP):
+        assert where in text, where
     assert page.requests() == [page.url]

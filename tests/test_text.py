@@ -6,6 +6,7 @@ samples, and plain words for a run too short to sample."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import re
@@ -17,9 +18,9 @@ import unicodedata
 
 import pytest
 
-from synthetic import make_profile
+from synthetic import SHOWN_IN_TEXT, STRING_FIELDS, make_profile
 
-from pyrometer.render import text
+from pyrometer.render import json_out, text
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -122,3 +123,58 @@ def test_terminal_width_from_a_real_terminal(tmp_path, groundtruth_dir):
     assert "sum(range(1000))  # a comm" in out and "…" in out
     for line in out.splitlines():
         assert columns(line) <= 70, f"{columns(line)} columns: {line!r}"
+
+
+# An escape sequence of each kind a terminal acts on: OSC (here: set the window
+# title, ended by BEL), CSI after ESC and as the one C1 byte, a carriage return,
+# a bidirectional override; and a lone surrogate (a file name that was not UTF-8).
+HOSTILE = "A\x1b]0;pwned\x07B\x1b[2J\x9b31mC\rD\u202eE\udcffF"
+# What the report shows instead: every one of them as a visible escape.
+VISIBLE = r"A\x1b]0;pwned\x07B\x1b[2J\x9b31mC\x0dD\u202eE\udcffF"
+# What must never reach the terminal (newlines are the report's own).
+FORBIDDEN = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+OWN_STYLES = (text.BOLD, text.RED, text.YELLOW, text.DIM, text.RESET)
+
+
+def without_own_styles(out: str) -> str:
+    for style in OWN_STYLES:
+        out = out.replace(style, "")
+    return out
+
+
+@pytest.mark.parametrize("field", sorted(STRING_FIELDS))
+def test_no_control_character_from_the_profile_reaches_the_terminal(field, tmp_path, groundtruth_dir):
+    """Each string of a saved profile in turn holds escape sequences: pyrometer
+    view shows them as visible escapes, and no control byte reaches its output."""
+    from conftest import program_env  # noqa: PLC0415
+    profile = make_profile(2, 30, seed=7)
+    STRING_FIELDS[field](profile, HOSTILE)
+    saved = tmp_path / "hostile.json"
+    saved.write_text(json.dumps(profile))
+    proc = subprocess.run([sys.executable, "-m", "pyrometer", "view", str(saved)], cwd=tmp_path,
+                          capture_output=True, env=program_env(groundtruth_dir), timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
+    assert proc.stderr == b""
+    out = proc.stdout.decode("utf-8")  # strict: bytes that are not UTF-8 are a failure too
+    assert not FORBIDDEN.search(out), f"{field}: {FORBIDDEN.search(out)!r} in {out[:300]!r}"
+    if field in SHOWN_IN_TEXT:
+        assert VISIBLE in out, f"{field}: the string is not shown with visible escapes"
+    # With colour (a terminal), only the report's own styles are escape sequences.
+    coloured = text.render(profile, color=True, width=100)
+    assert text.RED in coloured
+    assert not FORBIDDEN.search(without_own_styles(coloured)), field
+    # The JSON report to a terminal: JSON escapes every control character itself.
+    assert not FORBIDDEN.search(json_out.render(profile).replace("\n", "")), field
+
+
+def test_text_escapes_even_what_check_refuses():
+    """The renderer does not rely on model.check: markup and escape sequences in
+    the fields check refuses (numbers, leak keys) are shown as visible escapes."""
+    profile = make_profile(1, 20)
+    profile["exit_status"] = HOSTILE
+    profile["max_footprint_where"]["lineno"] = HOSTILE
+    f = next(iter(profile["files"].values()))
+    f["leaks"] = {HOSTILE: {"likelihood": 0.99, "velocity_mb_s": 0.5, "growth_mb": 30.0}}
+    out = text.render(profile, color=True, width=400)
+    assert not FORBIDDEN.search(without_own_styles(out))
+    assert out.count(VISIBLE) == 3, out

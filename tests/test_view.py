@@ -182,3 +182,107 @@ def test_view_of_a_synthetic_profile_from_another_machine(tmp_path, run_pyromete
     proc = run_pyrometer(["view", _write(tmp_path, json.dumps(brief), "brief.json")], cwd=tmp_path)
     assert "too briefly to be sampled" in proc.stdout
     assert os.path.exists(path)
+
+
+MARKUP = '<form action="http://evil.example/" class="pwn"><input name="q"></form>'
+
+
+def _first_file(p: dict) -> dict:
+    return next(iter(p["files"].values()))
+
+
+def _set(path: str, value):
+    """A mutation of a synthetic profile: the field at path ("a.b[0].c") set to value."""
+    def mutate(p: dict) -> None:
+        *parents, last = path.replace("[", ".[").split(".")
+        obj = p
+        for part in parents:
+            obj = _first_file(p) if part == "FILE" else obj[int(part[1:-1])] if part.startswith("[") else obj[part]
+        obj[int(last[1:-1]) if last.startswith("[") else last] = value
+    return mutate
+
+
+def _leak_key(key: str):
+    def mutate(p: dict) -> None:
+        _first_file(p)["leaks"] = {key: {"likelihood": 0.99, "velocity_mb_s": 0.5, "growth_mb": 30.0}}
+    return mutate
+
+
+# Fields that the renderers would put into markup or onto the terminal as they
+# are, numbers out of range, values JSON allows but no renderer can write back
+# (NaN, Infinity), and structure where a renderer expects another.
+REFUSED = [
+    ("exit_status markup", _set("exit_status", MARKUP), r"exit_status has the wrong type \(string\)"),
+    ("exit_status range", _set("exit_status", 256), r"exit_status is out of range \(256\)"),
+    ("line lineno markup", _set("FILE.lines[0].lineno", MARKUP), r"lines\[0\]\.lineno has the wrong type"),
+    ("function lineno", _set("FILE.functions[0].lineno", -1), r"functions\[0\]\.lineno is out of range"),
+    ("max_footprint_where.lineno", _set("max_footprint_where.lineno", MARKUP),
+     r"max_footprint_where\.lineno has the wrong type"),
+    ("max_footprint_where", _set("max_footprint_where", "<b>x</b>"), r"max_footprint_where has the wrong type"),
+    ("top_allocations lineno", _set("top_allocations[0].lineno", "1<img src=x>"),
+     r"top_allocations\[0\]\.lineno has the wrong type"),
+    ("leak key markup", _leak_key(MARKUP), r"leaks has the key '<form.*: its keys must be line numbers"),
+    ("leak key escape", _leak_key("1\x1b[2J"), r"leaks has the key '1\\x1b\[2J': its keys"),
+    ("leak key not ASCII digits", _leak_key("\u0661\u0662"), r"leaks has the key"),
+    ("leak likelihood", lambda p: _first_file(p).update(leaks={"3": {"likelihood": 2, "velocity_mb_s": 1,
+                                                                      "growth_mb": 1}}),
+     r"leaks\['3'\]\.likelihood is out of range \(2\)"),
+    ("NaN", _set("FILE.lines[1].n_peak_mb", float("nan")), r"n_peak_mb is out of range \(nan\)"),
+    ("Infinity", _set("elapsed_time_sec", float("inf")), r"elapsed_time_sec is out of range \(inf\)"),
+    ("boolean for a count", _set("cpu_samples", True), r"cpu_samples has the wrong type \(boolean\)"),
+    ("negative count", _set("threads", -3), r"threads is out of range \(-3\)"),
+    ("huge count", _set("FILE.lines[2].n_samples", 1 << 70), r"n_samples is out of range"),
+    ("fraction over 1", _set("FILE.lines[3].n_python_fraction", 1.5), r"n_python_fraction is out of range"),
+    ("string in args", _set("args", ["ok", 3]), r"args\[1\] has the wrong type \(number\)"),
+    ("program", _set("program", ["a"]), r"program has the wrong type \(list\)"),
+    ("notice", _set("notices", [{"x": 1}]), r"notices\[0\] has the wrong type \(object\)"),
+    ("option list", _set("options.profile_only", "pkg"), r"options\.profile_only has the wrong type"),
+    ("option flag", _set("options.reduced_profile", "yes"), r"options\.reduced_profile has the wrong type"),
+    ("memory flag", _set("memory", 1), r"memory has the wrong type \(number\)"),
+    ("footprint timeline", _set("samples", [[0.1, 2.0], [0.2]]), r"samples\[1\] has 1 items: it must have 2"),
+    ("line timeline", _set("FILE.lines[4].memory_samples", [[0.1, "2"]]),
+     r"memory_samples\[0\]\[1\] has the wrong type"),
+    ("file not an object", lambda p: p["files"].update({"/x.py": [1]}), r"files\['/x\.py'\] has the wrong type"),
+    ("entry not an object", _set("FILE.functions[0]", "f"), r"functions\[0\] has the wrong type"),
+    ("unknown field not finite", _set("newer_field", {"a": [float("-inf")]}), r"newer_field holds -inf"),
+    ("unknown field too deep", _set("newer_field", json.loads("[" * 40 + "]" * 40)),
+     r"newer_field is nested more than 32 levels deep"),
+    ("unknown key shown escaped", _set("\x1b]0;x\x07", float("nan")), r"'\\x1b\]0;x\\x07' holds nan"),
+]
+
+
+@pytest.mark.parametrize("case,mutate,expected", REFUSED, ids=[case for case, _, _ in REFUSED])
+def test_view_refuses_what_pyrometer_does_not_write(tmp_path, run_pyrometer, case, mutate, expected):
+    """A crafted or damaged field: one line naming it, exit status 2, nothing
+    written, for the terminal and for the web page alike."""
+    import re  # noqa: PLC0415
+    profile = make_profile(2, 30, seed=11)
+    mutate(profile)
+    path = _write(tmp_path, json.dumps(profile))
+    for fmt in ([], ["--html"], ["--json"]):
+        proc = run_pyrometer(["view", path, *fmt], cwd=tmp_path)
+        line = one_line_error(proc)
+        assert re.search(r"bad\.json is damaged: (files\[.*\]\.)?" + expected, line), f"{case}: {line}"
+        assert "\x1b" not in line and "\x07" not in line
+    assert not (tmp_path / "pyrometer-profile.html").exists()
+
+
+def test_view_takes_fields_of_a_newer_pyrometer_and_fills_in_an_older_ones(tmp_path, run_pyrometer):
+    """What check allows: fields it does not know (plain JSON), and optional
+    fields missing (they get their defaults)."""
+    profile = make_profile(2, 30, seed=11)
+    profile["newer_field"] = {"nested": [1, 2.5, None, "text", {"deep": [True]}]}
+    _first_file(profile)["lines"][0]["n_gpu_percent"] = 12.0
+    _first_file(profile)["lines"][1]["newer_entry_field"] = [1, 2]
+    for name in ("exit_status", "threads", "native_threads"):
+        del profile[name]
+    del _first_file(profile)["functions"]
+    path = _write(tmp_path, json.dumps(profile))
+    proc = run_pyrometer(["view", path, "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    again = json.loads(proc.stdout)
+    assert again["newer_field"] == profile["newer_field"]
+    assert again["exit_status"] is None and again["threads"] == 0 and again["notices"] == []
+    assert _first_file(again)["functions"] == [] and _first_file(again)["lines"][1]["newer_entry_field"] == [1, 2]
+    for fmt in ([], ["--html"]):
+        assert run_pyrometer(["view", path, *fmt], cwd=tmp_path).returncode == 0

@@ -18,7 +18,8 @@ from .options import Options, UsageError, parse
 
 
 def _error(message: str, status: int = 2) -> int:
-    print(f"pyrometer: error: {message}", file=sys.stderr)
+    from .render.text import visible  # a message may quote a file name: nothing raw to the terminal
+    print(f"pyrometer: error: {visible(message)}", file=sys.stderr)
     return status
 
 
@@ -52,7 +53,7 @@ def write_report(profile: dict, fmt: str, path: str | None, web: bool = False) -
             stream.write(rendered)
             stream.flush()
         return
-    json_out.write_atomically(path, report(profile, fmt))
+    json_out.write_report(path, report(profile, fmt))
     if web:
         _open_page(path)
 
@@ -203,6 +204,9 @@ def _profile(options: Options) -> int:
         # now the death it asked for.
         _core.ending_die(signum)
     if outcome.interrupted:
+        if options.memory:
+            from .preload import remove_private_link
+            remove_private_link()  # main's finally does not run after the kill
         # Exit the way Python does on Ctrl-C: killed by SIGINT, so that shells and
         # parent processes see the interruption.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -234,9 +238,13 @@ def _ignore(signum, frame) -> None:
 def _unwritable(path: str) -> str | None:
     """Why the report could not be written to path, checked before the program
     runs rather than after it."""
-    directory = os.path.dirname(os.path.abspath(path))
+    from .render.json_out import written_in_place
     if os.path.isdir(path):
         return f"cannot write the report to {path}: it is a directory"
+    if written_in_place(path):  # a FIFO or a device: written into, not replaced
+        return None if os.access(path, os.W_OK) else f"cannot write the report to {path}: it is not writable"
+    # A regular file, new or replaced, is made in its directory (a link's: its target's)
+    directory = os.path.dirname(os.path.abspath(os.path.realpath(path) if os.path.islink(path) else path))
     if not os.path.isdir(directory):
         return f"cannot write the report to {path}: no directory {directory}"
     if not os.access(directory, os.W_OK):
@@ -301,4 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         options = parse(argv)
     except UsageError as e:
         return _error(str(e))
-    return _profile(options)
+    try:
+        return _profile(options)
+    finally:
+        if options.memory:
+            from .preload import remove_private_link
+            remove_private_link()  # the library's link, when its path could not be preloaded

@@ -5,7 +5,8 @@ sample (csrc/profile/periodic.h says why a thread of our own does not work): it
 takes the C core's aggregates (`collect`), serialises them with `marshal`, and
 sends them over a socket to a writer process (a separate, low-priority
 interpreter started once with `posix_spawn`, without the memory hooks), which
-builds the profile, renders it and replaces the file atomically, then answers.
+builds the profile, renders it and replaces the file atomically (json_out.write_report),
+then answers.
 The C core leaves that work out of the program's CPU time and memory, and sends
 a new report only once the previous one is answered.  Only the writer process
 runs the standard library's json or tokenize, so no line of them shows up in the
@@ -171,7 +172,7 @@ def child_main() -> None:
         try:
             job = marshal.loads(_read_exactly(jobs, size))
             profile = _build(model, job, ended_by=None)
-            json_out.write_atomically(job["path"], report(profile, job["format"]))
+            json_out.write_report(job["path"], report(profile, job["format"]))
             last = job
             answer = b"ok\n"
         except Exception as e:  # reported by the profiler as one line, never a traceback
@@ -201,7 +202,7 @@ def _last_word(last: dict | None, model, report) -> None:
             profile = _build(model, last, ended_by="unknown", notices=[
                 "the program ended without its final profile (a signal that cannot be caught, "
                 f"a crash, or _exit from native code): this report covers its first {last['elapsed']:.1f} s"])
-            json_out.write_atomically(last["path"], report(profile, last["format"]))
+            json_out.write_report(last["path"], report(profile, last["format"]))
         except Exception:
             pass  # the report as it was stays
     try:

@@ -2,15 +2,31 @@
 process from its first allocation, so the command re-executes itself with the
 library in LD_PRELOAD.  This module decides that before anything heavy is
 imported: the first process should cost one interpreter start and nothing more.
+
+The dynamic loader splits LD_PRELOAD at every space and colon, with no way to
+quote one, so a library installed under such a path (a virtual environment in
+"My Projects", a directory named "a:b") is preloaded through a symbolic link to
+it in a private directory (mkdtemp, mode 0700) whose path has neither.  The
+profiled program's children inherit LD_PRELOAD, so the link lives as long as
+the command: the re-executed process removes it when it ends
+(remove_private_link).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 
 MEMHOOKS_LIBRARY = "libpyrometer_memhooks.so"
 _REEXEC_MARK = "PYROMETER_MEMHOOKS_PRELOADED"
+# Set for the re-executed process only: the private directory of the link it
+# must remove when it ends.
+_LINK_DIRECTORY = "PYROMETER_MEMHOOKS_LINK_DIRECTORY"
+# What the dynamic loader takes for the end of a path in LD_PRELOAD (glibc's
+# elf/rtld.c splits the list at " :").
+_PRELOAD_SEPARATORS = (" ", ":")
 _OWN_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -26,10 +42,65 @@ def memhooks_library() -> str | None:
 
 
 def _preloaded(library: str | None) -> bool:
-    if library is None or library not in os.environ.get("LD_PRELOAD", "").split(":"):
+    """Whether the library (itself, or through the private link) is in
+    LD_PRELOAD and loaded."""
+    if library is None:
+        return False
+    named = [p for p in os.environ.get("LD_PRELOAD", "").split(":") if os.path.basename(p) == MEMHOOKS_LIBRARY]
+    if library not in named and not any(os.path.realpath(p) == os.path.realpath(library) for p in named):
         return False
     from . import _core
     return _core.memory_available()
+
+
+def _splits(path: str) -> bool:
+    return any(c in path for c in _PRELOAD_SEPARATORS)
+
+
+def _private_link(library: str) -> tuple[str | None, str]:
+    """A symbolic link to library in a new private directory whose path LD_PRELOAD
+    can carry; (its path, "") or (None, why not)."""
+    candidates = [tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"]
+    problem = "no temporary directory whose path has no space or colon"
+    for parent in dict.fromkeys(candidates):  # in order, once each
+        if _splits(parent) or not os.path.isdir(parent):
+            continue
+        try:
+            directory = tempfile.mkdtemp(prefix="pyrometer-preload-", dir=parent)
+        except OSError as e:
+            problem = f"cannot make a directory in {parent}: {e.strerror or e}"
+            continue
+        link = os.path.join(directory, MEMHOOKS_LIBRARY)
+        try:
+            os.symlink(library, link)
+        except OSError as e:
+            shutil.rmtree(directory, ignore_errors=True)
+            problem = f"cannot make a link in {directory}: {e.strerror or e}"
+            continue
+        return link, ""
+    return None, problem
+
+
+class _PrivateLink:
+    """The private link's directory, in the re-executed process that owns it."""
+    directory: str | None = None
+    owner = 0  # a process the program forks inherits this, not the duty to remove it
+
+
+def _take_private_link() -> None:
+    """Out of the environment (the program's children must not remove it) and
+    into this process's hands: the link made before re-executing, if any."""
+    directory = os.environ.pop(_LINK_DIRECTORY, None)
+    if directory is not None:
+        _PrivateLink.directory, _PrivateLink.owner = directory, os.getpid()
+
+
+def remove_private_link() -> None:
+    """Remove the private link made for this command, if any, in the process that
+    owns it: called when the command ends."""
+    if _PrivateLink.directory is not None and os.getpid() == _PrivateLink.owner:
+        shutil.rmtree(_PrivateLink.directory, ignore_errors=True)
+        _PrivateLink.directory = None
 
 
 def ensure_memhooks_preloaded() -> str | None:
@@ -37,19 +108,34 @@ def ensure_memhooks_preloaded() -> str | None:
     library first in LD_PRELOAD, unless it is there already.  Returns an error
     message when that cannot be done."""
     library = memhooks_library()
+    _take_private_link()
     if _preloaded(library):
         os.environ.pop(_REEXEC_MARK, None)
         return None
     if os.environ.get(_REEXEC_MARK):
+        remove_private_link()
         return "could not preload the memory library (is LD_PRELOAD ignored here?); use --no-memory"
     if library is None:
         return f"{MEMHOOKS_LIBRARY} is missing from the installation; reinstall pyrometer or use --no-memory"
     env = dict(os.environ)
-    env["LD_PRELOAD"] = library + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    preload = library
+    if _splits(library):
+        preload, problem = _private_link(library)
+        if preload is None:
+            return (f"cannot preload {library}: LD_PRELOAD cannot carry a path with a space or a colon, "
+                    f"and a private link to it could not be made ({problem}); install pyrometer "
+                    f"under a path without them, or use --no-memory")
+        env[_LINK_DIRECTORY] = os.path.dirname(preload)
+    env["LD_PRELOAD"] = preload + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
     env[_REEXEC_MARK] = "1"
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    try:
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    except OSError as e:
+        if _LINK_DIRECTORY in env:
+            shutil.rmtree(env[_LINK_DIRECTORY], ignore_errors=True)
+        return f"cannot run {sys.executable} again with the memory library preloaded: {e.strerror or e}"
     return "exec failed"  # not reached
 
 

@@ -16,7 +16,9 @@ import base64
 import hashlib
 import html
 import json
+import math
 import os
+import re
 from typing import Any
 
 from ..model import display_name
@@ -49,7 +51,9 @@ def _round(value: Any) -> Any:
     if isinstance(value, float):
         if value == 0.0 or value != value:
             return 0
-        return float(f"{value:.4g}")
+        rounded = float(f"{value:.4g}")
+        # 4 digits of a number near the largest float round past it, to infinity
+        return rounded if abs(rounded) != math.inf else value
     return value
 
 
@@ -107,11 +111,17 @@ def page_data(profile: dict[str, Any]) -> dict[str, Any]:
     return {"fields": fields, "summary": summary, "files": files}
 
 
+# Lone surrogates (from a file name that was not UTF-8) cannot be written as
+# UTF-8: inside the page's JSON they stay escapes, which JSON.parse reads back.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _json_for_script(data: Any) -> str:
     """JSON that cannot end the <script> element it sits in, whatever the source
     lines contain ("</script>", "<!--")."""
     text = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
-    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    text = text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def render(profile: dict[str, Any]) -> str:
@@ -126,7 +136,7 @@ def render(profile: dict[str, Any]) -> str:
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
         f"<meta http-equiv=\"Content-Security-Policy\" content=\"{policy}\">\n",
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
-        f"<title>{html.escape(title)}</title>\n",
+        f"<title>{html.escape(_SURROGATE.sub(chr(0xfffd), title))}</title>\n",
         f"<style>\n{style}</style>\n</head>\n<body>\n",
         "<noscript>This report is drawn by JavaScript; enable it, or use "
         "<code>pyrometer view PROFILE.json --cli</code>.</noscript>\n",

@@ -21,13 +21,58 @@ def terminal_width() -> int:
     return max(60, shutil.get_terminal_size((132, 24)).columns)
 
 
-# Control characters in source lines (a stray escape sequence, a carriage
-# return) would move the terminal's cursor: shown as U+FFFD instead.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# Characters a string of the profile must not send to the terminal as they are:
+# C0 and C1 controls (an escape sequence can rewrite the screen, set the window
+# title or, on some terminals, answer back into the shell's input), DEL, lone
+# surrogates (a file name that was not UTF-8; they cannot be written out), the
+# line and paragraph separators, and the bidirectional controls that make text
+# display in another order than it is read ("Trojan Source").
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
-def _clean(text: str) -> str:
-    return _CONTROL.sub("\ufffd", text.expandtabs(4))
+def _escape(match: re.Match) -> str:
+    c = ord(match.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def visible(text: str) -> str:
+    """text as the terminal may show it: tabs expanded, every character above
+    written as a visible escape (ESC as \\x1b), the way Python's repr does."""
+    text = text.expandtabs(4)
+    return _UNPRINTABLE.sub(_escape, text) if _UNPRINTABLE.search(text) else text
+
+
+def _cleaned(value: Any) -> Any:
+    """value with every string in it (keys too) made visible."""
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, dict):
+        return {visible(k): _cleaned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cleaned(v) for v in value]
+    return value
+
+
+def _printable(profile: dict[str, Any]) -> dict[str, Any]:
+    """The profile with every string the report can show made visible, so that none
+    reaches the terminal raw.  Lines and functions are the bulk of a big
+    profile and their only string is `line` (model.check makes sure of that,
+    and this does not count on it): those are copied only where it changes."""
+    out = _cleaned({k: v for k, v in profile.items() if k != "files"})
+    files = out["files"] = {}
+    for name, f in profile["files"].items():
+        f = files[visible(name)] = _cleaned({k: v for k, v in f.items() if k not in ("lines", "functions")}) | {
+            kind: f[kind] for kind in ("lines", "functions")}
+        for kind in ("lines", "functions"):
+            original = entries = f[kind]
+            for i, e in enumerate(original):
+                line = e.get("line")
+                text = visible(line) if isinstance(line, str) else _cleaned(line)
+                if text != line:
+                    if entries is original:
+                        entries = f[kind] = list(original)
+                    entries[i] = dict(e, line=text)
+    return out
 
 
 def _char_width(c: str) -> int:
@@ -185,6 +230,7 @@ FEW_SAMPLES = 20
 
 
 def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> str:
+    profile = _printable(profile)
     paint = _Painter(color)
     threshold = profile["options"]["cpu_percent_threshold"]
     hot = threshold * HOT_FACTOR
@@ -194,7 +240,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
     title = f"pyrometer: {profile['program']}"
     if profile["args"]:
         title += " " + " ".join(profile["args"])
-    out.append(paint(cut(_clean(title), width), BOLD))
+    out.append(paint(cut(visible(title), width), BOLD))
     threads = profile["threads"]
     out.append(cut(
         f"elapsed {profile['elapsed_time_sec']:.3f} s · {samples} sample{'s' if samples != 1 else ''}"
@@ -208,7 +254,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
                    f"system {cpu['system']:.3f} s{waits}", width))
     out.append(cut("options: " + _options_words(profile), width))
     for notice in profile.get("notices", []):
-        out.append(paint(_clean("notice: " + str(notice)), BOLD))
+        out.append(paint(visible("notice: " + str(notice)), BOLD))
     if profile.get("exit_status", 0) is None and profile.get("ended_by") is None:
         out.append(cut("A snapshot taken while the program was still running (--profile-interval).", width))
     brief = samples == 0
@@ -243,7 +289,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
             continue
         shown += 1
         out.append("")
-        out.append(paint(cut(_clean(f"{display_name(filename)}: % of time = {f['percent_cpu_time']:.1f}% "
+        out.append(paint(cut(visible(f"{display_name(filename)}: % of time = {f['percent_cpu_time']:.1f}% "
                                     f"({f['cpu_time_sec']:.3f} s) out of {profile['total_time_sec']:.3f} s"), width),
                          BOLD))
         show_waits = _shows_waits(profile)
@@ -257,7 +303,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
             share = _share(e)
             if profile["options"]["reduced_profile"] and not significant(e, threshold, malloc_threshold):
                 continue
-            rows.append([str(e["lineno"]), *cells(e), _clean(e["line"])])
+            rows.append([str(e["lineno"]), *cells(e), visible(e["line"])])
             heavy = malloc_threshold is not None and e.get("n_malloc_mb", 0.0) >= malloc_threshold
             styles.append((BOLD, RED) if share >= hot else (YELLOW,) if share >= threshold or heavy else ())
         first_memory = 5 if show_waits else 4
@@ -266,7 +312,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         funcs = [e for e in f["functions"] if _share(e) >= 0.5 or e.get("n_malloc_mb", 0.0) >= 0.5]
         if funcs:
             out.append("")
-            rows = [[str(e["lineno"]), *cells(e), _clean(e["line"])] for e in funcs]
+            rows = [[str(e["lineno"]), *cells(e), visible(e["line"])] for e in funcs]
             styles = [(BOLD, RED) if _share(e) >= hot else () for e in funcs]
             out.extend(_table(rows, header + ["function summary"], len(header), width, styles, paint, droppable,
                               note=False))
@@ -278,7 +324,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         out.append("")
         out.append(paint("Top allocating lines", BOLD))
         for t in profile["top_allocations"][:5]:
-            out.append(cut(_clean(f"  {display_name(t['filename'])}:{t['lineno']}: {t['n_malloc_mb']:.0f} MB "
+            out.append(cut(visible(f"  {display_name(t['filename'])}:{t['lineno']}: {t['n_malloc_mb']:.0f} MB "
                                   f"({t['n_python_fraction'] * 100:.0f}% Python)"), width))
     if shown == 0 and profile["cpu_samples"] > 0:
         out.append("")

@@ -5,7 +5,12 @@
  * lines.  Tables are built when their file is opened, as HTML strings (one
  * parse per chunk of rows is far cheaper than creating elements one by one),
  * and long files are filled in chunks between frames so the page never freezes.
- * Every number shown is one of the profile's own (docs/profile-schema.md). */
+ * Every number shown is one of the profile's own (docs/profile-schema.md).
+ *
+ * The profile may come from anywhere (pyrometer view of a file someone sent):
+ * every value of it that goes into markup goes through esc(), or through a
+ * formatter that can only give digits (fix, secs, pct, mb), never raw, even
+ * where model.check has already made sure it is a number. */
 (function () {
   "use strict";
 
@@ -25,10 +30,9 @@
   var tables = [];       // every table built so far
 
   function num(v, fallback) { return typeof v === "number" && isFinite(v) ? v : fallback; }
+  var ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
   function esc(s) {
-    return String(s).replace(/[&<>"]/g, function (c) {
-      return c === "&" ? "&amp;" : c === "<" ? "&lt;" : c === ">" ? "&gt;" : "&quot;";
-    });
+    return String(s).replace(/[&<>"']/g, function (c) { return ESCAPES[c]; });
   }
   function pct(v) { return v >= 0.5 ? Math.round(v) + "%" : ""; }
   function mb(v) { return v >= 0.5 ? (v < 10000 ? Math.round(v) + " MB" : Math.round(v / 1024) + " GB") : ""; }
@@ -141,14 +145,14 @@
     field("n_copy_mb_s", "Copy MB/s", function (v) { return v >= 0.5 ? String(Math.round(v)) : ""; }, "92px"),
   ] : [];
   var LINE_COL = { id: "lineno", label: "Line", cls: "n", asc: true,
-                   key: function (E, k) { return E.ln(k); }, cell: function (E, k) { return E.ln(k); } };
+                   key: function (E, k) { return E.ln(k); }, cell: function (E, k) { return esc(E.ln(k)); } };
   var SOURCE_COL = { id: "source", label: "source", cls: "src", asc: true, width: "minmax(40ch, max-content)",
                      key: function (E, k) { return E.text[k]; }, cell: function (E, k) { return esc(E.text[k]); } };
   var FUNCTION_COL = { id: "function", label: "function", cls: "fn", asc: true, width: "minmax(16ch, 40ch)",
                        key: function (E, k) { return E.text[k]; },
                        cell: function (E, k) {
-                         return '<a title="' + esc(E.text[k]) + '" href="#L' + E.fileOf(k) + "-" + E.ln(k) + '" data-goto="' + E.fileOf(k) + ":" +
-                           E.ln(k) + '">' + esc(E.text[k]) + "</a>";
+                         return '<a title="' + esc(E.text[k]) + '" href="#L' + E.fileOf(k) + "-" + esc(E.ln(k)) + '" data-goto="' +
+                           E.fileOf(k) + ":" + esc(E.ln(k)) + '">' + esc(E.text[k]) + "</a>";
                        } };
   var FILE_COL = { id: "file", label: "file", cls: "fn", asc: true, width: "minmax(12ch, 36ch)",
                    key: function (E, k) { return FILES[E.fileOf(k)].raw.display; },
@@ -207,7 +211,7 @@
   Table.prototype.rowHtml = function (k) {
     var E = this.E, cls = E.rowClass(k), h = '<div class="r' + (cls ? " " + cls : "") + '" role="row"', cols = this.cols;
     h += ' data-k="' + k + '"';
-    if (this.kind === "lines") h += ' id="L' + E.fi + "-" + E.ln(k) + '"';
+    if (this.kind === "lines") h += ' id="L' + E.fi + "-" + esc(E.ln(k)) + '"';
     h += ">";
     for (var i = 0; i < cols.length; i++) {
       h += cols[i].cls ? '<span class="' + cols[i].cls + '">' : "<span>";
@@ -306,9 +310,9 @@
 
   function where(fi, lineno) {
     var F = FILES[fi];
-    var short = F.raw.display.split("/").pop();
-    return '<a href="#L' + fi + "-" + lineno + '" data-goto="' + fi + ":" + lineno + '" title="' +
-      esc(F.raw.display) + ":" + lineno + '">' + esc(short) + ":" + lineno + "</a>";
+    var short = F.raw.display.split("/").pop(), n = esc(lineno);
+    return '<a href="#L' + fi + "-" + n + '" data-goto="' + fi + ":" + n + '" title="' +
+      esc(F.raw.display) + ":" + n + '">' + esc(short) + ":" + n + "</a>";
   }
   function fileIndex(name) {
     for (var i = 0; i < FILES.length; i++) if (FILES[i].raw.name === name) return i;
@@ -316,7 +320,7 @@
   }
   function whereName(name, lineno) {
     var fi = fileIndex(name);
-    return fi >= 0 ? where(fi, lineno) : esc(name) + ":" + lineno;
+    return fi >= 0 ? where(fi, lineno) : esc(name) + ":" + esc(lineno);
   }
 
   function summaryHtml() {
@@ -327,7 +331,7 @@
     h += '<div class="meta" id="run-meta">elapsed ' + secs(ELAPSED) + " · " + plural(samples, "sample") +
       (samples ? " (every " + (num(S.sampling_interval_sec, 0) * 1000).toFixed(1) + " ms on average)" : "") +
       " · " + plural(threads, "thread") + " · " + plural(num(S.n_cpus, 0), "CPU") +
-      (S.exit_status === null || S.exit_status === undefined ? "" : " · exit status " + S.exit_status) + "</div>";
+      (S.exit_status === null || S.exit_status === undefined ? "" : " · exit status " + esc(S.exit_status)) + "</div>";
     h += '<div class="meta">Python ' + esc(S.python_version || "?") + " on " + esc(S.platform || "?") +
       (S.start_time_absolute ? " · started " + esc(new Date(S.start_time_absolute * 1000).toLocaleString()) : "") +
       "</div>";

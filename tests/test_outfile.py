@@ -1,0 +1,200 @@
+"""Where a report goes (--outfile, view -o): a regular file is replaced
+atomically and gets the mode any new file gets under the umask, which is read,
+never set, while the program's threads may still run; a device, a FIFO and
+what a symbolic link points to are written, never replaced by a regular file."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import program_env
+
+PROGRAM = "print('ran')\n"
+
+
+def pyrometer(args: list, cwd: Path, groundtruth: Path, umask: int | None = None) -> subprocess.CompletedProcess:
+    """python -m pyrometer ARGS, under umask when given (set in the child only)."""
+    return subprocess.run([sys.executable, "-m", "pyrometer", *[str(a) for a in args]], cwd=cwd,
+                          capture_output=True, text=True, env=program_env(groundtruth), timeout=60,
+                          stdin=subprocess.DEVNULL, preexec_fn=None if umask is None else lambda: os.umask(umask))
+
+
+@pytest.fixture
+def prog(tmp_path) -> Path:
+    path = tmp_path / "prog.py"
+    path.write_text(PROGRAM)
+    return path
+
+
+@pytest.fixture
+def saved(tmp_path, prog, groundtruth_dir) -> Path:
+    proc = pyrometer(["--json", "--outfile", tmp_path / "saved.json", prog], tmp_path, groundtruth_dir)
+    assert proc.returncode == 0, proc.stderr
+    return tmp_path / "saved.json"
+
+
+@pytest.fixture
+def null_device(tmp_path) -> Path:
+    """A character device that discards what is written to it.  As root, a
+    private one (the null device's numbers, in tmp_path): were pyrometer to
+    replace it with a file, as it once did, a test run as root would replace the
+    machine's /dev/null.  Otherwise /dev/null itself, which only root can replace."""
+    if os.geteuid() != 0:
+        return Path("/dev/null")
+    path = tmp_path / "null"
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        with open(path, "w") as f:
+            f.write("x")
+    except OSError as e:  # a file system mounted nodev, a container without mknod
+        pytest.skip(f"cannot make a private null device in {tmp_path}: {e}")
+    return path
+
+
+def test_device_is_written_not_replaced(tmp_path, prog, saved, null_device, groundtruth_dir):
+    for args in (["--json", "--outfile", null_device, prog], ["--html", "--outfile", null_device, prog],
+                 ["view", saved, "--json", "-o", null_device]):
+        proc = pyrometer(args, tmp_path, groundtruth_dir)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == ""
+        assert stat.S_ISCHR(os.stat(null_device).st_mode), f"{args}: {null_device} is no longer a device"
+    assert not list(tmp_path.glob(".pyrometer-*")), "a temporary file was left"
+
+
+def test_fifo_is_written_into(tmp_path, prog, saved, groundtruth_dir):
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    for args in (["--json", "--outfile", fifo, prog], ["view", saved, "--json", "-o", fifo]):
+        # The test holds both ends (O_RDWR never waits for a peer), so that the
+        # report's open does not wait, and a pipe large enough for the report.
+        ends = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        try:
+            fcntl.fcntl(ends, fcntl.F_SETPIPE_SZ, 1 << 20)
+            proc = pyrometer(args, tmp_path, groundtruth_dir)
+            assert proc.returncode == 0, proc.stderr
+            assert stat.S_ISFIFO(os.stat(fifo).st_mode), f"{args}: the FIFO was replaced"
+            data = b""
+            while True:
+                try:
+                    chunk = os.read(ends, 1 << 20)
+                except BlockingIOError:
+                    break
+                data += chunk
+        finally:
+            os.close(ends)
+        assert json.loads(data)["pyrometer_schema"] == 1, f"{args}: {data[:200]!r}"
+
+
+def test_symbolic_link_stays_and_its_target_is_written(tmp_path, prog, saved, groundtruth_dir):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = elsewhere / "profile.json"
+    target.write_text("old\n")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(elsewhere / "new.json")
+    for path, points_to in ((link, target), (dangling, elsewhere / "new.json")):
+        proc = pyrometer(["--json", "--outfile", path, prog], tmp_path, groundtruth_dir)
+        assert proc.returncode == 0, proc.stderr
+        assert path.is_symlink() and Path(os.readlink(path)) == points_to, f"{path} was replaced"
+        assert json.loads(points_to.read_text())["pyrometer_schema"] == 1
+    # A link to something written in place: to this process's standard output (a pipe).
+    out = tmp_path / "stdout-link"
+    out.symlink_to("/dev/stdout")
+    proc = pyrometer(["view", saved, "--json", "-o", out], tmp_path, groundtruth_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert out.is_symlink() and json.loads(proc.stdout)["pyrometer_schema"] == 1
+    assert not list(tmp_path.glob(".pyrometer-*")) and not list(elsewhere.glob(".pyrometer-*"))
+
+
+def test_regular_file_is_replaced(tmp_path, prog, groundtruth_dir):
+    out = tmp_path / "profile.json"
+    out.write_text("old\n")
+    old_inode = out.stat().st_ino
+    proc = pyrometer(["--json", "--outfile", out, prog], tmp_path, groundtruth_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["pyrometer_schema"] == 1
+    assert out.stat().st_ino != old_inode, "not replaced by rename (a reader could see half a report)"
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o022, 0o077])
+def test_report_mode_is_a_new_files(tmp_path, prog, saved, umask, groundtruth_dir):
+    """The mode any new file gets (0666 less the umask), for run and view alike."""
+    expected = 0o666 & ~umask
+    for args, out in ((["--json", "--outfile", tmp_path / "run.json", prog], tmp_path / "run.json"),
+                      (["view", saved, "--html", "-o", tmp_path / "view.html"], tmp_path / "view.html")):
+        proc = pyrometer(args, tmp_path, groundtruth_dir, umask=umask)
+        assert proc.returncode == 0, proc.stderr
+        assert stat.S_IMODE(out.stat().st_mode) == expected, f"{out.name}: {stat.S_IMODE(out.stat().st_mode):o}"
+
+
+THREADS_CREATE_FILES = """
+import os, sys, threading, time
+
+log, directory = sys.argv[1], sys.argv[2]
+real_umask = os.umask
+
+def umask_spy(mask):  # pyrometer shares this interpreter: it would call this
+    with open(log, "a") as f:
+        f.write(f"os.umask({mask:o}) called\\n")
+    return real_umask(mask)
+
+os.umask = umask_spy
+
+def create_files():
+    # What any program's thread may do while the profile is written after its
+    # main code returned: a file created then must get the program's umask.
+    i = 0
+    while True:
+        path = os.path.join(directory, f"f{i % 16}")
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o666)
+        mode = os.fstat(fd).st_mode & 0o777
+        os.close(fd)
+        os.unlink(path)
+        if mode != 0o644:
+            with open(log, "a") as f:
+                f.write(f"a file made by the program's thread has mode {mode:o}\\n")
+        i += 1
+
+threading.Thread(target=create_files, daemon=True).start()
+time.sleep(0.3)
+"""
+
+
+def test_umask_is_never_set_while_the_program_runs(tmp_path, groundtruth_dir):
+    prog = tmp_path / "threads.py"
+    prog.write_text(THREADS_CREATE_FILES)
+    log, files = tmp_path / "log.txt", tmp_path / "files"
+    files.mkdir()
+    log.write_text("")
+    for fmt in ("--json", "--html", "--cli"):
+        out = tmp_path / f"report{fmt}"
+        proc = pyrometer([fmt, "--outfile", out, prog, log, files], tmp_path, groundtruth_dir, umask=0o022)
+        assert proc.returncode == 0, proc.stderr
+        assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    assert log.read_text() == ""
+
+
+def test_umask_without_proc(tmp_path, monkeypatch):
+    """Where /proc/self/status does not say it, the umask comes from a probe
+    file, made in a private directory that is then removed."""
+    from pyrometer.render import json_out  # noqa: PLC0415
+    from_proc = json_out.umask()
+
+    def no_proc(path, *args, **kw):
+        if str(path).startswith("/proc/"):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return open(path, *args, **kw)
+
+    monkeypatch.setattr(json_out, "open", no_proc, raising=False)
+    assert json_out.umask(str(tmp_path)) == from_proc
+    assert list(tmp_path.iterdir()) == []

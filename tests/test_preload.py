@@ -1,0 +1,59 @@
+"""The memory library installed under a path LD_PRELOAD cannot carry (the
+dynamic loader splits it at spaces and colons): preloaded through a private
+link that lives as long as the command, in the program and in its children."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import program_env
+
+# Runs pyrometer from the directory given first (sys.argv[1]), as an installation
+# there would; the re-executed process runs the same command line again.
+FROM_INSTALL = "import sys; sys.path.insert(0, sys.argv.pop(1)); from pyrometer.cli import main; sys.exit(main())"
+
+PROGRAM = """
+import json, os, subprocess, sys
+child = subprocess.run([sys.executable, "-c", "print(open('/proc/self/maps').read())"],
+                       capture_output=True, text=True)
+keep = [bytearray(1 << 20) for _ in range(40)]
+with open(sys.argv[1], "w") as f:
+    json.dump({"LD_PRELOAD": os.environ.get("LD_PRELOAD", ""),
+               "points_to": os.path.realpath(os.environ.get("LD_PRELOAD", "").split(":")[0]),
+               "environment": sorted(k for k in os.environ if k.startswith("PYROMETER_")),
+               "child_has_library": "libpyrometer_memhooks.so" in child.stdout,
+               "child_stderr": child.stderr}, f)
+"""
+
+
+@pytest.mark.parametrize("where", ["with space", "with:colon", "both: here"])
+def test_library_under_a_path_with_a_space_or_a_colon(tmp_path, where, groundtruth_dir):
+    import pyrometer  # noqa: PLC0415
+    install = tmp_path / where
+    shutil.copytree(os.path.dirname(pyrometer.__file__), install / "pyrometer")
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    seen, out = tmp_path / "seen.json", tmp_path / "profile.json"
+    # A temporary directory LD_PRELOAD could not carry either: the link goes elsewhere.
+    tmpdir = tmp_path / "temp dir"
+    tmpdir.mkdir()
+    proc = subprocess.run([sys.executable, "-c", FROM_INSTALL, str(install), "--json", "--outfile", out,
+                           "prog.py", seen], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env=program_env(groundtruth_dir, {"TMPDIR": str(tmpdir)}), stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", "the dynamic loader complained: " + proc.stderr
+    profile = json.loads(out.read_text())
+    assert profile["memory"] and profile["max_footprint_mb"] > 30, profile.get("max_footprint_mb")
+    record = json.loads(seen.read_text())
+    link = record["LD_PRELOAD"].split(":")[0]
+    assert os.path.basename(link) == "libpyrometer_memhooks.so" and " " not in link, record
+    assert record["points_to"] == str(install / "pyrometer" / "libpyrometer_memhooks.so"), record
+    assert record["environment"] == [], "the program sees pyrometer's own variables"
+    assert record["child_has_library"] and record["child_stderr"] == "", record
+    assert not os.path.exists(os.path.dirname(link)), "the private link outlived the command"
+    assert os.listdir(tmpdir) == []
