@@ -4,6 +4,7 @@ code objects it makes, or the highest line number it reaches."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 EXEC_LOOP = """
@@ -48,7 +49,8 @@ def test_exec_loop_memory_stays_flat(profile_program):
             f"of {p['code_objects_seen']} it met, holds {p['profiler_memory_bytes'] / 1e6:.1f} MB")
     print(info)
     assert set(rss) == {5, 20}, run.proc.stdout
-    assert rss[20] <= rss[5] * 1.10, info
+    if "ASAN_OPTIONS" not in os.environ:  # the sanitizer job: ASan holds freed memory back
+        assert rss[20] <= rss[5] * 1.10, info
     assert p["code_objects_seen"] > 1000, info  # the sampler did meet many
     assert p["code_objects"] < 200, info        # and did not keep them
     # Every code object of the loop is one function: one line record.

@@ -16,7 +16,9 @@
 #include <stddef.h>
 
 /* The address of a member of the object at p, computed without reading p. */
-#define MEMBER(p, type, member) ((const void *)((const char *)(p) + offsetof(type, member)))
+/* An address computed as an integer: p may be garbage read from a changing frame,
+ * and pointer arithmetic outside an object is not defined C. */
+#define MEMBER(p, type, member) ((const void *)((uintptr_t)(p) + offsetof(type, member)))
 
 const char pyframe_layout[] = "3.10";
 
@@ -75,8 +77,8 @@ int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
         return PYFRAME_PEEK_FAILED;
     }
     _Py_CODEUNIT unit;
-    const char *units = (const char *)MEMBER(bytes, PyBytesObject, ob_sval);
-    if (safe_read(units + 2 * (size_t)lasti, &unit, sizeof unit) != 0) {
+    uintptr_t units = (uintptr_t)MEMBER(bytes, PyBytesObject, ob_sval);
+    if (safe_read((const void *)(units + 2 * (uintptr_t)lasti), &unit, sizeof unit) != 0) {
         return PYFRAME_PEEK_FAILED;
     }
     *opcode = _Py_OPCODE(unit);

@@ -14,7 +14,9 @@
 #include <stddef.h>
 
 /* The address of a member of the object at p, computed without reading p. */
-#define MEMBER(p, type, member) ((const void *)((const char *)(p) + offsetof(type, member)))
+/* An address computed as an integer: p may be garbage read from a changing frame,
+ * and pointer arithmetic outside an object is not defined C. */
+#define MEMBER(p, type, member) ((const void *)((uintptr_t)(p) + offsetof(type, member)))
 
 #if PY_VERSION_HEX >= 0x030C0000
 const char pyframe_layout[] = "3.12";
@@ -92,8 +94,11 @@ int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
             continue;
         }
 #endif
-        const _Py_CODEUNIT *first = _PyCode_CODE(copy.f_code); /* an address: nothing read */
-        if (copy.prev_instr < first) {
+        /* Addresses as integers: what was read may be garbage (the frame was
+         * changing), and neither a member access through it nor a comparison of
+         * pointers into different objects is defined C. */
+        uintptr_t first = (uintptr_t)MEMBER(copy.f_code, PyCodeObject, co_code_adaptive);
+        if ((uintptr_t)copy.prev_instr < first) {
             return PYFRAME_PEEK_STARTING;
         }
         _Py_CODEUNIT unit;

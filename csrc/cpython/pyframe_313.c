@@ -14,7 +14,9 @@
 #include <stddef.h>
 
 /* The address of a member of the object at p, computed without reading p. */
-#define MEMBER(p, type, member) ((const void *)((const char *)(p) + offsetof(type, member)))
+/* An address computed as an integer: p may be garbage read from a changing frame,
+ * and pointer arithmetic outside an object is not defined C. */
+#define MEMBER(p, type, member) ((const void *)((uintptr_t)(p) + offsetof(type, member)))
 
 const char pyframe_layout[] = "3.13";
 
@@ -77,8 +79,11 @@ int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
             f = copy.previous; /* a shim between C and the eval loop: its caller is in a call */
             continue;
         }
-        const _Py_CODEUNIT *first = _PyCode_CODE((PyCodeObject *)copy.f_executable); /* an address */
-        if (copy.instr_ptr < first) {
+        /* Addresses as integers: what was read may be garbage (the frame was
+         * changing), and neither a member access through it nor a comparison of
+         * pointers into different objects is defined C. */
+        uintptr_t first = (uintptr_t)MEMBER(copy.f_executable, PyCodeObject, co_code_adaptive);
+        if ((uintptr_t)copy.instr_ptr < first) {
             return PYFRAME_PEEK_STARTING;
         }
         _Py_CODEUNIT unit;
