@@ -4,14 +4,20 @@
 #include <stdatomic.h>
 
 /* An open-addressed table of the codes that queued samples name.  A slot's code
- * is set by compare-and-swap (the first thread to name a code claims a free
- * slot) and cleared by code_life_forget under the GIL; `last` is the newest ring
- * position that named it.  Races between the two lose a code (it then reads as
- * not alive: its sample is charged to an outer frame), never pass a freed one
- * for alive: a slot's site says "freed" or "evicted" from the moment its code
- * stops being watched. */
+ * word is also its lock: CLAIMING while a thread fills a fresh slot, FORGETTING
+ * while the drain (GIL held) decides whether to clear it; `last` is the newest
+ * ring position that named the code.  A thread that names a code raises `last`
+ * and then checks that the slot still holds it, so the drain either sees the
+ * raised `last` (and keeps the slot) or the thread sees the slot go and claims
+ * another.  A code may so have two slots (the second watch evicts the first's,
+ * which then reads as not alive): a code is alive if any of its slots says so.
+ * Races lose a code (it reads as not alive, and its sample goes to an outer
+ * frame), never pass a freed one for alive: a slot's life says "freed" or
+ * "evicted" from the moment its code stops being watched. */
 #define SLOTS 1024
 #define PROBES 16
+#define CLAIMING ((uintptr_t)1)
+#define FORGETTING ((uintptr_t)2)
 
 typedef struct {
     _Atomic uintptr_t code;
@@ -52,54 +58,52 @@ static void raise_last(slot *s, uint64_t index)
 int code_life_note(const void *code, uint64_t index)
 {
     uintptr_t c = (uintptr_t)code;
-    if (c == 0 || !atomic_load_explicit(&following, memory_order_relaxed)) {
+    if (c <= FORGETTING || !atomic_load_explicit(&following, memory_order_relaxed)) {
         return 0;
     }
     size_t h = home(c);
-    for (size_t p = 0; p < PROBES; p++) {
-        slot *s = &table[(h + p) & (SLOTS - 1)];
-        uintptr_t seen = atomic_load(&s->code);
-        if (seen == c) {
-            raise_last(s, index);
-            return 1;
-        }
-        if (seen == 0 && atomic_compare_exchange_strong(&s->code, &seen, c)) {
-            /* Claimed.  Until the watch is in place the code is alive anyway:
-             * this thread's frame holds it, and it cannot lose it before it
-             * leaves this allocator and takes the GIL back. */
-            atomic_store(&s->life.freed, 0);
-            atomic_store(&s->life.evicted, 0);
-            atomic_store(&s->last, index);
-            api.watch((void *)c, (uintptr_t)&s->life);
-            return 1;
-        }
-        if (seen == c) {
-            raise_last(s, index);
-            return 1;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        for (size_t p = 0; p < PROBES; p++) {
+            slot *s = &table[(h + p) & (SLOTS - 1)];
+            uintptr_t seen = atomic_load(&s->code);
+            if (seen == c) {
+                raise_last(s, index);
+                if (atomic_load(&s->code) == c) {
+                    return 1;
+                }
+                break; /* being forgotten meanwhile: look again */
+            }
+            if (seen == 0 && atomic_compare_exchange_strong(&s->code, &seen, CLAIMING)) {
+                /* Until the watch is in place the code is alive anyway: this
+                 * thread's frame holds it, and it cannot lose it before it leaves
+                 * this allocator and takes the GIL back. */
+                atomic_store(&s->life.freed, 0);
+                atomic_store(&s->life.evicted, 0);
+                atomic_store(&s->last, index);
+                api.watch((void *)c, (uintptr_t)&s->life);
+                atomic_store(&s->code, c);
+                return 1;
+            }
         }
     }
     return 0;
 }
 
-static slot *find(uintptr_t c)
+int code_life_alive(const void *code)
 {
+    uintptr_t c = (uintptr_t)code;
+    if (!atomic_load(&following) || c <= FORGETTING) {
+        return 0;
+    }
     size_t h = home(c);
     for (size_t p = 0; p < PROBES; p++) {
         slot *s = &table[(h + p) & (SLOTS - 1)];
-        if (atomic_load(&s->code) == c) {
-            return s;
+        if (atomic_load(&s->code) == c && atomic_load(&s->life.freed) == 0 &&
+            atomic_load(&s->life.evicted) == 0) {
+            return 1;
         }
     }
-    return NULL;
-}
-
-int code_life_alive(const void *code)
-{
-    if (!atomic_load(&following)) {
-        return 0;
-    }
-    slot *s = find((uintptr_t)code);
-    return s != NULL && atomic_load(&s->life.freed) == 0 && atomic_load(&s->life.evicted) == 0;
+    return 0;
 }
 
 void code_life_forget(uint64_t tail)
@@ -107,7 +111,12 @@ void code_life_forget(uint64_t tail)
     for (size_t i = 0; i < SLOTS; i++) {
         slot *s = &table[i];
         uintptr_t c = atomic_load(&s->code);
-        if (c == 0 || atomic_load(&s->last) >= tail) {
+        if (c <= FORGETTING || atomic_load(&s->last) >= tail ||
+            !atomic_compare_exchange_strong(&s->code, &c, FORGETTING)) {
+            continue;
+        }
+        if (atomic_load(&s->last) >= tail) {
+            atomic_store(&s->code, c); /* named again meanwhile: kept */
             continue;
         }
         /* Quietly: the block stays in the watch table with no token, and its
