@@ -135,7 +135,8 @@ def test_threads_forks_and_allocations_for_20_seconds(tmp_path, start_pyrometer)
     stdout, stderr = proc.communicate()
     assert proc.returncode == 0, f"exit status {proc.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr[-5000:]}"
     counts = json.loads(stdout.strip().splitlines()[-1])
-    assert counts["errors"] == 0 and counts["threads"] >= 5 * LIVE_THREADS and counts["forks"] > 0, counts
+    assert counts["errors"] == 0 and counts["threads"] >= 5 * LIVE_THREADS and counts["forks"] > 0, (
+        f"{counts}\nstderr:\n{stderr[-5000:]}")
     profile = json.loads(out.read_text())
 
     # Memory flat: the median RSS over the last 20% of the run against the
