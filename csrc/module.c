@@ -360,36 +360,56 @@ static PyObject *core_reset(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* Run source bytes as the interpreter runs a script file: through its file
- * tokenizer (PyRun_FileExFlags), whose errors differ from compile()'s string
- * tokenizer (a non-UTF-8 source without a coding line, a null byte).  The
- * launcher compiles with compile() and comes here only when that fails, so that
- * the program's error is the very one python prints. */
+/* Run a program as the interpreter runs a script file or standard input:
+ * through its file tokenizer (PyRun_FileExFlags), whose errors differ from
+ * compile()'s string tokenizer (a non-UTF-8 source without a coding line, a null
+ * byte), and which can honour a coding line only where it can seek its file's
+ * descriptor (not a pipe on standard input).  source is a descriptor (read from
+ * where it stands) or bytes, read as from a pipe (fmemopen has no descriptor,
+ * so a coding line fails there exactly as on a pipe). */
 static PyObject *core_run_file(PyObject *module, PyObject *args)
 {
     (void)module;
-    Py_buffer source;
-    PyObject *filename, *globals;
-    if (!PyArg_ParseTuple(args, "y*UO!:run_file", &source, &filename, &PyDict_Type, &globals)) {
+    PyObject *source, *filename, *globals;
+    if (!PyArg_ParseTuple(args, "OUO!:run_file", &source, &filename, &PyDict_Type, &globals)) {
         return NULL;
     }
-    /* fmemopen refuses an empty buffer on older C libraries; an empty source
-     * compiles and never comes here, but one newline would run the same. */
-    static char newline[] = "\n";
-    FILE *fp = source.len > 0 ? fmemopen(source.buf, (size_t)source.len, "rb") : fmemopen(newline, 1, "rb");
-    if (fp == NULL) {
-        PyBuffer_Release(&source);
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
     const char *name = PyUnicode_AsUTF8(filename);
-    PyObject *result = NULL;
-    if (name != NULL) {
-        PyCompilerFlags flags = {0}; /* as the interpreter runs a script: no inherited flags */
-        flags.cf_feature_version = PY_MINOR_VERSION;
-        result = PyRun_FileExFlags(fp, name, Py_file_input, globals, globals, 0, &flags);
+    if (name == NULL) {
+        return NULL;
     }
+    FILE *fp = NULL;
+    Py_buffer bytes = {0};
+    int have_bytes = 0;
+    if (PyLong_Check(source)) {
+        int fd = PyLong_AsLong(source) < 0 ? -1 : dup((int)PyLong_AsLong(source));
+        if (fd < 0 || (fp = fdopen(fd, "rb")) == NULL) {
+            if (fd >= 0) {
+                close(fd);
+            }
+            return PyErr_Occurred() ? NULL : PyErr_SetFromErrno(PyExc_OSError);
+        }
+    } else {
+        if (PyObject_GetBuffer(source, &bytes, PyBUF_SIMPLE) != 0) {
+            return NULL;
+        }
+        have_bytes = 1;
+        /* fmemopen refuses an empty buffer on older C libraries; one newline runs
+         * the same as nothing. */
+        static char newline[] = "\n";
+        fp = bytes.len > 0 ? fmemopen(bytes.buf, (size_t)bytes.len, "rb") : fmemopen(newline, 1, "rb");
+        if (fp == NULL) {
+            PyBuffer_Release(&bytes);
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+    }
+    PyCompilerFlags flags = {0}; /* as the interpreter runs a script: no inherited flags */
+    flags.cf_feature_version = PY_MINOR_VERSION;
+    PyObject *result = PyRun_FileExFlags(fp, name, Py_file_input, globals, globals, 0, &flags);
     fclose(fp);
-    PyBuffer_Release(&source);
+    if (have_bytes) {
+        PyBuffer_Release(&bytes);
+    }
     return result;
 }
 
@@ -435,8 +455,8 @@ static PyMethodDef core_methods[] = {
     {"periodic_stop", core_periodic_stop, METH_NOARGS,
      "Wait for the report in flight; (reports written, error or None)."},
     {"run_file", core_run_file, METH_VARARGS,
-     "run_file(source, filename, globals)\nRun source (bytes) in globals as python runs a "
-     "script file named filename, with the interpreter's own errors."},
+     "run_file(source, filename, globals)\nRun source (a descriptor, or bytes read as from a "
+     "pipe) in globals as python runs a script file named filename, with its own errors."},
     {"reset", core_reset, METH_NOARGS, "Forget every aggregate (the sampler must be stopped)."},
     {"running", core_running, METH_NOARGS, "Whether the sampler is running."},
     {"memory_available", core_memory_available, METH_NOARGS,

@@ -123,18 +123,19 @@ int filter_reports_code(const char *filename, const void *code)
     if (!configured || filename[0] == '\0') {
         return 0;
     }
-    /* The program's own code stands for a file of the program's directory, so
-     * that --profile-only and --profile-exclude select it by its name as they
-     * would a file; every other pseudo-file is never reported. */
-    int program_code = is_program_code(code);
-    if ((filename[0] == '<' && !program_code) || has_prefix(filename, active.own_prefixes) ||
+    /* The program's own code, or its own pseudo-file ("<stdin>", a program
+     * prefix), stands for a file of the program's directory, so that
+     * --profile-only and --profile-exclude select it by its name as they would a
+     * file; every other pseudo-file is never reported. */
+    int program = is_program_code(code) || has_prefix(filename, active.program_prefixes);
+    if ((filename[0] == '<' && !program) || has_prefix(filename, active.own_prefixes) ||
         has_substring(filename, active.exclude_substrings)) {
         return 0;
     }
     if (active.only_substrings[0] != NULL) {
         return has_substring(filename, active.only_substrings);
     }
-    if (active.profile_all || program_code || has_prefix(filename, active.program_prefixes)) {
+    if (active.profile_all || program) {
         return 1;
     }
     return has_prefix(filename, active.include_prefixes) &&

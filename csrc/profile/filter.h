@@ -9,10 +9,11 @@
  *
  * What the user named is the program wherever it lives: program prefixes (the
  * package of a `-m` module, even in the standard library or site-packages) are
- * reported as the program's directory is, and so are the program's own code
- * objects when its source is no file (`-c`, a script on standard input): they are
- * told by identity, not by their pseudo-file name, which the code that
- * dataclasses and namedtuple generate shares ("<string>").
+ * reported as the program's directory is, and so are a program prefix that is a
+ * pseudo-file ("<stdin>", which nothing else compiles under) and the program's
+ * own code objects (`-c`): those are told by identity, not by their pseudo-file
+ * name, which the code that dataclasses and namedtuple generate shares
+ * ("<string>").
  */
 #ifndef PYROMETER_FILTER_H
 #define PYROMETER_FILTER_H

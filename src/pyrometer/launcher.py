@@ -28,10 +28,6 @@ MODULE = "module"    # python -m pkg.mod
 COMMAND = "command"  # python -c CODE
 STDIN = "stdin"      # python - (a script piped in)
 
-# The pseudo-file names python compiles -c code and standard input under: the
-# report and the tracebacks name them so too.
-PSEUDO_FILES = {COMMAND: "<string>", STDIN: "<stdin>"}
-
 
 class ProgramNotFound(Exception):
     """The program cannot be started: the message python itself prints (the caller
@@ -58,6 +54,7 @@ class Target:
     codes: list[types.CodeType] = field(default_factory=list)
     code: types.CodeType | None = None  # compiled before the run (-c, a script, stdin)
     sources: dict[str, str] = field(default_factory=dict)  # pseudo-file -> its text, for the report
+    stdin_fd: int | None = None  # standard input, when it is a file python would read itself
 
     @property
     def display(self) -> str:
@@ -92,9 +89,19 @@ def resolve(script: str | None, module: str | None, args: list[str], command: st
         if sys.stdin is None or sys.stdin.isatty():
             raise ProgramNotFound("pyrometer: error: standard input is a terminal: pipe the program "
                                   "in (pyrometer - < prog.py) or name its file", 2)
-        source = sys.stdin.buffer.read()  # python, too, reads all of it before running any
-        return Target(STDIN, script, [script, *args], source=source,
-                      sources={"<stdin>": _decoded(source)})
+        # Read here for the report's source lines; the run reads it again as
+        # python does (_run_source): from the descriptor where it can seek back
+        # (a file), else from these bytes as from a pipe.
+        fd = sys.stdin.fileno()
+        try:
+            where: int | None = os.lseek(fd, 0, os.SEEK_CUR)
+        except OSError:
+            where = None
+        source = sys.stdin.buffer.read()
+        if where is not None:
+            os.lseek(fd, where, os.SEEK_SET)
+        return Target(STDIN, script, [script, *args], source=source, stdin_fd=None if where is None else fd,
+                      program_prefixes=["<stdin>"], sources={"<stdin>": _decoded(source)})
     # A directory or a zip archive that an import hook takes is run by its
     # __main__ module (main.c's pymain_get_importer), anything else as a script.
     absolute = os.path.abspath(script)
@@ -156,9 +163,9 @@ def _code_tree(code: types.CodeType) -> list[types.CodeType]:
 
 
 def prepare(target: Target) -> None:
-    """Compile what python compiles before running (-c, a script, standard input),
-    outside the profile.  A source compile() cannot take is left for the run, where
-    the interpreter's own file reader gives python's very error (_run_source)."""
+    """Compile what python compiles before running (-c, a script), outside the
+    profile.  A script compile() cannot take is left for the run, where the
+    interpreter's own file reader gives python's very error (_run_source)."""
     if target.kind == COMMAND:
         # As main.c runs -c: the string, not bytes, so a coding line is ignored.
         try:
@@ -168,14 +175,14 @@ def prepare(target: Target) -> None:
         if sys.version_info >= (3, 13) and hasattr(linecache, "_register_code"):
             # 3.13's tracebacks show -c lines: the interpreter registers the source so.
             linecache._register_code(target.code, target.name, "<string>")
-    elif target.kind in (SCRIPT, STDIN):
-        filename = "<stdin>" if target.kind == STDIN else os.path.abspath(target.name)
+        target.codes = _code_tree(target.code)
+    elif target.kind == SCRIPT:
         try:
-            target.code = compile(target.source, filename, "exec", dont_inherit=True)
+            target.code = compile(target.source, os.path.abspath(target.name), "exec", dont_inherit=True)
         except (SyntaxError, ValueError):
             return
-    if target.code is not None and target.kind in PSEUDO_FILES:
-        target.codes = _code_tree(target.code)
+    # Standard input is never compiled here: python's file reader takes a coding
+    # line from a pipe as an error that compile() would not raise.
 
 
 @dataclass
@@ -258,7 +265,15 @@ def _run_source(target: Target) -> None:
             exec(target.code, main.__dict__)
         else:
             from . import _core
-            _core.run_file(target.source, filename, main.__dict__)
+            if target.kind == STDIN:
+                _core.run_file(target.stdin_fd if target.stdin_fd is not None else target.source,
+                               filename, main.__dict__)
+            else:
+                fd = os.open(filename, os.O_RDONLY)  # its own descriptor: a coding line works
+                try:
+                    _core.run_file(fd, filename, main.__dict__)
+                finally:
+                    os.close(fd)
     finally:
         main.__dict__.pop("__file__", None)
         main.__dict__.pop("__cached__", None)
