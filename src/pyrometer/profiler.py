@@ -47,7 +47,7 @@ class Session:
         self.options = options
         self.program_directory = program_directory
         self.program_prefixes = list(program_prefixes)  # what the user named, wherever it lives
-        self.program_codes = list(program_codes)  # -c, standard input: the program's code objects
+        self.program_codes = list(program_codes)  # -c: the code objects compiled from it
         self.start_time = 0.0
         self.elapsed = 0.0
 
