@@ -51,19 +51,50 @@ static const char **utf8_list(PyObject *seq, const char *what)
     return out;
 }
 
+/* The code objects of a list, by address, NULL-terminated (PyMem; the caller
+ * frees it).  The caller's list keeps them alive while they are compared. */
+static const void **code_list(PyObject *seq)
+{
+    PyObject *fast = PySequence_Fast(seq, "program_codes must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    const void **out = PyMem_Calloc((size_t)n + 1, sizeof *out);
+    if (out == NULL) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        if (!PyCode_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "program_codes must contain only code objects");
+            PyMem_Free(out);
+            Py_DECREF(fast);
+            return NULL;
+        }
+        out[i] = item;
+    }
+    Py_DECREF(fast);
+    return out;
+}
+
 static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     (void)module;
     static char *keywords[] = {"interval", "virtual_time", "include", "exclude", "own",
                                "only", "exclude_substrings", "profile_all", "memory_window",
-                               "leak_detector", NULL};
+                               "leak_detector", "program", "program_codes", NULL};
     double interval;
     int virtual_time, profile_all, leak_detector = 1;
     long long memory_window = 0;
-    PyObject *lists[5];
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "dpOOOOOp|Lp:start", keywords, &interval,
+    PyObject *lists[6] = {NULL};
+    PyObject *codes = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "dpOOOOOp|LpOO:start", keywords, &interval,
                                      &virtual_time, &lists[0], &lists[1], &lists[2], &lists[3],
-                                     &lists[4], &profile_all, &memory_window, &leak_detector)) {
+                                     &lists[4], &profile_all, &memory_window, &leak_detector,
+                                     &lists[5], &codes)) {
         return NULL;
     }
     if (memory_window < 0) {
@@ -74,23 +105,33 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "sampling interval must be between 1e-5 and 10 seconds");
         return NULL;
     }
-    static const char *names[] = {"include", "exclude", "own", "only", "exclude_substrings"};
-    const char **arrays[5] = {NULL};
+    static const char *names[] = {"include", "exclude", "own", "only", "exclude_substrings",
+                                  "program"};
+    const char **arrays[6] = {NULL};
+    const void **code_array = NULL;
     int ok = 1;
-    for (int i = 0; i < 5 && ok; i++) {
-        arrays[i] = utf8_list(lists[i], names[i]);
-        ok = arrays[i] != NULL;
+    for (int i = 0; i < 6 && ok; i++) {
+        if (lists[i] != NULL) { /* "program" is optional: NULL is an empty list */
+            arrays[i] = utf8_list(lists[i], names[i]);
+            ok = arrays[i] != NULL;
+        }
+    }
+    if (ok && codes != NULL) {
+        code_array = code_list(codes);
+        ok = code_array != NULL;
     }
     if (ok) {
-        filter_rules rules = {arrays[0], arrays[1], arrays[2], arrays[3], arrays[4], profile_all};
+        filter_rules rules = {arrays[0], arrays[1], arrays[2], arrays[3], arrays[4], profile_all,
+                              arrays[5], code_array};
         if (filter_configure(&rules) != 0) {
             PyErr_NoMemory();
             ok = 0;
         }
     }
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         PyMem_Free(arrays[i]);
     }
+    PyMem_Free(code_array);
     if (!ok) {
         return NULL;
     }
@@ -319,6 +360,59 @@ static PyObject *core_reset(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* Run a program as the interpreter runs a script file or standard input:
+ * through its file tokenizer (PyRun_FileExFlags), whose errors differ from
+ * compile()'s string tokenizer (a non-UTF-8 source without a coding line, a null
+ * byte), and which can honour a coding line only where it can seek its file's
+ * descriptor (not a pipe on standard input).  source is a descriptor (read from
+ * where it stands) or bytes, read as from a pipe (fmemopen has no descriptor,
+ * so a coding line fails there exactly as on a pipe). */
+static PyObject *core_run_file(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *source, *filename, *globals;
+    if (!PyArg_ParseTuple(args, "OUO!:run_file", &source, &filename, &PyDict_Type, &globals)) {
+        return NULL;
+    }
+    const char *name = PyUnicode_AsUTF8(filename);
+    if (name == NULL) {
+        return NULL;
+    }
+    FILE *fp = NULL;
+    Py_buffer bytes = {0};
+    int have_bytes = 0;
+    if (PyLong_Check(source)) {
+        int fd = PyLong_AsLong(source) < 0 ? -1 : dup((int)PyLong_AsLong(source));
+        if (fd < 0 || (fp = fdopen(fd, "rb")) == NULL) {
+            if (fd >= 0) {
+                close(fd);
+            }
+            return PyErr_Occurred() ? NULL : PyErr_SetFromErrno(PyExc_OSError);
+        }
+    } else {
+        if (PyObject_GetBuffer(source, &bytes, PyBUF_SIMPLE) != 0) {
+            return NULL;
+        }
+        have_bytes = 1;
+        /* fmemopen refuses an empty buffer on older C libraries; one newline runs
+         * the same as nothing. */
+        static char newline[] = "\n";
+        fp = bytes.len > 0 ? fmemopen(bytes.buf, (size_t)bytes.len, "rb") : fmemopen(newline, 1, "rb");
+        if (fp == NULL) {
+            PyBuffer_Release(&bytes);
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+    }
+    PyCompilerFlags flags = {0}; /* as the interpreter runs a script: no inherited flags */
+    flags.cf_feature_version = PY_MINOR_VERSION;
+    PyObject *result = PyRun_FileExFlags(fp, name, Py_file_input, globals, globals, 0, &flags);
+    fclose(fp);
+    if (have_bytes) {
+        PyBuffer_Release(&bytes);
+    }
+    return result;
+}
+
 static PyObject *core_memory_available(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -337,7 +431,8 @@ static PyObject *core_running(PyObject *module, PyObject *unused)
 static PyMethodDef core_methods[] = {
     {"start", (PyCFunction)(void (*)(void))core_start, METH_VARARGS | METH_KEYWORDS,
      "start(interval, virtual_time, include, exclude, own, only, exclude_substrings, "
-     "profile_all)\nStart the CPU sampler with the given file filter."},
+     "profile_all, memory_window=0, leak_detector=True, program=[], program_codes=[])\n"
+     "Start the CPU sampler with the given file filter."},
     {"stop", core_stop, METH_NOARGS, "Stop the CPU sampler and join its thread."},
     {"collect", core_collect, METH_NOARGS, "The aggregates measured so far, as plain data."},
     {"ending_install", core_ending_install, METH_O,
@@ -359,6 +454,9 @@ static PyMethodDef core_methods[] = {
      "seconds, from the thread that takes a CPU sample (see csrc/profile/periodic.h)."},
     {"periodic_stop", core_periodic_stop, METH_NOARGS,
      "Wait for the report in flight; (reports written, error or None)."},
+    {"run_file", core_run_file, METH_VARARGS,
+     "run_file(source, filename, globals)\nRun source (a descriptor, or bytes read as from a "
+     "pipe) in globals as python runs a script file named filename, with its own errors."},
     {"reset", core_reset, METH_NOARGS, "Forget every aggregate (the sampler must be stopped)."},
     {"running", core_running, METH_NOARGS, "Whether the sampler is running."},
     {"memory_available", core_memory_available, METH_NOARGS,

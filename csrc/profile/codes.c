@@ -160,7 +160,7 @@ static int file_is_reported(PyCodeObject *code)
         PyErr_Clear();
         return 0;
     }
-    return filter_reports(name);
+    return filter_reports_code(name, code);
 }
 
 static size_t map_bytes(const code_info *info)

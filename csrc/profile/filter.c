@@ -8,6 +8,7 @@ static filter_rules active;
 static int configured;
 
 static const char *const empty_list[] = {NULL};
+static const void *const no_codes[] = {NULL};
 
 static const char *const *copy_list(const char *const *list)
 {
@@ -35,6 +36,22 @@ static const char *const *copy_list(const char *const *list)
     return out;
 }
 
+static const void *const *copy_codes(const void *const *codes)
+{
+    if (codes == NULL) {
+        return no_codes;
+    }
+    size_t n = 0;
+    while (codes[n] != NULL) {
+        n++;
+    }
+    const void **out = arena_alloc(&filter_arena, (n + 1) * sizeof *out);
+    if (out != NULL) {
+        memcpy(out, codes, (n + 1) * sizeof *out);
+    }
+    return out;
+}
+
 int filter_configure(const filter_rules *rules)
 {
     filter_release();
@@ -45,8 +62,11 @@ int filter_configure(const filter_rules *rules)
     active.only_substrings = copy_list(rules->only_substrings);
     active.exclude_substrings = copy_list(rules->exclude_substrings);
     active.profile_all = rules->profile_all;
+    active.program_prefixes = copy_list(rules->program_prefixes);
+    active.program_codes = copy_codes(rules->program_codes);
     if (!active.include_prefixes || !active.exclude_prefixes || !active.own_prefixes ||
-        !active.only_substrings || !active.exclude_substrings) {
+        !active.only_substrings || !active.exclude_substrings || !active.program_prefixes ||
+        !active.program_codes) {
         /* Not configured yet, so filter_release() would keep what was mapped so far. */
         arena_release(&filter_arena);
         return -1;
@@ -83,19 +103,39 @@ static int has_substring(const char *s, const char *const *needles)
     return 0;
 }
 
+static int is_program_code(const void *code)
+{
+    for (const void *const *c = active.program_codes; code != NULL && *c != NULL; c++) {
+        if (*c == code) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int filter_reports(const char *filename)
 {
-    if (!configured || filename[0] == '<' || filename[0] == '\0') {
+    return filter_reports_code(filename, NULL);
+}
+
+int filter_reports_code(const char *filename, const void *code)
+{
+    if (!configured || filename[0] == '\0') {
         return 0;
     }
-    if (has_prefix(filename, active.own_prefixes) ||
+    /* The program's own code, or its own pseudo-file ("<stdin>", a program
+     * prefix), stands for a file of the program's directory, so that
+     * --profile-only and --profile-exclude select it by its name as they would a
+     * file; every other pseudo-file is never reported. */
+    int program = is_program_code(code) || has_prefix(filename, active.program_prefixes);
+    if ((filename[0] == '<' && !program) || has_prefix(filename, active.own_prefixes) ||
         has_substring(filename, active.exclude_substrings)) {
         return 0;
     }
     if (active.only_substrings[0] != NULL) {
         return has_substring(filename, active.only_substrings);
     }
-    if (active.profile_all) {
+    if (active.profile_all || program) {
         return 1;
     }
     return has_prefix(filename, active.include_prefixes) &&

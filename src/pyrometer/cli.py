@@ -102,12 +102,15 @@ def _profile(options: Options) -> int:
     from .endings import Endings
     from .periodic import PeriodicWriter
     from .profiler import Session
-    script = None if options.module is not None else options.program[0]
-    args = options.program if options.module is not None else options.program[1:]
+    named = options.module is not None or options.command is not None
+    script = None if named else options.program[0]
+    args = options.program if named else options.program[1:]
     try:
-        target = launcher.resolve(script, options.module, args)
+        target = launcher.resolve(script, options.module, args, command=options.command)
     except launcher.ProgramNotFound as e:
-        return _error(str(e))
+        print(e, file=sys.stderr)  # python's own words: the caller compares them with python's
+        return e.status
+    launcher.prepare(target)
     fmt = options.format
     path = report_path(fmt, options.outfile, periodic=options.profile_interval is not None)
     if path is not None:
@@ -115,7 +118,7 @@ def _profile(options: Options) -> int:
         if problem is not None:
             return _error(problem)
         path = os.path.abspath(path)  # the program may change directory
-    session = Session(options, target.directory)
+    session = Session(options, target.directory, target.program_prefixes, target.codes)
     writer = None
     endings = None
     warned: set[str] = set()
@@ -157,7 +160,7 @@ def _profile(options: Options) -> int:
         profile = model.build(session.collect(), program=target.display, argv=target.argv,
                               options=options.as_profile_options(), elapsed=elapsed,
                               start_time=session.start_time, exit_status=status, ended_by=ended_by,
-                              notices=notices)
+                              notices=notices, sources=target.sources)
         try:
             # Only a run that ended by itself opens a browser: not one about to be
             # replaced or to die of a signal.
@@ -177,7 +180,7 @@ def _profile(options: Options) -> int:
         if options.profile_interval is not None:
             writer = PeriodicWriter(options.profile_interval, {
                 "program": target.display, "argv": target.argv, "options": options.as_profile_options(),
-                "format": fmt, "path": path})
+                "format": fmt, "path": path, "sources": target.sources})
             writer.spawn()
         session.start()
         _core.ending_install(on_termination_signal)
@@ -195,7 +198,12 @@ def _profile(options: Options) -> int:
     outcome = launcher.run(target, start, stop)
     if os.getpid() != parent:
         return outcome.status  # a child forked by the program: the parent reports
-    if not write_profile(outcome.status, "exit") and outcome.status == 0:
+    if not outcome.ran:
+        # python stopped before the program's first line and said why: a profile
+        # of nothing would only bury that (periodic reports end unwritten).
+        if writer is not None:
+            writer.stop()
+    elif not write_profile(outcome.status, "exit") and outcome.status == 0:
         outcome.status = 1
     _core.ending_uninstall()
     signum = _core.ending_signal()

@@ -6,61 +6,183 @@ program's first line and stops after its threads and atexit handlers finish."""
 from __future__ import annotations
 
 import atexit
+import builtins
+import importlib.machinery
 import importlib.util
+import linecache
 import os
+import pkgutil
 import runpy
 import signal
 import sys
 import threading
+import tokenize
 import traceback
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+# The ways python starts a program (Modules/main.c), each run here as python runs it.
+SCRIPT = "script"    # python prog.py
+MAIN_PATH = "path"   # python dir/ or python app.pyz: its __main__ module, through sys.path[0]
+MODULE = "module"    # python -m pkg.mod
+COMMAND = "command"  # python -c CODE
+STDIN = "stdin"      # python - (a script piped in)
 
 
 class ProgramNotFound(Exception):
-    """The script or module to profile does not exist."""
+    """The program cannot be started: the message python itself prints (the caller
+    prints it as is) and python's exit status."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
 class Target:
-    """What to run: a script path or a module name, and the program's argv."""
-    script: str | None
-    module: str | None
-    argv: list[str]
+    """What to run and how, the program's argv, and what of it is reported."""
+    kind: str
+    name: str        # the script, directory or archive as given; the module; the -c code
+    argv: list[str]  # sys.argv as the program starts
+    source: bytes = b""  # a script's or standard input's bytes, read before the run
+    # Where the named program lives, reported even inside the standard library or
+    # site-packages (the package of a -m module).
+    program_prefixes: list[str] = field(default_factory=list)
+    # -c and standard input: the code objects compiled from the program's source,
+    # reported by identity (csrc/profile/filter.h), and kept alive here so that
+    # their addresses cannot be reused while the run is profiled.
+    codes: list[types.CodeType] = field(default_factory=list)
+    code: types.CodeType | None = None  # compiled before the run (-c, a script, stdin)
+    sources: dict[str, str] = field(default_factory=dict)  # pseudo-file -> its text, for the report
+    stdin_fd: int | None = None  # standard input, when it is a file python would read itself
 
     @property
     def display(self) -> str:
-        return self.script if self.script is not None else f"-m {self.module}"
+        return {MODULE: f"-m {self.name}", COMMAND: "-c", STDIN: "-"}.get(self.kind, self.name)
 
     @property
     def directory(self) -> str:
-        """The program's own directory: its files are the ones reported by default."""
-        if self.script is not None:
-            return os.path.dirname(os.path.realpath(self.script))
+        """The program's own directory: its files are the ones reported by default
+        (sys.path[0], as python sets it; the current directory where that is '')."""
+        if self.kind == SCRIPT:
+            return os.path.dirname(os.path.realpath(self.name))
+        if self.kind == MAIN_PATH:
+            return os.path.abspath(self.name)
         return os.getcwd()
 
 
-def resolve(script: str | None, module: str | None, args: list[str]) -> Target:
+def _cant_open(path: str, e: OSError) -> ProgramNotFound:
+    # Modules/main.c's words, naming the interpreter as runpy's messages do.
+    return ProgramNotFound(f"{sys.executable}: can't open file {os.path.abspath(path)!r}: "
+                           f"[Errno {e.errno}] {e.strerror}", 2)
+
+
+def resolve(script: str | None, module: str | None, args: list[str], command: str | None = None) -> Target:
+    """The program to run, found as python finds it; raises ProgramNotFound with
+    python's message where python would stop before running anything."""
     if module is not None:
-        sys.path.insert(0, os.getcwd())
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError) as e:
-            spec = None
-            reason = str(e)
-        else:
-            reason = "no module named " + repr(module)
-        finally:
-            sys.path.pop(0)
-        if spec is None:
-            raise ProgramNotFound(f"cannot run -m {module}: {reason}")
-        return Target(None, module, [module, *args])
+        return Target(MODULE, module, ["-m", *args], program_prefixes=_module_prefixes(module))
+    if command is not None:
+        return Target(COMMAND, command, ["-c", *args], sources={"<string>": command})
     assert script is not None
-    if not os.path.exists(script):
-        raise ProgramNotFound(f"can't open file {os.path.abspath(script)!r}: No such file or directory")
-    if os.path.isdir(script):
-        raise ProgramNotFound(f"{script!r} is a directory, not a Python script")
-    return Target(script, None, [script, *args])
+    if script == "-":
+        if sys.stdin is None or sys.stdin.isatty():
+            raise ProgramNotFound("pyrometer: error: standard input is a terminal: pipe the program "
+                                  "in (pyrometer - < prog.py) or name its file", 2)
+        # Read here for the report's source lines; the run reads it again as
+        # python does (_run_source): from the descriptor where it can seek back
+        # (a file), else from these bytes as from a pipe.
+        fd = sys.stdin.fileno()
+        try:
+            where: int | None = os.lseek(fd, 0, os.SEEK_CUR)
+        except OSError:
+            where = None
+        source = sys.stdin.buffer.read()
+        if where is not None:
+            os.lseek(fd, where, os.SEEK_SET)
+        return Target(STDIN, script, [script, *args], source=source, stdin_fd=None if where is None else fd,
+                      program_prefixes=["<stdin>"], sources={"<stdin>": _decoded(source)})
+    # A directory or a zip archive that an import hook takes is run by its
+    # __main__ module (main.c's pymain_get_importer), anything else as a script.
+    absolute = os.path.abspath(script)
+    if pkgutil.get_importer(absolute) is not None:
+        return Target(MAIN_PATH, script, [script, *args],
+                      program_prefixes=sorted({_with_sep(absolute), _with_sep(os.path.realpath(absolute))}))
+    try:
+        with open(absolute, "rb") as f:
+            source = f.read()
+    except OSError as e:
+        raise _cant_open(script, e) from None
+    return Target(SCRIPT, script, [script, *args], source=source,
+                  program_prefixes=sorted({absolute, os.path.realpath(absolute)}))
+
+
+def _with_sep(path: str) -> str:
+    return path.rstrip(os.sep) + os.sep
+
+
+def _module_prefixes(module: str) -> list[str]:
+    """Where a -m module's top-level package lives (or the module's own file, for a
+    top-level module): all of it is the program the user named, even in the
+    standard library or site-packages.  Only the top-level name is looked up,
+    which imports nothing; runpy finds the module itself during the run."""
+    top = module.split(".")[0]
+    sys.path.insert(0, os.getcwd())  # where python -m looks first
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return []
+    finally:
+        sys.path.pop(0)
+    if spec is None:
+        return []
+    places = [_with_sep(d) for d in (spec.submodule_search_locations or [])]
+    if not places and spec.has_location and spec.origin:
+        places = [spec.origin]
+    return sorted({p for place in places for p in (place, _with_sep(os.path.realpath(place))
+                                                    if place.endswith(os.sep) else os.path.realpath(place))})
+
+
+def _decoded(source: bytes) -> str:
+    """Standard input's text for the report, decoded as python decodes a script
+    (its coding line, else UTF-8); what cannot be decoded fails to compile anyway."""
+    try:
+        encoding, _ = tokenize.detect_encoding(iter(source.splitlines(keepends=True)).__next__)
+        return source.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError):
+        return ""
+
+
+def _code_tree(code: types.CodeType) -> list[types.CodeType]:
+    """A code object and every code object nested in it (functions, classes, lambdas)."""
+    out = [code]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out.extend(_code_tree(const))
+    return out
+
+
+def prepare(target: Target) -> None:
+    """Compile what python compiles before running (-c, a script), outside the
+    profile.  A script compile() cannot take is left for the run, where the
+    interpreter's own file reader gives python's very error (_run_source)."""
+    if target.kind == COMMAND:
+        # As main.c runs -c: the string, not bytes, so a coding line is ignored.
+        try:
+            target.code = compile(target.name, "<string>", "exec", dont_inherit=True)
+        except (SyntaxError, ValueError):
+            return
+        if sys.version_info >= (3, 13) and hasattr(linecache, "_register_code"):
+            # 3.13's tracebacks show -c lines: the interpreter registers the source so.
+            linecache._register_code(target.code, target.name, "<string>")
+        target.codes = _code_tree(target.code)
+    elif target.kind == SCRIPT:
+        try:
+            target.code = compile(target.source, os.path.abspath(target.name), "exec", dont_inherit=True)
+        except (SyntaxError, ValueError):
+            return
+    # Standard input is never compiled here: python's file reader takes a coding
+    # line from a pipe as an error that compile() would not raise.
 
 
 @dataclass
@@ -69,19 +191,30 @@ class Outcome:
     whether it ended by Ctrl-C (then the caller re-raises SIGINT after reporting)."""
     status: int
     interrupted: bool = False
+    # False when python would have stopped before the program's first line (it
+    # cannot be compiled, its module or __main__ is not found): nothing to report.
+    ran: bool = True
 
 
-def _strip_own_frames(tb: types.TracebackType | None, program_file: str | None):
-    """The traceback from the program's first frame on, as Python would print it."""
+def _strip_own_frames(tb: types.TracebackType | None):
+    """The traceback from the first frame that is not pyrometer's, as Python would
+    print it (runpy's frames stay for -m and directories: python shows them)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    while tb is not None:
-        name = tb.tb_frame.f_code.co_filename
-        if program_file is not None and name == program_file:
-            break
-        if not (name.startswith(here) or name in (runpy.__file__, "<frozen runpy>")):
-            break
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(here):
         tb = tb.tb_next
     return tb
+
+
+def _program_ran(tb: types.TracebackType | None) -> bool:
+    """Whether any code of the program ran before this exception: not when python
+    itself stopped first (a syntax error, a module or __main__ not found), where
+    the traceback holds only runpy's and the import system's frames, or none."""
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name not in (runpy.__file__, "<frozen runpy>") and not name.startswith("<frozen importlib"):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _exit_status(exc: SystemExit) -> int:
@@ -98,35 +231,88 @@ def _exit_status(exc: SystemExit) -> int:
     return 1
 
 
-def _run_script(path: str) -> None:
-    absolute = os.path.abspath(path)
-    with open(absolute, "rb") as f:  # bytes: compile() honours the PEP 263 coding line
-        source = f.read()
-    code = compile(source, absolute, "exec", dont_inherit=True)
+def _fresh_main(loader) -> types.ModuleType:
+    """A __main__ module as the interpreter makes it (pylifecycle's add_main_module):
+    not pyrometer's own, whose globals a program must not see."""
     main = types.ModuleType("__main__")
-    main.__file__ = absolute
-    main.__builtins__ = __builtins__
-    main.__cached__ = None
+    main.__loader__ = loader
+    if sys.version_info < (3, 14):  # 3.14 no longer gives __main__ an __annotations__
+        main.__annotations__ = {}
+    main.__builtins__ = builtins
     sys.modules["__main__"] = main  # stays: atexit handlers and pickling see it
-    exec(code, main.__dict__)
+    return main
 
 
-def _run_module(name: str) -> None:
-    runpy._run_module_as_main(name, alter_argv=True)  # what `python -m` itself calls
+def _run_source(target: Target) -> None:
+    """A script, -c or standard input, as main.c runs them (pythonrun.c)."""
+    if target.kind == COMMAND:
+        main = _fresh_main(importlib.machinery.BuiltinImporter)
+        if target.code is None:  # compile again: its SyntaxError is python's
+            target.code = compile(target.name, "<string>", "exec", dont_inherit=True)
+        exec(target.code, main.__dict__)
+        return
+    if target.kind == STDIN:
+        filename = "<stdin>"
+        main = _fresh_main(importlib.machinery.BuiltinImporter)
+    else:
+        filename = os.path.abspath(target.name)
+        main = _fresh_main(importlib.machinery.SourceFileLoader("__main__", filename))
+    # For the run only: python takes them away before the atexit handlers.
+    main.__file__ = filename
+    main.__cached__ = None
+    try:
+        if target.code is not None:
+            exec(target.code, main.__dict__)
+        else:
+            from . import _core
+            if target.kind == STDIN:
+                _core.run_file(target.stdin_fd if target.stdin_fd is not None else target.source,
+                               filename, main.__dict__)
+            else:
+                fd = os.open(filename, os.O_RDONLY)  # its own descriptor: a coding line works
+                try:
+                    _core.run_file(fd, filename, main.__dict__)
+                finally:
+                    os.close(fd)
+    finally:
+        main.__dict__.pop("__file__", None)
+        main.__dict__.pop("__cached__", None)
+
+
+def _run_main(target: Target) -> None:
+    """-m, a directory or a zip archive: runpy, as main.c calls it (its messages,
+    its frames in tracebacks)."""
+    _fresh_main(importlib.machinery.BuiltinImporter)
+    if target.kind == MODULE:
+        runpy._run_module_as_main(target.name, alter_argv=True)
+    else:
+        runpy._run_module_as_main("__main__", alter_argv=False)
+
+
+def _path0(target: Target) -> str:
+    """sys.path[0] as python sets it for this way of starting."""
+    if target.kind == SCRIPT:
+        return os.path.dirname(os.path.realpath(target.name))  # a link's target's directory
+    if target.kind == MAIN_PATH:
+        return os.path.abspath(target.name)
+    if target.kind == MODULE:
+        return os.getcwd()
+    return ""  # -c, standard input: the current directory, whatever it becomes
 
 
 def run(target: Target, start, stop) -> Outcome:
     """Run the program between start() and stop() and return how it ended."""
     sys.argv = list(target.argv)
-    program_file = None
-    if target.script is not None:
-        program_file = os.path.abspath(target.script)
-        sys.path[0] = os.path.dirname(program_file)
+    if getattr(sys.flags, "safe_path", False):
+        # python -P (3.11+) puts nothing before the standard library, except the
+        # directory or archive it runs, which must be importable.
+        if target.kind == MAIN_PATH:
+            sys.path.insert(0, _path0(target))
     else:
-        sys.path[0] = os.getcwd()
+        sys.path[0] = _path0(target)  # the entry python made for pyrometer itself
     start()
     try:
-        outcome = _run_program(target, program_file)
+        outcome = _run_program(target)
     except KeyboardInterrupt:
         # A Ctrl-C that landed in the launcher's own steps between the program's
         # (printing its traceback, say): it interrupted the program all the same.
@@ -145,25 +331,27 @@ def run(target: Target, start, stop) -> Outcome:
     return outcome
 
 
-def _run_program(target: Target, program_file: str | None) -> Outcome:
+def _run_program(target: Target) -> Outcome:
     outcome = Outcome(0)
     try:
-        if target.script is not None:
-            _run_script(target.script)
+        if target.kind in (MODULE, MAIN_PATH):
+            _run_main(target)
         else:
-            _run_module(target.module)
+            _run_source(target)
     except SystemExit as e:
         outcome.status = _exit_status(e)
+        outcome.ran = _program_ran(_strip_own_frames(e.__traceback__))
     except KeyboardInterrupt as e:
-        tb = _strip_own_frames(e.__traceback__, program_file)
+        tb = _strip_own_frames(e.__traceback__)
         traceback.print_exception(type(e), e.with_traceback(tb), tb)
         outcome = Outcome(130, interrupted=True)
     except BaseException as e:
         # The exception must carry the stripped traceback itself: excepthook
         # prints e.__traceback__ when it has one, whatever tb it is given.
-        tb = _strip_own_frames(e.__traceback__, program_file)
+        tb = _strip_own_frames(e.__traceback__)
         sys.excepthook(type(e), e.with_traceback(tb), tb)
         outcome.status = 1
+        outcome.ran = _program_ran(tb)
     # What the interpreter does on the way out, done while still profiling:
     # wait for non-daemon threads, then run the atexit handlers (once).
     try:

@@ -17,11 +17,36 @@ SCHEMA_VERSION = 1
 NS = 1e-9
 
 
-def _source_lines(filename: str) -> list[str]:
+def _source_lines(filename: str, sources: dict[str, str] | None = None) -> list[str]:
+    """A reported file's lines: the text kept for a pseudo-file (-c, standard
+    input), the file, or the member of the zip archive it is in (a zipapp)."""
+    if sources and filename in sources:
+        return sources[filename].splitlines()
     try:
         with tokenize.open(filename) as f:  # honours the file's coding line
             return [line.rstrip("\r\n") for line in f]
     except (OSError, SyntaxError, UnicodeDecodeError):
+        return _zip_member_lines(filename)
+
+
+def _zip_member_lines(filename: str) -> list[str]:
+    """The lines of archive/member (as zipimport names the files it imports)."""
+    import io
+    import zipfile
+    archive = filename
+    while True:
+        parent = os.path.dirname(archive)
+        if parent == archive:
+            return []
+        archive = parent
+        if os.path.isfile(archive):
+            break
+    member = os.path.relpath(filename, archive).replace(os.sep, "/")
+    try:
+        with zipfile.ZipFile(archive) as z:
+            data = z.read(member)
+        return data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0]).splitlines()
+    except (OSError, KeyError, SyntaxError, UnicodeDecodeError, LookupError, zipfile.BadZipFile, ValueError):
         return []
 
 
@@ -140,10 +165,13 @@ def _significant(entry: dict[str, Any], threshold: float, malloc_threshold: floa
 
 def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[str, Any],
           elapsed: float, start_time: float, exit_status: int | None,
-          ended_by: str | None = "exit", notices: list[str] | None = None) -> dict[str, Any]:
+          ended_by: str | None = "exit", notices: list[str] | None = None,
+          sources: dict[str, str] | None = None) -> dict[str, Any]:
     """ended_by: how the run ended ("exit", "exec", "os._exit", a signal's name,
     "unknown"), None for a snapshot of a run still going; notices: lines a reader
-    must see, besides those the data itself calls for."""
+    must see, besides those the data itself calls for; sources: the text of
+    pseudo-files that are the program's own (-c: "<string>", standard input:
+    "<stdin>"), which no file holds."""
     lines: dict[str, dict[int, _Sums]] = defaultdict(lambda: defaultdict(_Sums))
     functions: dict[str, dict[tuple[str, int], _Sums]] = defaultdict(lambda: defaultdict(_Sums))
     for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
@@ -180,7 +208,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     for filename in sorted(lines):
         per_line = lines[filename]
         per_line_mem = mem_lines.get(filename, {})
-        source = _source_lines(filename)
+        source = _source_lines(filename, sources)
         line_entries = []
         leaks = {}
         for lineno in _lines_to_report(len(source), set(per_line) | set(per_line_mem)):

@@ -35,6 +35,7 @@ class Options:
     leak_detector: bool = True
     force_version: bool = False
     module: str | None = None
+    command: str | None = None  # -c CODE
     program: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -125,7 +126,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="pyrometer",
-        usage="pyrometer [run] [options] (prog.py | -m module) [args...]",
+        usage="pyrometer [run] [options] (prog.py | dir | app.pyz | -m module | -c code | -) [args...]",
         description="A high-precision, low-overhead CPU, GPU and memory profiler for Python.",
         formatter_class=_HelpFormatter,
         add_help=True,
@@ -156,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("-m", dest="module", metavar="MODULE", default=None,
                       help="run a library module as the program, like python -m; "
                            "what follows is the module's argv")
+    what.add_argument("-c", dest="command", metavar="CODE", default=None,
+                      help="run CODE as the program, like python -c; what follows is its argv")
     what.add_argument("--cpu-only", action="store_true",
                       help="profile CPU time only (no memory, copy or GPU profiling)")
     what.add_argument("--memory", dest="memory_on", action="store_true",
@@ -189,38 +192,46 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             later.add_argument(flag, action="store_true", dest=flag.strip("-").replace("-", "_"),
                                help=f"{NOT_YET[flag]} (not available yet)")
-    p.epilog = ("Everything after the script name (or after -m MODULE) is passed to the "
-                "program unchanged. Use -- to end pyrometer's options explicitly.")
+    p.epilog = ("The program is started as python starts it: a script, a directory or zip "
+                "archive with a __main__.py, -m MODULE, -c CODE, or - for a script on standard "
+                "input. Everything after it is passed to the program unchanged. Use -- to end "
+                "pyrometer's options explicitly.")
     return p
 
 
-def _split(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], str | None, list[str]]:
-    """Split argv into pyrometer's options, the module (-m) and the program's argv,
-    the way the python command does: the first word that is not an option ends
-    ours, so the program's own options are never taken for pyrometer's."""
+def _split(parser: argparse.ArgumentParser,
+           argv: list[str]) -> tuple[list[str], str | None, str | None, list[str]]:
+    """Split argv into pyrometer's options, the module (-m) or code (-c), and the
+    program's argv, the way the python command does: the first word that is not
+    an option ends ours, so the program's own options are never taken for
+    pyrometer's."""
     takes_value = {s for a in parser._actions for s in a.option_strings if a.nargs != 0}
     i = 0
     while i < len(argv):
         word = argv[i]
         if word == "--":
-            return argv[:i], None, argv[i + 1:]
-        if word == "-m":
-            if i + 1 >= len(argv):
-                raise UsageError("argument -m: expected a module name")
-            return argv[:i], argv[i + 1], argv[i + 2:]
-        if word.startswith("-m") and not word.startswith("--"):
-            return argv[:i], word[2:], argv[i + 1:]
+            return argv[:i], None, None, argv[i + 1:]
+        for flag, what in (("-m", "a module name"), ("-c", "the code to run")):
+            if word == flag:
+                if i + 1 >= len(argv):
+                    raise UsageError(f"argument {flag}: expected {what}")
+                named, rest = argv[i + 1], argv[i + 2:]
+            elif word.startswith(flag) and not word.startswith("--"):
+                named, rest = word[2:], argv[i + 1:]  # -mmod, -ccode: as python takes them
+            else:
+                continue
+            return (argv[:i], named, None, rest) if flag == "-m" else (argv[:i], None, named, rest)
         if word.startswith("-") and word != "-":
             name = word.split("=", 1)[0]
             i += 2 if (name in takes_value and "=" not in word) else 1
             continue
-        return argv[:i], None, argv[i:]
-    return argv, None, []
+        return argv[:i], None, None, argv[i:]
+    return argv, None, None, []
 
 
 def parse(argv: list[str]) -> Options:
     parser = build_parser()
-    own, module, program = _split(parser, argv)
+    own, module, command, program = _split(parser, argv)
     ns = parser.parse_args(own)
     for flag in NOT_YET:
         value = getattr(ns, flag.strip("-").replace("-", "_"))
@@ -234,9 +245,11 @@ def parse(argv: list[str]) -> Options:
                                      ("--web", ns.web)) if on]
     if len(formats) > 1 and set(formats) != {"--html", "--web"}:
         raise UsageError(f"{' and '.join(formats)} are exclusive: choose one report format")
-    if module is None and not program:
-        raise UsageError("no program to profile: give a script (pyrometer prog.py) or a module (pyrometer -m mod)")
+    if module is None and command is None and not program:
+        raise UsageError("no program to profile: give a script (pyrometer prog.py), a directory or "
+                         "zip archive with a __main__.py, a module (-m mod), code (-c code) or - "
+                         "for a script on standard input")
     opts = Options(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(Options)
-                      if f.name not in ("program", "module", "memory")}, module=module, program=program,
-                   memory=not (ns.cpu_only or ns.memory_off))
+                      if f.name not in ("program", "module", "command", "memory")}, module=module,
+                   command=command, program=program, memory=not (ns.cpu_only or ns.memory_off))
     return opts

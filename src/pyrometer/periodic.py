@@ -187,7 +187,7 @@ def child_main() -> None:
 def _build(model, job: dict, ended_by: str | None, notices: list[str] | None = None) -> dict:
     return model.build(job["raw"], program=job["program"], argv=job["argv"], options=job["options"],
                        elapsed=job["elapsed"], start_time=job["start_time"], exit_status=None,
-                       ended_by=ended_by, notices=notices)
+                       ended_by=ended_by, notices=notices, sources=job.get("sources"))
 
 
 def _last_word(last: dict | None, model, report) -> None:

@@ -42,9 +42,12 @@ def _installation_directories() -> list[str]:
 class Session:
     """One profiled run: wall-clock bounds plus the C core's aggregates."""
 
-    def __init__(self, options: Options, program_directory: str):
+    def __init__(self, options: Options, program_directory: str, program_prefixes: list[str] = (),
+                 program_codes: list = ()):
         self.options = options
         self.program_directory = program_directory
+        self.program_prefixes = list(program_prefixes)  # what the user named, wherever it lives
+        self.program_codes = list(program_codes)  # -c: the code objects compiled from it
         self.start_time = 0.0
         self.elapsed = 0.0
 
@@ -65,6 +68,8 @@ class Session:
             profile_all=self.options.profile_all,
             memory_window=self.options.allocation_sampling_window if self.options.memory else 0,
             leak_detector=self.options.leak_detector,
+            program=self.program_prefixes,
+            program_codes=self.program_codes,
         )
 
     def stop(self) -> None:

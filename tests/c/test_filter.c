@@ -299,7 +299,42 @@ static void filter_configure_failure_releases_what_it_mapped(void)
     free(huge);
 }
 
+/* What the user named is the program wherever it lives: `-m json.tool` reports
+ * the json package though it is in the standard library, `-` its "<stdin>", and
+ * `-c` its own code objects, by identity, not every "<string>". */
+static void filter_program_is_reported_wherever_it_lives(void)
+{
+    static int command_code, generated_code; /* stand-ins: only their addresses count */
+    static const void *const codes[] = {&command_code, NULL};
+    filter_rules rules = usual_rules();
+    rules.program_prefixes = LIST(STDLIB "json/", "<stdin>");
+    rules.program_codes = codes;
+    REQUIRE(filter_configure(&rules) == 0);
+    CHECK(filter_reports(STDLIB "json/decoder.py") == 1);
+    CHECK(filter_reports(STDLIB "jsonish.py") == 0);
+    CHECK(filter_reports(STDLIB "re/__init__.py") == 0);
+    CHECK(filter_reports("<stdin>") == 1);
+    CHECK(filter_reports_code("<string>", &command_code) == 1);
+    CHECK(filter_reports_code("<string>", &generated_code) == 0);
+    CHECK(filter_reports("<string>") == 0);
+    CHECK(filter_reports(PROJECT "main.py") == 1);
+    filter_release();
+
+    /* --profile-exclude and --profile-only select the program by name as any file. */
+    rules.exclude_substrings = LIST("json");
+    REQUIRE(filter_configure(&rules) == 0);
+    CHECK(filter_reports(STDLIB "json/decoder.py") == 0);
+    filter_release();
+    rules.exclude_substrings = no_strings;
+    rules.only_substrings = LIST("main");
+    REQUIRE(filter_configure(&rules) == 0);
+    CHECK(filter_reports_code("<string>", &command_code) == 0);
+    CHECK(filter_reports(PROJECT "main.py") == 1);
+    filter_release();
+}
+
 const unit_test filter_tests[] = {
+    UNIT_TEST(filter_program_is_reported_wherever_it_lives),
     UNIT_TEST(filter_reports_nothing_unconfigured),
     UNIT_TEST(filter_include_and_exclude_prefixes),
     UNIT_TEST(filter_own_files_never_shown),
