@@ -234,6 +234,17 @@ void periodic_tick(uint64_t now)
     int64_t paused = mem_profile_pause();
     PyObject *payload = PyObject_CallNoArgs(P.make_payload);
     mem_profile_resume(paused);
+    if (payload == NULL && PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        /* Ctrl-C came while the payload's Python code ran here, in the main
+         * thread, and its handler raised inside it: the program's, not a failed
+         * report.  Told again, so that the program gets it at its next check (its
+         * handler was the default one, or it raised KeyboardInterrupt: running
+         * it once more raises it again); this report is skipped. */
+        PyErr_Clear();
+        PyErr_SetInterrupt();
+        PyErr_Restore(type, value, traceback);
+        return;
+    }
     if (payload == NULL || !PyBytes_Check(payload)) {
         PyObject *why = NULL;
         if (payload == NULL) {
