@@ -123,7 +123,10 @@ def test_summary(page):
     # The wait segment (GIL and CPU) is there when the run waited at all.
     assert [c for c, _ in split] in (["py", "na", "sy"], ["py", "na", "sy", "wt"]), split
     assert abs(sum(w for _, w in split) - 100) < 0.5, split
-    assert split[0][1] > 30, f"the run is mostly Python, the chart says {split}"
+    # Mostly Python of the time it ran (a busy machine adds wait, which is not
+    # the program's doing).
+    ran = sum(w for c, w in split if c != "wt")
+    assert split[0][1] > 0.3 * ran, f"the run is mostly Python, the chart says {split}"
     memory = page.eval("document.getElementById('card-memory').textContent")
     assert re.search(r"peak \d+\.\d MB", memory), memory
     assert page.eval("document.querySelector('#footprint path.area').getAttribute('d').length") > 20
