@@ -101,7 +101,10 @@ def test_gathered_sleeps_and_computation(profile_program, tmp_path):
     assert run.profile["event_loop_idle_sec"] == pytest.approx(idle_truth, abs=0.1), info
     assert run.line("@run")["n_sys_sec"] < 0.05, info
     assert run.line("@run")["n_await_sec"] == 0.0, info
-    assert run.profile["cpu_time_sec"]["system"] < 0.1, info
+    # Nor anyone else's: what system time there is belongs to the computing line
+    # (a busy machine keeps it off the CPU between its clock calls).
+    elsewhere = sum(e["n_sys_sec"] for e in run.file()["lines"] if e["lineno"] != compute["lineno"])
+    assert elsewhere < 0.05, info
 
     # Functions add up their lines' await time.
     assert run.function("slow")["n_await_sec"] == pytest.approx(run.line("@slow")["n_await_sec"]), info
