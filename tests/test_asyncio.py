@@ -11,6 +11,7 @@ The truth is measured by each program itself: how long every await really took
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -253,3 +254,41 @@ def test_await_fields_are_checked_and_shown(profile_program, tmp_path):
     model.check(old)
     assert old["await_time_sec"] == 0.0
     assert "await" not in header(text.render(old))
+
+
+MANY = """
+import asyncio, sys
+
+if sys.argv[1] == "eager":
+    FACTORY = asyncio.eager_task_factory  # 3.12+: a task runs its first step at once
+
+
+async def one():
+    await asyncio.sleep(1.0)  # @one
+
+
+async def other():
+    await asyncio.sleep(1.0)  # @other
+
+
+async def main():
+    if sys.argv[1] == "eager":
+        asyncio.get_running_loop().set_task_factory(FACTORY)
+    await asyncio.gather(*[one() for _ in range(600)], *[other() for _ in range(400)])  # @gather
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("tasks", ["plain", pytest.param("eager", marks=pytest.mark.skipif(
+    sys.version_info < (3, 12), reason="eager tasks are new in 3.12"))])
+def test_more_tasks_than_a_snapshot_examines(profile_program, tasks):
+    """1,000 tasks, more than the 256 a snapshot reads: a rotating slice stands
+    for all of them and the shares stay right (600 tasks at one line, 400 at the
+    other, both a second long; main's gather line waits as long, once)."""
+    run = profile_program(MANY, options=["--cpu-only"], args=[tasks])
+    info = await_summary(run, "@one", "@other", "@gather")
+    one, other = run.line("@one")["n_await_sec"], run.line("@other")["n_await_sec"]
+    assert one + other == pytest.approx(1000 * 1.0, rel=0.15), info
+    assert abs(one / (one + other) * 100 - 60.0) <= 5.0, info
