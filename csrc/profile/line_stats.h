@@ -19,8 +19,8 @@ typedef struct {
     uint64_t gil_wait_ns; /* off CPU while running Python: waiting for the GIL */
     uint64_t cpu_wait_ns; /* runnable but waiting for a CPU (the kernel's run queue) */
     /* Off CPU in an asyncio event loop's own code, waiting for events: the loop
-     * was idle, which is the coroutines' await time (await_ns), not time of this
-     * line's; kept apart so that it is in no percentage (see awaits.h). */
+     * was idle, not this line; kept apart, in no percentage (the waiting is the
+     * suspended tasks' await_ns at their own lines; see awaits.h). */
     uint64_t loop_idle_ns;
     /* Time coroutines spent suspended at an await here: each snapshot adds its
      * window once per task suspended here (task-seconds, not wall time). */
