@@ -7,6 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "asyncio/awaits.h"
 #include "profile/codes.h"
 #include "profile/filter.h"
 #include "profile/line_stats.h"
@@ -155,8 +156,9 @@ static PyObject *core_stop(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* (python, native, system, busy, samples, gil_wait, cpu_wait) in ns.  Each kind
- * of estimated time with its own unit (see sampler_totals). */
+/* (python, native, system, busy, samples, gil_wait, cpu_wait, loop_idle, await)
+ * in ns.  Each kind of estimated time with its own unit (see sampler_totals);
+ * await time is measured only (awaits.h). */
 static PyObject *sums_tuple(const cpu_sums *s, const sampler_totals *units)
 {
     cpu_totals t, off, runq, wall;
@@ -167,9 +169,11 @@ static PyObject *sums_tuple(const cpu_sums *s, const sampler_totals *units)
     t.system_ns = off.system_ns;
     t.gil_wait_ns = off.gil_wait_ns;
     t.cpu_wait_ns = runq.cpu_wait_ns;
+    t.loop_idle_ns = off.loop_idle_ns;
     t.busy_core_ns = wall.busy_core_ns;
-    return Py_BuildValue("(ddddKdd)", t.python_ns, t.native_ns, t.system_ns, t.busy_core_ns,
-                         (unsigned long long)s->samples, t.gil_wait_ns, t.cpu_wait_ns);
+    return Py_BuildValue("(ddddKdddd)", t.python_ns, t.native_ns, t.system_ns, t.busy_core_ns,
+                         (unsigned long long)s->samples, t.gil_wait_ns, t.cpu_wait_ns, t.loop_idle_ns,
+                         (double)s->await_ns);
 }
 
 static PyObject *collect_records(const sampler_totals *units)
@@ -353,6 +357,7 @@ static PyObject *core_reset(PyObject *module, PyObject *unused)
         return NULL;
     }
     line_stats_release();
+    awaits_release();
     mem_profile_release();
     codes_release();
     sampler_release();

@@ -30,6 +30,12 @@ pyframe pyframe_innermost(PyThreadState *ts); /* the thread's current complete f
 pyframe pyframe_caller(pyframe f);            /* next complete frame outward */
 PyCodeObject *pyframe_code(pyframe f);
 int pyframe_lasti(pyframe f);                 /* index in code units of the instruction; -1: not started */
+/* The frame of a generator, coroutine or async generator (anything PyGen_Check,
+ * PyCoro_CheckExact or PyAsyncGen_CheckExact accepts) while it is suspended at a
+ * yield or an await; NULL when it has not started, is running or has finished.
+ * Its instruction is the one it is suspended at.  A suspended frame is linked to
+ * no caller: pyframe_caller gives nothing meaningful for it. */
+pyframe pyframe_suspended(PyObject *gen);
 
 /* Where a running thread stands, read from another thread without the GIL
  * (through safe_read, see common/safe_read.h): the opcode of the instruction

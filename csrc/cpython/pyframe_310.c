@@ -51,6 +51,13 @@ int pyframe_lasti(pyframe f)
     return ((const PyFrameObject *)f)->f_lasti; /* 3.10 counts code units */
 }
 
+pyframe pyframe_suspended(PyObject *gen)
+{
+    /* Generators, coroutines and async generators share _PyGenObject_HEAD. */
+    PyFrameObject *f = ((PyGenObject *)gen)->gi_frame;
+    return f != NULL && f->f_state == FRAME_SUSPENDED ? f : NULL;
+}
+
 int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
 {
     PyFrameObject *f;

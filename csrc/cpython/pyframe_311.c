@@ -70,6 +70,14 @@ int pyframe_lasti(pyframe f)
     return (int)(frame->prev_instr - _PyCode_CODE(frame->f_code));
 }
 
+pyframe pyframe_suspended(PyObject *gen)
+{
+    /* Generators, coroutines and async generators share _PyGenObject_HEAD, whose
+     * last member is the frame itself. */
+    PyGenObject *g = (PyGenObject *)gen;
+    return g->gi_frame_state == FRAME_SUSPENDED ? (pyframe)g->gi_iframe : NULL;
+}
+
 int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
 {
     _PyCFrame *cframe;

@@ -61,6 +61,15 @@ int pyframe_lasti(pyframe f)
     return (int)(frame->instr_ptr - _PyCode_CODE(pyframe_code(f)));
 }
 
+pyframe pyframe_suspended(PyObject *gen)
+{
+    /* Generators, coroutines and async generators share _PyGenObject_HEAD, whose
+     * last member is the frame itself; 3.13 tells a frame suspended inside a
+     * `yield from`/`await` (FRAME_SUSPENDED_YIELD_FROM) from one at a yield. */
+    PyGenObject *g = (PyGenObject *)gen;
+    return FRAME_STATE_SUSPENDED(g->gi_frame_state) ? (pyframe)g->gi_iframe : NULL;
+}
+
 int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
 {
     _PyInterpreterFrame *f;

@@ -47,11 +47,17 @@ void line_stats_release(void)
     }
 }
 
-void cpu_sums_add_estimate(cpu_sums *into, int native, double on_cpu, double runq, double core_fraction)
+void cpu_sums_add_estimate(cpu_sums *into, int native, int loop_idle, double on_cpu, double runq,
+                           double core_fraction)
 {
     double off = 1.0 - on_cpu;
     runq = runq < 0.0 ? 0.0 : runq > off ? off : runq;
-    if (native) {
+    double idle = 0.0;
+    if (native && loop_idle) {
+        idle = off - runq;
+        into->est_native += on_cpu;
+        into->est_loop_idle += idle;
+    } else if (native) {
         into->est_native += on_cpu;
         into->est_system += off - runq;
     } else {
@@ -59,7 +65,7 @@ void cpu_sums_add_estimate(cpu_sums *into, int native, double on_cpu, double run
         into->est_gil_wait += off - runq;
     }
     into->est_cpu_wait += runq;
-    into->est_busy += core_fraction;
+    into->est_busy += core_fraction * (1.0 - idle); /* the idle part is in no total */
 }
 
 void cpu_sums_resolve(const cpu_sums *s, double unit_ns, cpu_totals *out)
@@ -69,6 +75,7 @@ void cpu_sums_resolve(const cpu_sums *s, double unit_ns, cpu_totals *out)
     out->system_ns = (double)s->system_ns + s->est_system * unit_ns;
     out->gil_wait_ns = (double)s->gil_wait_ns + s->est_gil_wait * unit_ns;
     out->cpu_wait_ns = (double)s->cpu_wait_ns + s->est_cpu_wait * unit_ns;
+    out->loop_idle_ns = (double)s->loop_idle_ns + s->est_loop_idle * unit_ns;
     out->busy_core_ns = s->busy_core_ns + s->est_busy * unit_ns;
 }
 
@@ -77,7 +84,12 @@ void cpu_sums_add(cpu_sums *into, const cpu_window *w, int count_off_cpu, double
     uint64_t cpu = w->cpu_ns > w->wall_ns ? w->wall_ns : w->cpu_ns;
     uint64_t off = count_off_cpu ? w->wall_ns - cpu : 0;
     uint64_t runq = w->runq_ns > off ? off : w->runq_ns;
-    if (w->native) {
+    uint64_t idle = 0;
+    if (w->native && w->loop_idle) {
+        idle = off - runq;
+        into->native_ns += cpu;
+        into->loop_idle_ns += idle;
+    } else if (w->native) {
         into->native_ns += cpu;
         into->system_ns += off - runq;
     } else {
@@ -85,7 +97,7 @@ void cpu_sums_add(cpu_sums *into, const cpu_window *w, int count_off_cpu, double
         into->gil_wait_ns += off - runq;
     }
     into->cpu_wait_ns += runq;
-    into->busy_core_ns += core_fraction * (double)(cpu + off);
+    into->busy_core_ns += core_fraction * (double)(cpu + off - idle); /* the idle part is in no total */
     into->samples++;
 }
 

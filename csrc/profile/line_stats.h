@@ -18,20 +18,28 @@ typedef struct {
     uint64_t system_ns;   /* off CPU, blocked in native code: I/O, sleeping, a lock */
     uint64_t gil_wait_ns; /* off CPU while running Python: waiting for the GIL */
     uint64_t cpu_wait_ns; /* runnable but waiting for a CPU (the kernel's run queue) */
+    /* Off CPU in an asyncio event loop's own code, waiting for events: the loop
+     * was idle, not this line; kept apart, in no percentage (the waiting is the
+     * suspended tasks' await_ns at their own lines; see awaits.h). */
+    uint64_t loop_idle_ns;
+    /* Time coroutines spent suspended at an await here: each snapshot adds its
+     * window once per task suspended here (task-seconds, not wall time). */
+    uint64_t await_ns;
     double busy_core_ns;  /* attributed time weighted by the fraction of cores busy */
     uint64_t samples;
     /* Estimated time, in units of the main thread's mean time between requests
      * (known only when the profile is collected; see sampler.c). */
-    double est_python, est_native, est_system, est_gil_wait, est_cpu_wait, est_busy;
+    double est_python, est_native, est_system, est_gil_wait, est_cpu_wait, est_loop_idle, est_busy;
 } cpu_sums;
 
 /* Where a window's time went, before it is charged: wall and CPU time, the time
  * the thread waited on the run queue, and whether it was running Python (then
  * its other time off CPU was waiting for the GIL) or native code (then it was
- * blocked: system). */
+ * blocked: system, or, in an event loop's own code, the loop's idle time). */
 typedef struct {
     uint64_t wall_ns, cpu_ns, runq_ns;
     int native;
+    int loop_idle; /* the thread stood in an asyncio event loop's own code */
 } cpu_window;
 
 typedef struct {
@@ -47,11 +55,12 @@ void line_stats_release(void);
 size_t line_stats_memory_bytes(void);
 
 /* One estimated unit (a request interval) of time: on CPU for on_cpu of it, on
- * the run queue for runq of it, the rest off CPU. */
-void cpu_sums_add_estimate(cpu_sums *into, int native, double on_cpu, double runq, double core_fraction);
+ * the run queue for runq of it, the rest off CPU (loop_idle: as in cpu_window). */
+void cpu_sums_add_estimate(cpu_sums *into, int native, int loop_idle, double on_cpu, double runq,
+                           double core_fraction);
 /* Measured plus estimated time in nanoseconds, given the length of one unit. */
 typedef struct {
-    double python_ns, native_ns, system_ns, gil_wait_ns, cpu_wait_ns, busy_core_ns;
+    double python_ns, native_ns, system_ns, gil_wait_ns, cpu_wait_ns, loop_idle_ns, busy_core_ns;
 } cpu_totals;
 void cpu_sums_resolve(const cpu_sums *s, double unit_ns, cpu_totals *out);
 /* A measured window; off-CPU time is left out with count_off_cpu 0 (virtual time). */

@@ -1,5 +1,6 @@
 #include "sampler.h"
 #include "clock.h"
+#include "../asyncio/awaits.h"
 #include "../cpython/pyframe.h"
 #include "../ending/ending.h"
 #include "../forks/forks.h"
@@ -105,6 +106,7 @@ typedef struct {
     int lineno;
     int native;
     int ok; /* 0 when memory ran out: the time is dropped */
+    int loop_idle; /* in an asyncio event loop's own code: its time off CPU is the loop's idle time */
 } location;
 
 /* native_by_delay: the main thread answering its request, whose kind is where it
@@ -115,8 +117,9 @@ typedef struct {
 static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint64_t delay_cpu_ns,
                        int standing)
 {
-    location loc = {SITE_NONE, 0, 1, 1};
+    location loc = {SITE_NONE, 0, 1, 1, 0};
     pyframe innermost, f;
+    loc.loop_idle = awaits_loop_waiting(ts);
     if (!codes_locate(ts, &innermost, &f)) {
         loc.ok = 0;
         return loc;
@@ -173,7 +176,7 @@ static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint6
     if (into == NULL) {
         return;
     }
-    cpu_window w = {wall_ns, cpu_ns, runq_ns, loc->native};
+    cpu_window w = {wall_ns, cpu_ns, runq_ns, loc->native, loc->loop_idle};
     cpu_sums_add(into, &w, !S.options.virtual_time, core_fraction);
 }
 
@@ -334,7 +337,7 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
     S.totals.est_off_units += 1.0 - on_cpu - est_runq;
     cpu_sums *into = sums_at(&loc);
     if (into != NULL) {
-        cpu_sums_add_estimate(into, loc.native, on_cpu, runq_share, core_fraction);
+        cpu_sums_add_estimate(into, loc.native, loc.loop_idle, on_cpu, runq_share, core_fraction);
     }
     return loc;
 }
@@ -388,6 +391,7 @@ static void snapshot_unsuspended(enum snapshot_source source)
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback); /* the snapshot must not disturb a pending error */
     mem_profile_drain(); /* memory samples queued by threads that did not hold the GIL */
+    int asyncio_used = awaits_begin();
 
     uint64_t now = clock_wall_ns();
     uint64_t process_cpu = clock_process_cpu_ns();
@@ -409,7 +413,7 @@ static void snapshot_unsuspended(enum snapshot_source source)
 
     uint64_t threads_used = 0;
     size_t live = 0;
-    location main_location = {SITE_NONE, 0, 1, 0};
+    location main_location = {SITE_NONE, 0, 1, 0, 0};
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
          ts = PyThreadState_Next(ts)) {
         pid_t tid = pyframe_thread_tid(ts);
@@ -488,6 +492,11 @@ static void snapshot_unsuspended(enum snapshot_source source)
         if (into != NULL) {
             cpu_sums_add_native(into, untracked, core_fraction);
         }
+    }
+
+    /* Await time is wall time by nature: with --use-virtual-time none is counted. */
+    if (asyncio_used && !S.options.virtual_time) {
+        awaits_charge(window, &S.totals.unattributed);
     }
 
     prune_threads(live);

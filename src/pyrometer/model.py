@@ -51,31 +51,38 @@ def _zip_member_lines(filename: str) -> list[str]:
 
 
 class _Sums:
-    __slots__ = ("python", "native", "system", "gil_wait", "cpu_wait", "busy", "samples")
+    __slots__ = ("python", "native", "system", "gil_wait", "cpu_wait", "busy", "samples", "loop_idle",
+                 "await_")
 
     def __init__(self) -> None:
         self.python = self.native = self.system = self.gil_wait = self.cpu_wait = self.busy = 0.0
+        self.loop_idle = self.await_ = 0.0
         self.samples = 0
 
     def add(self, cpu: tuple) -> None:
-        python, native, system, busy, samples, gil_wait, cpu_wait = cpu
+        python, native, system, busy, samples, gil_wait, cpu_wait, loop_idle, await_ = cpu
         self.python += python * NS
         self.native += native * NS
         self.system += system * NS
         self.gil_wait += gil_wait * NS
         self.cpu_wait += cpu_wait * NS
+        self.loop_idle += loop_idle * NS
+        self.await_ += await_ * NS
         self.busy += busy * NS
         self.samples += samples
 
     def merge(self, other: "_Sums") -> None:
-        for name in ("python", "native", "system", "gil_wait", "cpu_wait"):
+        for name in ("python", "native", "system", "gil_wait", "cpu_wait", "loop_idle", "await_"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     @property
     def total(self) -> float:
+        """The time in the percentages' denominator.  Neither an event loop's idle
+        time nor await time is in it: await time is coroutines' time (task-seconds,
+        overlapping each other and the loop's work), shown as its own share."""
         return self.python + self.native + self.system + self.gil_wait + self.cpu_wait
 
-    def fields(self, denominator: float) -> dict[str, Any]:
+    def fields(self, denominator: float, await_total: float) -> dict[str, Any]:
         pct = (100.0 / denominator) if denominator > 0 else 0.0
         return {
             "n_cpu_percent_python": self.python * pct,
@@ -83,12 +90,16 @@ class _Sums:
             "n_sys_percent": self.system * pct,
             "n_gil_wait_percent": self.gil_wait * pct,
             "n_cpu_wait_percent": self.cpu_wait * pct,
+            # Scalene's meaning: this line's share of all the await time charged
+            # to the program's lines, not a share of the run time.
+            "n_await_percent": min(100.0, self.await_ * 100.0 / await_total) if await_total > 0 else 0.0,
             "n_core_utilization": (self.busy / self.total) if self.total > 0 else 0.0,
             "n_cpu_python_sec": self.python,
             "n_cpu_native_sec": self.native,
             "n_sys_sec": self.system,
             "n_gil_wait_sec": self.gil_wait,
             "n_cpu_wait_sec": self.cpu_wait,
+            "n_await_sec": self.await_,
             "n_samples": self.samples,
         }
 
@@ -159,7 +170,7 @@ def time_share(entry: dict[str, Any]) -> float:
 
 
 def _significant(entry: dict[str, Any], threshold: float, malloc_threshold: float | None = None) -> bool:
-    cpu = time_share(entry) >= threshold
+    cpu = time_share(entry) >= threshold or entry.get("n_await_percent", 0.0) >= threshold
     return cpu or (malloc_threshold is not None and entry.get("n_malloc_mb", 0.0) >= malloc_threshold)
 
 
@@ -198,6 +209,9 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     # CPU that ran where no reported line was on the stack.  Idle time of threads
     # that never touch the program's code (a pool waiting for work) is left out.
     denominator = every_line.total + unattributed.python + unattributed.native
+    # Await shares are of the await time charged to the program's lines; tasks
+    # whose await chain has no reported frame (a library's own tasks) are left out.
+    await_total = every_line.await_
     threshold = options["cpu_percent_threshold"]
     malloc_threshold = options["malloc_threshold"] if memory else None
     reduced = options["reduced_profile"]
@@ -213,7 +227,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         leaks = {}
         for lineno in _lines_to_report(len(source), set(per_line) | set(per_line_mem)):
             entry = {"lineno": lineno, "line": source[lineno - 1] if lineno <= len(source) else ""}
-            entry.update((per_line.get(lineno) or _Sums()).fields(denominator))
+            entry.update((per_line.get(lineno) or _Sums()).fields(denominator, await_total))
             if memory:
                 m = per_line_mem.get(lineno, _NO_MEMORY)
                 entry.update(m.fields(activity, elapsed))
@@ -229,7 +243,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         keys = set(functions[filename]) | set(mem_functions.get(filename, {}))
         for qualname, firstlineno in sorted(keys, key=lambda k: (k[1], k[0])):
             entry = {"lineno": firstlineno, "line": qualname}
-            entry.update(functions[filename].get((qualname, firstlineno), _Sums()).fields(denominator))
+            entry.update(functions[filename].get((qualname, firstlineno), _Sums()).fields(denominator, await_total))
             if memory:
                 entry.update(mem_functions[filename].get((qualname, firstlineno), _NO_MEMORY).fields(activity, elapsed))
             if not reduced or _significant(entry, threshold, malloc_threshold):
@@ -277,12 +291,15 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             "gil_wait": every_line.gil_wait,
             "cpu_wait": every_line.cpu_wait,
         },
+        "await_time_sec": await_total,
+        "event_loop_idle_sec": every_line.loop_idle + unattributed.loop_idle,
         "unattributed": {
             "python_sec": unattributed.python,
             "native_sec": unattributed.native,
             "system_sec": unattributed.system,
             "gil_wait_sec": unattributed.gil_wait,
             "cpu_wait_sec": unattributed.cpu_wait,
+            "await_sec": unattributed.await_,
         },
         "memory": bool(memory),
         "gpu": False,
@@ -502,12 +519,14 @@ _TIME_ENTRY = _Object({
     "n_sys_percent": (_NONNEG, _REQUIRED),
     "n_gil_wait_percent": (_NONNEG, 0.0),
     "n_cpu_wait_percent": (_NONNEG, 0.0),
+    "n_await_percent": (_number(0.0, 100.0), 0.0),
     "n_core_utilization": (_NONNEG, 0.0),
     "n_cpu_python_sec": (_NONNEG, 0.0),
     "n_cpu_native_sec": (_NONNEG, 0.0),
     "n_sys_sec": (_NONNEG, 0.0),
     "n_gil_wait_sec": (_NONNEG, 0.0),
     "n_cpu_wait_sec": (_NONNEG, 0.0),
+    "n_await_sec": (_NONNEG, 0.0),
     "n_samples": (_COUNT, 0),
     "n_gpu_percent": (_NONNEG, _OPTIONAL),
     "n_gpu_peak_memory_mb": (_NONNEG, _OPTIONAL),
@@ -590,8 +609,11 @@ _RUN = _Object({
     "cpu_time_sec": (_Object({"python": (_NONNEG, _REQUIRED), "native": (_NONNEG, _REQUIRED),
                               "system": (_NONNEG, _REQUIRED), "gil_wait": (_NONNEG, _OPTIONAL),
                               "cpu_wait": (_NONNEG, _OPTIONAL)}), _REQUIRED),
+    "await_time_sec": (_NONNEG, 0.0),
+    "event_loop_idle_sec": (_NONNEG, 0.0),
     "unattributed": (_Object({name: (_NONNEG, _OPTIONAL) for name in
-                              ("python_sec", "native_sec", "system_sec", "gil_wait_sec", "cpu_wait_sec")}),
+                              ("python_sec", "native_sec", "system_sec", "gil_wait_sec", "cpu_wait_sec",
+                               "await_sec")}),
                      _OPTIONAL),
     "memory": (_BOOL, False),
     "gpu": (_BOOL, False),

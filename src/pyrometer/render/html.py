@@ -31,6 +31,8 @@ TIME_FIELDS = ["n_cpu_percent_python", "n_cpu_percent_c", "n_sys_percent", "n_cp
                "n_gil_wait_percent", "n_cpu_wait_percent"]
 MEMORY_FIELDS = ["n_malloc_mb", "n_python_fraction", "n_peak_mb", "n_growth_mb", "n_mallocs",
                  "n_usage_fraction", "n_copy_mb_s"]
+# Coroutines' await time; shipped only when the program had any.
+AWAIT_FIELDS = ["n_await_percent", "n_await_sec"]
 # Scalene's names for the GPU columns; present once GPU profiling exists.
 GPU_FIELDS = ["n_gpu_percent", "n_gpu_peak_memory_mb"]
 
@@ -92,6 +94,8 @@ def page_data(profile: dict[str, Any]) -> dict[str, Any]:
     """What the page script reads: the run's summary fields as they are, and each
     file in compact form, hottest first."""
     fields = list(TIME_FIELDS)
+    if profile.get("await_time_sec", 0) > 0:
+        fields += AWAIT_FIELDS
     if profile.get("memory"):
         fields += MEMORY_FIELDS
     if profile.get("gpu"):

@@ -140,11 +140,18 @@ def _pct(value: float) -> str:
     return f"{value:.0f}%"
 
 
-def _time_cells(entry: dict[str, Any], waits: bool = False) -> list[str]:
+def _time_cells(entry: dict[str, Any], waits: bool = False, awaits: bool = False) -> list[str]:
     cells = [_pct(entry["n_cpu_percent_python"]), _pct(entry["n_cpu_percent_c"]), _pct(entry["n_sys_percent"])]
     if waits:
         cells.append(_pct(entry.get("n_gil_wait_percent", 0.0) + entry.get("n_cpu_wait_percent", 0.0)))
+    if awaits:
+        cells.append(_pct(entry.get("n_await_percent", 0.0)))
     return cells
+
+
+def _shows_awaits(profile: dict[str, Any]) -> bool:
+    """The await column is shown only for a program whose coroutines awaited."""
+    return profile.get("await_time_sec", 0.0) > 0
 
 
 _share = time_share
@@ -252,6 +259,10 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
                     if cpu.get(key, 0.0) >= 0.0005)
     out.append(cut(f"Python {cpu['python']:.3f} s · native {cpu['native']:.3f} s · "
                    f"system {cpu['system']:.3f} s{waits}", width))
+    if _shows_awaits(profile):
+        out.append(cut(f"coroutines suspended at awaits {profile['await_time_sec']:.3f} s (task time: the await "
+                       f"column's total) · event loop idle {profile.get('event_loop_idle_sec', 0.0):.3f} s "
+                       "(in no percentage)", width))
     out.append(cut("options: " + _options_words(profile), width))
     for notice in profile.get("notices", []):
         out.append(paint(visible("notice: " + str(notice)), BOLD))
@@ -293,11 +304,13 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
                                     f"({f['cpu_time_sec']:.3f} s) out of {profile['total_time_sec']:.3f} s"), width),
                          BOLD))
         show_waits = _shows_waits(profile)
-        header = ["Line", "Time Python", "native", "system"] + (["wait"] if show_waits else [])
+        show_awaits = _shows_awaits(profile)
+        header = (["Line", "Time Python", "native", "system"] + (["wait"] if show_waits else [])
+                  + (["await"] if show_awaits else []))
         if memory:
             header += ["Memory Python", "peak", "timeline / %", "Copy MB/s"]
-        cells = ((lambda e: [*_time_cells(e, show_waits), *_memory_cells(e)]) if memory
-                 else (lambda e: _time_cells(e, show_waits)))
+        cells = ((lambda e: [*_time_cells(e, show_waits, show_awaits), *_memory_cells(e)]) if memory
+                 else (lambda e: _time_cells(e, show_waits, show_awaits)))
         rows, styles = [], []
         for e in f["lines"]:
             share = _share(e)
@@ -306,10 +319,11 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
             rows.append([str(e["lineno"]), *cells(e), visible(e["line"])])
             heavy = malloc_threshold is not None and e.get("n_malloc_mb", 0.0) >= malloc_threshold
             styles.append((BOLD, RED) if share >= hot else (YELLOW,) if share >= threshold or heavy else ())
-        first_memory = 5 if show_waits else 4
+        first_memory = 4 + show_waits + show_awaits
         droppable = tuple(range(first_memory + 3, first_memory - 1, -1)) if memory else ()
         out.extend(_table(rows, header + ["source"], len(header), width, styles, paint, droppable))
-        funcs = [e for e in f["functions"] if _share(e) >= 0.5 or e.get("n_malloc_mb", 0.0) >= 0.5]
+        funcs = [e for e in f["functions"] if _share(e) >= 0.5 or e.get("n_await_percent", 0.0) >= 0.5
+                 or e.get("n_malloc_mb", 0.0) >= 0.5]
         if funcs:
             out.append("")
             rows = [[str(e["lineno"]), *cells(e), visible(e["line"])] for e in funcs]

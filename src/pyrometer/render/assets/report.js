@@ -21,6 +21,7 @@
   var COL = {};  // field name -> position in a data row (position 0 is the entry's index)
   D.fields.forEach(function (f, i) { COL[f] = i + 1; });
   var MEMORY = !!S.memory, GPU = !!S.gpu;
+  var AWAITS = num(S.await_time_sec, 0) > 0;  // the await column, only for a program that had any
   var THRESHOLD = num(OPT.cpu_percent_threshold, 1), HOT = THRESHOLD * 5;
   var MALLOC_THRESHOLD = MEMORY ? num(OPT.malloc_threshold, 100) : Infinity;
   var ELAPSED = num(S.elapsed_time_sec, 0);
@@ -69,7 +70,8 @@
       (r[COL.n_gil_wait_percent] || 0) + (r[COL.n_cpu_wait_percent] || 0) : 0;
   };
   Entries.prototype.significant = function (k) {
-    return this.share(k) >= THRESHOLD || this.get(k, "n_malloc_mb") >= MALLOC_THRESHOLD;
+    return this.share(k) >= THRESHOLD || this.get(k, "n_await_percent") >= THRESHOLD ||
+      this.get(k, "n_malloc_mb") >= MALLOC_THRESHOLD;
   };
   Entries.prototype.rowClass = function (k) {
     var s = this.share(k);
@@ -132,6 +134,12 @@
     { id: "time", label: "time", title: "total time (the bar: Python, native, system, wait)", width: "96px",
       key: function (E, k) { return E.share(k); }, cell: barHtml },
   ];
+  var AWAIT_COLS = AWAITS ? [
+    { id: "n_await_percent", label: "await", width: "60px",
+      title: "share of all the time coroutines spent suspended at an await (not of the run time)",
+      key: function (E, k) { return E.get(k, "n_await_percent"); },
+      cell: function (E, k) { return pct(E.get(k, "n_await_percent")); } },
+  ] : [];
   var GPU_COLS = GPU ? [field("n_gpu_percent", "GPU", pct, "52px"),
                         field("n_gpu_peak_memory_mb", "GPU memory", mb, "90px")] : [];
   var MEMORY_COLS = MEMORY ? [
@@ -160,7 +168,7 @@
                      var d = esc(FILES[E.fileOf(k)].raw.display);
                      return '<span title="' + d + '">' + d + "</span>";
                    } };
-  var NUMBERS = TIME_COLS.concat(GPU_COLS, MEMORY_COLS);
+  var NUMBERS = TIME_COLS.concat(AWAIT_COLS, GPU_COLS, MEMORY_COLS);
 
   /* ---- sortable tables, filled in chunks ----
    * Not <table>: a table's layout measures every cell of every row, which costs
@@ -369,7 +377,10 @@
       ' <span class="muted" style="font-size:13px;font-weight:400">charged to the program, over ' +
       plural(threads, "thread") + "</span></div>" +
       '<div class="split" id="time-split">' + segs.map(function (s) { return s.bar; }).join("") + "</div>" +
-      '<div class="legend">' + segs.map(function (s) { return s.legend; }).join("") + "</div></div>";
+      '<div class="legend">' + segs.map(function (s) { return s.legend; }).join("") + "</div>" +
+      (AWAITS ? '<div class="muted" id="time-await">coroutines suspended at awaits ' + secs(S.await_time_sec) +
+        " (task time, the await column's total) · event loop idle " + secs(S.event_loop_idle_sec) +
+        " (in no percentage)</div>" : "") + "</div>";
     if (MEMORY) {
       var w = S.max_footprint_where;
       h += '<div class="card" id="card-memory"><h3>Memory</h3><div class="big">peak ' +
