@@ -183,7 +183,9 @@
     this.E = E;
     this.cols = cols;
     this.kind = kind;              // "lines" or "functions"
-    this.sortCol = kind === "lines" ? 0 : cols.indexOf(TIME_COLS[3]);
+    // Functions: by total time (the "time" column, found by its id: the wait
+    // column came before it and took its index).
+    this.sortCol = kind === "lines" ? 0 : cols.findIndex(function (c) { return c.id === "time"; });
     this.desc = kind !== "lines";
     this.job = null;
     this.el = document.createElement("div");
