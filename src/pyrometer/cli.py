@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from .options import Options, UsageError, parse
 
@@ -173,8 +174,10 @@ def _profile(options: Options) -> int:
                "exit_status": status, "ended_by": ended_by, "note": None}
         processes, count = [top], 1
         if run is not None and run.path is not None:
+            began = time.perf_counter()
             raw, processes, count, more = children.merge(run.path, raw, top, session.start_time,
                                                          *children.family_records())
+            raw["merge_ns"] = int((time.perf_counter() - began) * 1e9)
             notices.extend(more)
             if ended_by != "exit":
                 run.remove()  # the process ends now (a signal, os._exit, exec)

@@ -263,6 +263,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         "memory": bool(memory),
         "gpu": False,
         "process_count": process_count if process_count is not None else len(processes or []) or 1,
+        "children_merge_sec": raw.get("merge_ns", 0) * NS,
         "processes": processes or [],
         "notices": [*(notices or []), *_notices(memory, raw["functions_overflowed"])],
         **(_run_memory(memory, mem_lines, elapsed) if memory else {}),
@@ -614,6 +615,7 @@ _PROCESS = _Object({
 })
 _RUN.fields.update({
     "process_count": (_COUNT, 1),
+    "children_merge_sec": (_NONNEG, 0.0),
     "processes": (_List(_PROCESS), []),
 })
 _TOP_WITH_MEMORY = _Object({**_RUN.fields, **_MEMORY_TOP.fields})
