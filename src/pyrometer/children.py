@@ -3,14 +3,13 @@ same machinery, with the same options, and its profile merged into the first
 process's (docs/how-it-works.md, "Child processes").
 
 The first process (the top) makes a private run directory (mkdtemp, mode 0700)
-and puts two things in the environment its children inherit:
-- PYROMETER_CHILDREN: the settings, as JSON (the run directory and the options
-  the measuring core starts with);
-- PYTHONPATH: the run directory's `boot` folder first, which holds only a
-  sitecustomize.py.  A Python child started by an exec (subprocess, the spawn
-  and forkserver start methods, os.exec*) imports it while it starts up; it
-  takes itself out of sys.path, runs the sitecustomize it hides (the user's, if
-  there is one) and starts profiling (start_exec_child).
+holding the settings (settings.json: the options the measuring core starts
+with) and a `boot` folder with only a sitecustomize.py, and puts that folder
+first on the PYTHONPATH its children inherit (the one change to their
+environment besides LD_PRELOAD).  A Python child started by an exec
+(subprocess, the spawn and forkserver start methods, os.exec*) imports it while
+it starts up; it takes itself out of sys.path, runs the sitecustomize it hides
+(the user's, if there is one) and starts profiling (start_exec_child).
 A child made by os.fork (the fork start method, Pool and ProcessPoolExecutor
 workers under it) has the parent's profiler, stopped by the fork: an
 os.register_at_fork hook resets the core in the child and starts a fresh
@@ -43,8 +42,8 @@ import time
 import weakref
 from typing import Any
 
-SETTINGS = "PYROMETER_CHILDREN"
 _BOOT = "boot"
+_SETTINGS_FILE = "settings.json"
 MB = 1048576.0
 # The per-process table keeps this many rows; the count beyond is kept exact.
 PROCESS_TABLE_MAX = 1000
@@ -65,23 +64,35 @@ def _pyrometer_bootstrap():
             raise
         sys.modules["sitecustomize"] = ours  # the import that runs this one expects it there
     finally:
+        settings = os.path.join(os.path.dirname(here), "settings.json")
+        try:
+            import json
+            with open(settings) as f:
+                package = json.load(f)["package"]
+        except BaseException:
+            return  # the run is over (a grandchild that outlived it), or not readable
+        # The top's own pyrometer, when this interpreter can load its measuring
+        # core (the same version); otherwise this interpreter's own, if any.
+        same = package["cache_tag"] == sys.implementation.cache_tag
+        if same:
+            sys.path.insert(0, package["parent"])
         try:
             from pyrometer import children
-        except BaseException as e:  # this interpreter cannot import pyrometer
+        except BaseException as e:
             try:
-                import json
-                run = json.loads(os.environ["PYROMETER_CHILDREN"])["run_dir"]
-                record = {"pid": os.getpid(), "ppid": os.getppid(), "command": list(sys.orig_argv),
-                          "note": "not profiled: this Python cannot import pyrometer (%s: %s)"
-                                  % (type(e).__name__, e)}
-                name = os.path.join(run, "n-%d-%s.json" % (os.getpid(), os.urandom(6).hex()))
+                name = os.path.join(os.path.dirname(here), "n-%d-%s.json" % (os.getpid(), os.urandom(6).hex()))
                 with open(name + ".tmp", "w") as f:
-                    json.dump(record, f)
+                    json.dump({"pid": os.getpid(), "ppid": os.getppid(), "command": list(sys.orig_argv),
+                               "note": "not profiled: this Python cannot import pyrometer (%s: %s)"
+                                       % (type(e).__name__, e)}, f)
                 os.rename(name + ".tmp", name)
             except BaseException:
                 pass
         else:
-            children.start_exec_child()
+            children.start_exec_child(settings)
+        finally:
+            if same and sys.path and sys.path[0] == package["parent"]:
+                del sys.path[0]
 
 
 _pyrometer_bootstrap()
@@ -94,8 +105,10 @@ del _pyrometer_bootstrap
 # ---------------------------------------------------------------------------
 
 class RunDirectory:
-    """The private directory the children write into, and the environment that
-    sends them there.  Removed by remove(), on every way the top ends."""
+    """The private directory the children write into, and the PYTHONPATH entry
+    that sends them there.  Removed by remove(), on every way the top ends."""
+
+    current: "RunDirectory | None" = None
 
     def __init__(self, settings: dict[str, Any]):
         self.path = tempfile.mkdtemp(prefix="pyrometer-run-")  # mode 0700
@@ -104,10 +117,14 @@ class RunDirectory:
         os.mkdir(boot, 0o700)
         with open(os.path.join(boot, "sitecustomize.py"), "w") as f:
             f.write(BOOTSTRAP)
+        package = {"parent": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                   "cache_tag": sys.implementation.cache_tag}
+        self.settings = dict(settings, run_dir=self.path, boot=boot, package=package)
+        with open(os.path.join(self.path, _SETTINGS_FILE), "w") as f:
+            json.dump(self.settings, f)
         previous = os.environ.get("PYTHONPATH")
-        self.settings = dict(settings, run_dir=self.path, pythonpath=previous, boot=boot)
-        os.environ[SETTINGS] = json.dumps(self.settings)
         os.environ["PYTHONPATH"] = boot + (os.pathsep + previous if previous else "")
+        RunDirectory.current = self
 
     def remove(self) -> None:
         """Removes the directory and puts the environment back; only in the top."""
@@ -118,23 +135,26 @@ class RunDirectory:
         self.path = None
 
 
+def _boot() -> str | None:
+    """The boot folder this process sends its children to, if any."""
+    if RunDirectory.current is not None and RunDirectory.current.path is not None:
+        return RunDirectory.current.settings["boot"]
+    if ChildSession.current is not None:
+        return ChildSession.current.settings["boot"]
+    return None
+
+
 def restore_environment(env) -> None:
     """env (a mapping like os.environ) without what sends children to the run
     directory: for the processes pyrometer itself starts, and after the run."""
-    text = env.get(SETTINGS)
-    if text is None:
+    boot = _boot()
+    if boot is None or "PYTHONPATH" not in env:
         return
-    try:
-        settings = json.loads(text)
-    except ValueError:
-        settings = {}
-    del env[SETTINGS]
-    boot = settings.get("boot")
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != boot]
-    if paths:
+    paths = [p for p in env["PYTHONPATH"].split(os.pathsep) if p != boot]
+    if any(paths):
         env["PYTHONPATH"] = os.pathsep.join(paths)
     else:
-        env.pop("PYTHONPATH", None)
+        del env["PYTHONPATH"]
 
 
 # ---------------------------------------------------------------------------
@@ -349,6 +369,29 @@ class ChildSession:
         self.write(None, "exit")
 
 
+def detach() -> None:
+    """pyrometer run inside a profiled run (a program that profiles a program):
+    this process stops being the outer run's child, silently, so that its own
+    run can start the core; the outer run does not list it."""
+    child = ChildSession.current
+    if child is None or child.pid != os.getpid():
+        return
+    from . import _core
+    with child.lock:
+        child.written = True  # nothing is written at its end
+    if _core.running():
+        _core.stop()
+    _core.ending_uninstall()
+    if child.endings is not None:
+        child.endings.uninstall()
+    try:
+        os.unlink(child._path("s"))
+    except OSError:
+        pass
+    restore_environment(os.environ)  # nor are this run's children the outer run's
+    ChildSession.current = None
+
+
 def _write_json(path: str, data: Any) -> bool:
     """Written whole or not at all (a temporary name, then a rename), so that
     the merge never reads half a file; False when the run directory is gone
@@ -377,27 +420,21 @@ def _start_child(settings: dict[str, Any], started_by: str) -> None:
     os.register_at_fork(after_in_child=after_fork_in_child)
 
 
-def start_exec_child() -> None:
+def start_exec_child(settings_path: str) -> None:
     """From the bootstrap sitecustomize: profile this process, a Python started
     by an exec in the profiled run.  Never raises: a child that cannot be
     profiled runs unprofiled (and says why in its record)."""
-    text = os.environ.get(SETTINGS)
-    if text is None:
-        return
     try:
-        settings = json.loads(text)
-        if not os.path.isdir(settings["run_dir"]):
-            return  # the run is over: a grandchild that outlived it
+        with open(settings_path) as f:
+            settings = json.load(f)
+    except (OSError, ValueError):
+        return  # the run is over: a grandchild that outlived it
+    try:
         _start_child(settings, "exec")
     except Exception as e:
-        try:
-            settings = json.loads(text)
-            _write_json(os.path.join(settings["run_dir"], f"n-{os.getpid()}-{secrets.token_hex(6)}.json"),
-                        {"pid": os.getpid(), "ppid": os.getppid(),
-                         "command": list(getattr(sys, "orig_argv", sys.argv)),
-                         "note": f"not profiled: {type(e).__name__}: {e}"})
-        except Exception:
-            pass
+        _write_json(os.path.join(settings["run_dir"], f"n-{os.getpid()}-{secrets.token_hex(6)}.json"),
+                    {"pid": os.getpid(), "ppid": os.getppid(), "command": list(getattr(sys, "orig_argv", sys.argv)),
+                     "note": f"not profiled: {type(e).__name__}: {e}"})
 
 
 class _Forks:

@@ -66,9 +66,8 @@ def _open_page(path: str) -> None:
     # The browser must not inherit the memory library.
     clean = environment_without_memhooks()
     os.environ.pop("LD_PRELOAD", None)
-    if "PYROMETER_CHILDREN" in os.environ:  # nor is it one of the program's children
-        from .children import restore_environment
-        restore_environment(os.environ)
+    if "pyrometer.children" in sys.modules:  # nor is it one of the program's children
+        sys.modules["pyrometer.children"].restore_environment(os.environ)
     os.environ.update(clean)
     if not html.open_in_browser(path):
         stream = _report_stream()
@@ -94,6 +93,10 @@ def _interpreter_problem(force_version: bool) -> str | None:
 
 
 def _profile(options: Options) -> int:
+    if "pyrometer.children" in sys.modules:
+        # pyrometer started by a program that pyrometer profiles: this run is
+        # its own, not a child of the outer one.
+        sys.modules["pyrometer.children"].detach()
     problem = _interpreter_problem(options.force_version)
     if problem is not None:
         return _error(problem)
@@ -209,9 +212,9 @@ def _profile(options: Options) -> int:
                 "program": target.display, "argv": target.argv, "options": options.as_profile_options(),
                 "format": fmt, "path": path})
             writer.spawn()
-        session.start()
         if run is not None:
-            children.profile_forks(run.settings)
+            children.profile_forks(run.settings)  # before the start: what it imports is not the program's
+        session.start()
         _core.ending_install(on_termination_signal)
         endings = Endings(write_profile, _core.ending_signal, _core.ending_reinstall, _core.ending_die)
         endings.install()
