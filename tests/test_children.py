@@ -368,3 +368,35 @@ def test_process_table_is_checked_and_escaped(tmp_path):
     old = json.loads(json.dumps(profile))
     del old["processes"], old["process_count"]
     assert model.loads(json.dumps(old).encode())["process_count"] == 1
+
+
+def test_process_table_on_the_web_page_is_text(tmp_path):
+    """The web report shows the process table, every command line as text: a
+    command holding markup adds no element to the page."""
+    from browser import Browser, chromium
+    if chromium() is None:
+        pytest.skip("chromium is not installed: the web report's browser tests need it")
+    from pyrometer.render import html
+    from synthetic import make_profile
+    profile = make_profile(2, 5, memory=False)
+    profile["process_count"] = 3
+    hostile = "<img src=x onerror=\"document.title='pwned'\"></td></tr><script>document.title='pwned'</script>"
+    profile["processes"] = [
+        {"pid": 10, "ppid": 1, "command": ["python", "prog.py"], "started_by": "command", "profiled": True,
+         "wall_sec": 1.0, "cpu_sec": 0.5, "peak_mb": 3.0, "exit_status": 0, "ended_by": "exit", "note": None},
+        {"pid": 11, "ppid": 10, "command": ["python", "-c", hostile], "started_by": "exec", "profiled": True,
+         "wall_sec": 0.5, "cpu_sec": 0.4, "peak_mb": None, "exit_status": 143, "ended_by": "SIGTERM",
+         "note": None},
+        {"pid": 12, "ppid": None, "command": ["/bin/sh", "-c", "exit 3"], "started_by": "subprocess",
+         "profiled": False, "wall_sec": None, "cpu_sec": None, "peak_mb": None, "exit_status": 3,
+         "ended_by": None, "note": "not profiled: <b>not Python</b>"}]
+    out = tmp_path / "p.html"
+    out.write_text(html.render(profile))
+    with Browser(tmp_path / "chromium") as browser:
+        page = browser.open(out)
+        assert page.eval("document.querySelectorAll('#processes tbody tr').length") == 3
+        assert hostile in page.eval("document.querySelector('#processes tbody tr:nth-child(2) .cmd').textContent")
+        assert page.eval("document.querySelectorAll('#processes img, #processes script, #processes b').length") == 0
+        assert page.eval("document.title") != "pwned"
+        assert "3 processes" in page.eval("document.getElementById('run-meta').textContent")
+        assert page.errors() == []
