@@ -90,8 +90,14 @@ static PyObject *after_fork_in_parent(PyObject *self, PyObject *unused)
  * profiler's threads again in the parent. */
 static PyObject *fork_then_restart(PyObject *original, PyObject *args, PyObject *kwargs)
 {
+    pid_t caller = getpid();
     F.in_wrapper++;
     PyObject *result = PyObject_Call(original, args, kwargs);
+    if (getpid() != caller) {
+        /* The child: forget_in_child has reset the count, and whatever profiles
+         * the child (pyrometer's children.py) has registered its threads anew. */
+        return result;
+    }
     F.in_wrapper--;
     if (F.in_wrapper == 0) {
         start_all(); /* also when the fork failed: the threads were stopped */
@@ -188,7 +194,8 @@ static void unwrap_os_functions(void)
 }
 
 /* A forked child has none of the parent's profiler threads: whatever profiles
- * it registers its own. */
+ * it registers its own.  The wrappers stay in os until then (forks_register
+ * puts the originals back before it wraps them again). */
 static void forget_in_child(void)
 {
     F.count = 0;
@@ -213,6 +220,10 @@ int forks_register(void (*stop)(void), void (*start)(void))
         F.hooks_registered = 1;
     }
     if (F.count == 0) {
+        /* A forked child that profiles itself still has its parent's wrappers in
+         * os (forget_in_child runs where no Python may): the originals go back
+         * first, so that the wrappers never wrap a wrapper. */
+        unwrap_os_functions();
         F.owner_pid = getpid();
         F.stopped = 0;
         F.in_wrapper = 0;

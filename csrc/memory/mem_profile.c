@@ -502,15 +502,39 @@ static void drain_queue(void)
     code_life_forget(atomic_load(&M.ring_tail));
 }
 
-/* A forked child is not profiled (yet): its samples would charge lines of a
- * profile nobody writes.  Only atomics are touched here. */
+/* A forked child stops the parent's memory profile: its samples would charge
+ * lines of the parent's profile.  A child that is profiled starts a fresh one
+ * (reset, then start: see mem_profile_release).  The threads that were inside
+ * a callback at the fork do not exist here: the count forgets them, or release
+ * would wait for them.  Only atomics are touched here. */
 static void stop_in_child(void)
 {
+    atomic_store(&M.in_callback, 0);
     if (M.active) {
         M.active = 0;
         M.api.stop();
         code_life_stop();
     }
+}
+
+/* Samples queued and not drained when profiling stopped belong to the profile
+ * that ended: dropped, with the references they hold.  A slot claimed and
+ * never filled (its thread was inside a callback at a fork, and is gone in the
+ * child) would otherwise stop every later drain.  GIL held; no callback inside
+ * (callbacks_quiet). */
+static void discard_queue(void)
+{
+    uint64_t head = atomic_load(&M.ring_head);
+    for (uint64_t tail = atomic_load(&M.ring_tail); tail != head; tail++) {
+        ring_slot *s = &ring[tail % RING_SLOTS];
+        if (atomic_load_explicit(&s->ready, memory_order_acquire) && s->holds_refs) {
+            for (int i = 0; i < s->depth; i++) {
+                Py_DECREF(s->codes[i]);
+            }
+        }
+        atomic_store_explicit(&s->ready, 0, memory_order_relaxed);
+    }
+    atomic_store(&M.ring_tail, head);
 }
 
 int mem_profile_start(int64_t window_bytes, int leak_detector)
@@ -690,7 +714,12 @@ void mem_profile_release(void)
     if (M.active || !M.initialised) {
         return;
     }
+    /* A forked child stopped in stop_in_child, where the Python allocators
+     * could not be put back: here they are, so that a fresh start wraps the
+     * originals and counts from zero. */
+    pyalloc_uninstall();
     if (callbacks_quiet()) {
+        discard_queue();
         table_release(&M.lines);
         arena_release(&M.mem);
     } /* else a callback is stuck inside (a stopped thread): its memory is left mapped */

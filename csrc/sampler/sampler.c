@@ -954,6 +954,14 @@ void sampler_get_totals(sampler_totals *out)
     *out = S.totals;
     uint64_t end = S.active ? clock_wall_ns() : S.totals.stop_wall_ns;
     out->stop_wall_ns = end;
+    if (S.active) {
+        /* While running the totals hold the process's CPU clock at the start
+         * (sampler_stop makes it the difference): a profile written before the
+         * stop (os._exit, exec, a termination signal, a child's end) needs the
+         * CPU used so far. */
+        out->process_cpu_ns = delta(clock_process_cpu_ns(), S.totals.process_cpu_ns);
+        out->sampler_cpu_ns = S.earlier_samplers_cpu_ns + S.last_sampler_cpu_ns;
+    }
     out->memory_bytes = table_memory_bytes(&S.threads);
     out->unit_ns = S.totals.main_live_units
                        ? (double)S.totals.main_live_ns / (double)S.totals.main_live_units

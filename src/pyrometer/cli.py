@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from .options import Options, UsageError, parse
 
@@ -65,6 +66,8 @@ def _open_page(path: str) -> None:
     # The browser must not inherit the memory library.
     clean = environment_without_memhooks()
     os.environ.pop("LD_PRELOAD", None)
+    if "pyrometer.children" in sys.modules:  # nor is it one of the program's children
+        sys.modules["pyrometer.children"].restore_environment(os.environ)
     os.environ.update(clean)
     if not html.open_in_browser(path):
         stream = _report_stream()
@@ -90,6 +93,10 @@ def _interpreter_problem(force_version: bool) -> str | None:
 
 
 def _profile(options: Options) -> int:
+    if "pyrometer.children" in sys.modules:
+        # pyrometer started by a program that pyrometer profiles: this run is
+        # its own, not a child of the outer one.
+        sys.modules["pyrometer.children"].detach()
     problem = _interpreter_problem(options.force_version)
     if problem is not None:
         return _error(problem)
@@ -119,6 +126,14 @@ def _profile(options: Options) -> int:
             return _error(problem)
         path = os.path.abspath(path)  # the program may change directory
     session = Session(options, target.directory, target.program_prefixes, target.codes)
+    run = None
+    if options.children:
+        from . import children
+        try:
+            run = _RunDirectory.run = children.RunDirectory(session.core_settings())
+        except OSError as e:
+            return _error(f"cannot make a private directory for the child processes' profiles: "
+                          f"{e.strerror or e} (or use --no-children)", 1)
     writer = None
     endings = None
     warned: set[str] = set()
@@ -157,10 +172,29 @@ def _profile(options: Options) -> int:
                            "and the other program's exit status is the run's")
         elif ended_by != "exit":
             notices.append(f"the program ended by {ended_by}")
-        profile = model.build(session.collect(), program=target.display, argv=target.argv,
+        raw = session.collect()
+        top = {"pid": os.getpid(), "ppid": os.getppid(), "command": list(sys.orig_argv),
+               "started_by": "command", "profiled": True, "wall_sec": elapsed,
+               "cpu_sec": raw["process_cpu_ns"] * 1e-9,
+               "peak_mb": max(raw["memory"]["max_footprint_bytes"], 0) / 1048576.0 if raw.get("memory") else None,
+               "exit_status": status, "ended_by": ended_by, "note": None}
+        processes, count = [top], 1
+        if run is not None and run.path is not None:
+            began = time.perf_counter()
+            raw, processes, count, more = children.merge(run.path, raw, top, session.start_time,
+                                                         *children.family_records())
+            raw["merge_ns"] = int((time.perf_counter() - began) * 1e9)
+            notices.extend(more)
+            if ended_by != "exit":
+                run.remove()  # the process ends now (a signal, os._exit, exec)
+        elif not options.children:
+            notices.append("child processes were not profiled (--no-children): this is the first "
+                           "process only")
+        profile = model.build(raw, program=target.display, argv=target.argv,
                               options=options.as_profile_options(), elapsed=elapsed,
                               start_time=session.start_time, exit_status=status, ended_by=ended_by,
-                              notices=notices, sources=target.sources)
+                              notices=notices, sources=target.sources, processes=processes,
+                              process_count=count)
         try:
             # Only a run that ended by itself opens a browser: not one about to be
             # replaced or to die of a signal.
@@ -182,6 +216,8 @@ def _profile(options: Options) -> int:
                 "program": target.display, "argv": target.argv, "options": options.as_profile_options(),
                 "format": fmt, "path": path, "sources": target.sources})
             writer.spawn()
+        if run is not None:
+            children.profile_forks(run.settings)  # before the start: what it imports is not the program's
         session.start()
         _core.ending_install(on_termination_signal)
         endings = Endings(write_profile, _core.ending_signal, _core.ending_reinstall, _core.ending_die)
@@ -190,6 +226,8 @@ def _profile(options: Options) -> int:
             writer.begin(session.start_time, session.t0)
 
     def stop() -> None:
+        if run is not None:
+            children.stop_profiling_forks()
         if endings is not None:
             endings.uninstall()
         session.stop()  # the writer, driven by the sampler, is stopped when the profile is written
@@ -205,6 +243,8 @@ def _profile(options: Options) -> int:
             writer.stop()
     elif not write_profile(outcome.status, "exit") and outcome.status == 0:
         outcome.status = 1
+    if run is not None:
+        run.remove()
     _core.ending_uninstall()
     signum = _core.ending_signal()
     if signum:
@@ -241,6 +281,12 @@ def _interrupts_held():
 
 def _ignore(signum, frame) -> None:
     pass
+
+
+class _RunDirectory:
+    """The children's run directory of this command, for main to remove on
+    every way out."""
+    run = None
 
 
 def _unwritable(path: str) -> str | None:
@@ -320,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _profile(options)
     finally:
+        if _RunDirectory.run is not None:
+            _RunDirectory.run.remove()  # the children's run directory, on the ways _profile did not
         if options.memory:
             from .preload import remove_private_link
             remove_private_link()  # the library's link, when its path could not be preloaded

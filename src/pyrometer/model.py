@@ -177,12 +177,15 @@ def _significant(entry: dict[str, Any], threshold: float, malloc_threshold: floa
 def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[str, Any],
           elapsed: float, start_time: float, exit_status: int | None,
           ended_by: str | None = "exit", notices: list[str] | None = None,
-          sources: dict[str, str] | None = None) -> dict[str, Any]:
+          sources: dict[str, str] | None = None,
+          processes: list[dict[str, Any]] | None = None, process_count: int | None = None) -> dict[str, Any]:
     """ended_by: how the run ended ("exit", "exec", "os._exit", a signal's name,
     "unknown"), None for a snapshot of a run still going; notices: lines a reader
     must see, besides those the data itself calls for; sources: the text of
     pseudo-files that are the program's own (-c: "<string>", standard input:
-    "<stdin>"), which no file holds."""
+    "<stdin>"), which no file holds; processes: the process table (the first
+    process, then its children: children.merge), whose aggregates raw already
+    holds; process_count: how many processes in all (the table may be cut)."""
     lines: dict[str, dict[int, _Sums]] = defaultdict(lambda: defaultdict(_Sums))
     functions: dict[str, dict[tuple[str, int], _Sums]] = defaultdict(lambda: defaultdict(_Sums))
     for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
@@ -303,6 +306,9 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         },
         "memory": bool(memory),
         "gpu": False,
+        "process_count": process_count if process_count is not None else len(processes or []) or 1,
+        "children_merge_sec": raw.get("merge_ns", 0) * NS,
+        "processes": processes or [],
         "notices": [*(notices or []), *_notices(memory, raw["functions_overflowed"])],
         **(_run_memory(memory, mem_lines, elapsed) if memory else {}),
         "files": files,
@@ -509,6 +515,7 @@ _OPTIONS = _Object({
     "allocation_sampling_window": (_Null(_COUNT), _OPTIONAL),
     "leak_detector": (_BOOL, _OPTIONAL),
     "profile_interval": (_Null(_NONNEG), _OPTIONAL),
+    "children": (_BOOL, _OPTIONAL),
 })
 
 _TIME_ENTRY = _Object({
@@ -639,6 +646,26 @@ _MEMORY_TOP = _Object({
     "memory_samples_queued": (_COUNT, _OPTIONAL),
     "python_allocator": (_STR, _OPTIONAL),
     "python_memory_profiled": (_BOOL, _OPTIONAL),
+})
+_EXIT_STATUS = _Leaf((int,), "a whole number from 0 to 255, or null", 0, 255)
+_PID = _whole(0, (1 << 31) - 1)
+_PROCESS = _Object({
+    "pid": (_PID, _REQUIRED),
+    "ppid": (_Null(_PID), None),
+    "command": (_List(_STR), []),
+    "started_by": (_STR, "?"),
+    "profiled": (_BOOL, True),
+    "wall_sec": (_Null(_NONNEG), None),
+    "cpu_sec": (_Null(_NONNEG), None),
+    "peak_mb": (_Null(_NONNEG), None),
+    "exit_status": (_Null(_EXIT_STATUS), None),
+    "ended_by": (_Null(_STR), None),
+    "note": (_Null(_STR), None),
+})
+_RUN.fields.update({
+    "process_count": (_COUNT, 1),
+    "children_merge_sec": (_NONNEG, 0.0),
+    "processes": (_List(_PROCESS), []),
 })
 _TOP_WITH_MEMORY = _Object({**_RUN.fields, **_MEMORY_TOP.fields})
 _TOP_CPU_ONLY = _Object({**_RUN.fields, **_optional(_MEMORY_TOP)})

@@ -33,6 +33,7 @@ class Options:
     malloc_threshold: float = 100.0
     allocation_sampling_window: int = 1 << 20
     leak_detector: bool = True
+    children: bool = True
     force_version: bool = False
     module: str | None = None
     command: str | None = None  # -c CODE
@@ -59,6 +60,7 @@ class Options:
             "allocation_sampling_window": self.allocation_sampling_window,
             "leak_detector": self.leak_detector and self.memory,
             "profile_interval": self.profile_interval,
+            "children": self.children,
         }
 
 
@@ -167,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="do not profile memory")
     what.add_argument("--no-leak-detector", dest="leak_detector", action="store_false",
                       help="with memory profiling: do not report leaks")
+    what.add_argument("--no-children", dest="children", action="store_false",
+                      help="profile the first process only, not its child processes (fork, "
+                           "multiprocessing, subprocess of Python), which are profiled and merged otherwise")
     what.add_argument("--profile-all", action="store_true",
                       help="report all files, including the standard library and site-packages")
     what.add_argument("--profile-only", metavar="SUBSTRINGS", type=_substrings, default=[],

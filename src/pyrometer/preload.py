@@ -143,6 +143,8 @@ def environment_without_memhooks() -> dict[str, str]:
     """This process's environment without the memory library in LD_PRELOAD: for
     the processes pyrometer itself starts (report writers, the browser)."""
     env = dict(os.environ)
+    if "pyrometer.children" in sys.modules:  # nor are they the program's children, to profile
+        sys.modules["pyrometer.children"].restore_environment(env)
     preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and not p.endswith(MEMHOOKS_LIBRARY)]
     if preload:
         env["LD_PRELOAD"] = ":".join(preload)

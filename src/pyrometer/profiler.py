@@ -51,24 +51,42 @@ class Session:
         self.start_time = 0.0
         self.elapsed = 0.0
 
-    def start(self) -> None:
+    def core_settings(self) -> dict:
+        """What the core starts with, as plain data: also what the run's child
+        processes start theirs with (children.py), less what each works out
+        for itself (the installation's directories, pyrometer's own)."""
         d = self.program_directory
+        o = self.options
+        return {
+            "interval": o.cpu_sampling_rate,
+            "virtual_time": o.use_virtual_time,
+            "include": sorted({_with_sep(os.path.abspath(d)), _with_sep(os.path.realpath(d))}),
+            "only": o.profile_only,
+            "exclude_substrings": o.profile_exclude,
+            "profile_all": o.profile_all,
+            "memory_window": o.allocation_sampling_window if o.memory else 0,
+            "leak_detector": o.leak_detector,
+            "program": self.program_prefixes,  # -m's package, a script wherever it lives: children's too
+        }
+
+    def start(self) -> None:
         own = {_with_sep(OWN_DIRECTORY), _with_sep(os.path.realpath(OWN_DIRECTORY))}
+        s = self.core_settings()
         _core.reset()
         self.start_time = time.time()
         self.t0 = time.perf_counter()
         _core.start(
-            interval=self.options.cpu_sampling_rate,
-            virtual_time=self.options.use_virtual_time,
-            include=sorted({_with_sep(os.path.abspath(d)), _with_sep(os.path.realpath(d))}),
+            interval=s["interval"],
+            virtual_time=s["virtual_time"],
+            include=s["include"],
             exclude=_installation_directories(),
             own=sorted(own),
-            only=self.options.profile_only,
-            exclude_substrings=self.options.profile_exclude,
-            profile_all=self.options.profile_all,
-            memory_window=self.options.allocation_sampling_window if self.options.memory else 0,
-            leak_detector=self.options.leak_detector,
-            program=self.program_prefixes,
+            only=s["only"],
+            exclude_substrings=s["exclude_substrings"],
+            profile_all=s["profile_all"],
+            memory_window=s["memory_window"],
+            leak_detector=s["leak_detector"],
+            program=s["program"],
             program_codes=self.program_codes,
         )
 

@@ -232,6 +232,41 @@ def _options_words(profile: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+# The terminal's process table shows this many processes (the first, then the
+# ones that used most CPU); the JSON and the web page have them all.
+PROCESS_ROWS = 40
+
+
+def _seconds(value: Any) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def _processes(profile: dict[str, Any], width: int, paint: _Painter) -> list[str]:
+    """The per-process table: the first process and its children."""
+    import shlex
+    rows = profile["processes"]
+    shown = rows[:1] + sorted(rows[1:], key=lambda r: -(r["cpu_sec"] or 0.0))[:PROCESS_ROWS - 1]
+    out = ["", paint(f"Processes: {profile['process_count']}", BOLD)]
+    header = ["pid", "parent", "wall s", "CPU s", "peak MB", "exit", "how", "command"]
+    table = []
+    for r in shown:
+        how = r["started_by"] + ("" if r["profiled"] else ", not profiled")
+        exit_ = "" if r["exit_status"] is None else str(r["exit_status"])
+        if r["ended_by"] not in (None, "exit"):
+            exit_ += f" ({r['ended_by']})" if exit_ else r["ended_by"]
+        command = shlex.join(r["command"]) if r["command"] else "?"
+        if r.get("note"):
+            command += f"  [{r['note']}]"
+        table.append([str(r["pid"]), "" if r["ppid"] is None else str(r["ppid"]), _seconds(r["wall_sec"]),
+                      _seconds(r["cpu_sec"]), "" if r["peak_mb"] is None else f"{r['peak_mb']:.1f}", exit_,
+                      how, visible(command)])
+    out.extend(_table(table, header, len(header) - 1, width, [()] * len(table), paint))
+    hidden = profile["process_count"] - len(shown)
+    if hidden > 0:
+        out.append(cut(f"... and {hidden:,} more (the JSON and the web report list them)", width))
+    return out
+
+
 # Fewer samples than this and the percentages are rough: the report says so.
 FEW_SAMPLES = 20
 
@@ -253,6 +288,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         f"elapsed {profile['elapsed_time_sec']:.3f} s · {samples} sample{'s' if samples != 1 else ''}"
         + (f" (every {profile['sampling_interval_sec'] * 1e3:.2f} ms on average)" if samples else "")
         + f" · {threads} thread{'s' if threads != 1 else ''}"
+        + (f" · {profile['process_count']} processes" if profile.get("process_count", 1) > 1 else "")
         + ("" if profile.get("exit_status") is None else f" · exit status {profile['exit_status']}"), width))
     waits = "".join(f" · {label} {cpu[key]:.3f} s" for key, label in (("gil_wait", "GIL wait"),
                                                                         ("cpu_wait", "CPU wait"))
@@ -340,6 +376,8 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         for t in profile["top_allocations"][:5]:
             out.append(cut(visible(f"  {display_name(t['filename'])}:{t['lineno']}: {t['n_malloc_mb']:.0f} MB "
                                   f"({t['n_python_fraction'] * 100:.0f}% Python)"), width))
+    if profile.get("process_count", 1) > 1:
+        out.extend(_processes(profile, width, paint))
     if shown == 0 and profile["cpu_samples"] > 0:
         out.append("")
         out.append(cut(f"No file of the program reached {threshold:g}% of the run time "

@@ -340,7 +340,9 @@
       esc((S.args || []).join(" ")) + "</span></h1>";
     h += '<div class="meta" id="run-meta">elapsed ' + secs(ELAPSED) + " · " + plural(samples, "sample") +
       (samples ? " (every " + (num(S.sampling_interval_sec, 0) * 1000).toFixed(1) + " ms on average)" : "") +
-      " · " + plural(threads, "thread") + " · " + plural(num(S.n_cpus, 0), "CPU") +
+      " · " + plural(threads, "thread") + (num(S.process_count, 1) > 1 ? " · " +
+      num(S.process_count, 1) + " processes" : "") +
+      " · " + plural(num(S.n_cpus, 0), "CPU") +
       (S.exit_status === null || S.exit_status === undefined ? "" : " · exit status " + esc(S.exit_status)) + "</div>";
     h += '<div class="meta">Python ' + esc(S.python_version || "?") + " on " + esc(S.platform || "?") +
       (S.start_time_absolute ? " · started " + esc(new Date(S.start_time_absolute * 1000).toLocaleString()) : "") +
@@ -413,7 +415,32 @@
       h += '<div class="card" id="card-memory"><h3>Memory</h3><div class="muted">not profiled ' +
         "(--cpu-only or --no-memory)</div></div>";
     }
-    return h + "</div>";
+    return h + "</div>" + processesHtml();
+  }
+
+  // The per-process table (the first process and its children); every string
+  // in it comes from the profile, so all of it goes through esc().
+  function processesHtml() {
+    var rows = Array.isArray(S.processes) ? S.processes : [], count = num(S.process_count, rows.length);
+    if (count <= 1) return "";
+    function cell(v, d) { return typeof v === "number" && isFinite(v) ? fix(v, d) : ""; }
+    var h = '<details class="processes" id="processes"' + (count <= 20 ? " open" : "") + "><summary>" +
+      esc(count) + " processes" + (count > rows.length ? " (the first " + esc(rows.length) + " listed)" : "") +
+      "</summary><table class=\"proc\"><thead><tr><th>pid</th><th>parent</th><th>wall s</th><th>CPU s</th>" +
+      "<th>peak MB</th><th>exit</th><th>how</th><th>command</th></tr></thead><tbody>";
+    rows.forEach(function (r) {
+      if (!r || typeof r !== "object") return;
+      var exit = r.exit_status === null || r.exit_status === undefined ? "" : String(r.exit_status);
+      if (r.ended_by && r.ended_by !== "exit") exit += exit ? " (" + r.ended_by + ")" : String(r.ended_by);
+      var command = (Array.isArray(r.command) ? r.command : []).map(String).join(" ");
+      h += "<tr" + (r.profiled === false ? ' class="muted"' : "") + "><td>" + esc(r.pid) + "</td><td>" +
+        esc(r.ppid === null || r.ppid === undefined ? "" : r.ppid) + "</td><td>" + cell(r.wall_sec, 3) +
+        "</td><td>" + cell(r.cpu_sec, 3) + "</td><td>" + cell(r.peak_mb, 1) + "</td><td>" + esc(exit) +
+        "</td><td>" + esc(String(r.started_by || "") + (r.profiled === false ? ", not profiled" : "")) +
+        '</td><td class="cmd">' + esc(command) + (r.note ? ' <span class="muted">[' + esc(String(r.note)) +
+        "]</span>" : "") + "</td></tr>";
+    });
+    return h + "</tbody></table></details>";
   }
 
   function footprintSvg() {

@@ -1,0 +1,656 @@
+"""Child processes: every Python child of the profiled program is profiled by the
+same machinery, with the same options, and its profile merged into the first
+process's (docs/how-it-works.md, "Child processes").
+
+The first process (the top) makes a private run directory (mkdtemp, mode 0700)
+holding the settings (settings.json: the options the measuring core starts
+with) and a `boot` folder with only a sitecustomize.py, and puts that folder
+first on the PYTHONPATH its children inherit (the one change to their
+environment besides LD_PRELOAD).  A Python child started by an exec
+(subprocess, the spawn and forkserver start methods, os.exec*) imports it while
+it starts up; it takes itself out of sys.path, runs the sitecustomize it hides
+(the user's, if there is one) and starts profiling (start_exec_child).
+A child made by os.fork (the fork start method, Pool and ProcessPoolExecutor
+workers under it) has the parent's profiler, stopped by the fork: an
+os.register_at_fork hook resets the core in the child and starts a fresh
+profile there (after_fork_in_child), so that the child's profile holds only
+what it did after the fork.
+
+Each child writes a start record when it starts and its partial profile (the
+core's raw aggregates, as JSON) when it ends: at exit, at os._exit (multiprocessing
+workers end that way), before an exec, and on a termination signal.  The top
+merges the partial profiles at its end, one file at a time into sums keyed by
+line (Merger), so that its memory follows the distinct lines, not the number
+of children.  A child without a partial profile (killed, or still running when
+the top ends) is listed all the same from its start record; a child that is
+not Python (or a Python that could not be profiled) is listed from the
+subprocess module's record of what it started.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from typing import Any
+
+_BOOT = "boot"
+_SETTINGS_FILE = "settings.json"
+MB = 1048576.0
+# The per-process table keeps this many rows; the count beyond is kept exact.
+PROCESS_TABLE_MAX = 1000
+
+BOOTSTRAP = '''\
+# Written by pyrometer for one profiled run (pyrometer/children.py): starts
+# profiling in this Python child process, then runs the sitecustomize that this
+# one hides, if there is one.
+def _pyrometer_bootstrap():
+    import os, sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if p != here]  # the program's imports are its own
+    ours = sys.modules.pop("sitecustomize", None)
+    try:
+        import sitecustomize  # the user's own
+    except ImportError as e:
+        if e.name != "sitecustomize":
+            raise
+        sys.modules["sitecustomize"] = ours  # the import that runs this one expects it there
+    finally:
+        settings = os.path.join(os.path.dirname(here), "settings.json")
+        try:
+            import json
+            with open(settings) as f:
+                package = json.load(f)["package"]
+        except BaseException:
+            return  # the run is over (a grandchild that outlived it), or not readable
+        # The top's own pyrometer, when this interpreter can load its measuring
+        # core (the same version); otherwise this interpreter's own, if any.
+        same = package["cache_tag"] == sys.implementation.cache_tag
+        if same:
+            sys.path.insert(0, package["parent"])
+        try:
+            from pyrometer import children
+        except BaseException as e:
+            try:
+                name = os.path.join(os.path.dirname(here), "n-%d-%s.json" % (os.getpid(), os.urandom(6).hex()))
+                with open(name + ".tmp", "w") as f:
+                    json.dump({"pid": os.getpid(), "ppid": os.getppid(), "command": list(sys.orig_argv),
+                               "note": "not profiled: this Python cannot import pyrometer (%s: %s)"
+                                       % (type(e).__name__, e)}, f)
+                os.rename(name + ".tmp", name)
+            except BaseException:
+                pass
+        else:
+            children.start_exec_child(settings)
+        finally:
+            if same and sys.path and sys.path[0] == package["parent"]:
+                del sys.path[0]
+
+
+_pyrometer_bootstrap()
+del _pyrometer_bootstrap
+'''
+
+
+# ---------------------------------------------------------------------------
+# The top process: the run directory and the environment.
+# ---------------------------------------------------------------------------
+
+class RunDirectory:
+    """The private directory the children write into, and the PYTHONPATH entry
+    that sends them there.  Removed by remove(), on every way the top ends."""
+
+    current: "RunDirectory | None" = None
+
+    def __init__(self, settings: dict[str, Any]):
+        self.path = tempfile.mkdtemp(prefix="pyrometer-run-")  # mode 0700
+        self.owner = os.getpid()
+        boot = os.path.join(self.path, _BOOT)
+        os.mkdir(boot, 0o700)
+        with open(os.path.join(boot, "sitecustomize.py"), "w") as f:
+            f.write(BOOTSTRAP)
+        package = {"parent": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                   "cache_tag": sys.implementation.cache_tag}
+        self.settings = dict(settings, run_dir=self.path, boot=boot, package=package)
+        with open(os.path.join(self.path, _SETTINGS_FILE), "w") as f:
+            json.dump(self.settings, f)
+        previous = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = boot + (os.pathsep + previous if previous else "")
+        RunDirectory.current = self
+
+    def remove(self) -> None:
+        """Removes the directory and puts the environment back; only in the top."""
+        if os.getpid() != self.owner or self.path is None:
+            return
+        restore_environment(os.environ)
+        shutil.rmtree(self.path, ignore_errors=True)
+        self.path = None
+
+
+def _boot() -> str | None:
+    """The boot folder this process sends its children to, if any."""
+    if RunDirectory.current is not None and RunDirectory.current.path is not None:
+        return RunDirectory.current.settings["boot"]
+    if ChildSession.current is not None:
+        return ChildSession.current.settings["boot"]
+    return None
+
+
+def restore_environment(env) -> None:
+    """env (a mapping like os.environ) without what sends children to the run
+    directory: for the processes pyrometer itself starts, and after the run."""
+    boot = _boot()
+    if boot is None or "PYTHONPATH" not in env:
+        return
+    paths = [p for p in env["PYTHONPATH"].split(os.pathsep) if p != boot]
+    if any(paths):
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    else:
+        del env["PYTHONPATH"]
+
+
+# ---------------------------------------------------------------------------
+# What every profiled process notes about the processes it starts and reaps.
+# ---------------------------------------------------------------------------
+
+class _Family:
+    """Processes this process started through the subprocess module (pid,
+    command, the Popen for its exit status) and children it reaped (pid ->
+    exit status), written with its partial profile so that a child that was
+    not profiled is still listed."""
+    spawned: list = []
+    reaped: dict[int, int] = {}
+    in_popen: set[int] = set()  # threads inside Popen's fork-and-exec
+    installed = False
+
+    @classmethod
+    def forget(cls) -> None:
+        cls.spawned, cls.reaped, cls.in_popen = [], {}, set()
+
+    @classmethod
+    def records(cls) -> tuple[list, dict[int, int]]:
+        spawned = []
+        for pid, command, ref in cls.spawned:
+            popen = ref()
+            status = popen.returncode if popen is not None else None
+            spawned.append([pid, command, _status_code(status) if isinstance(status, int) else None])
+        return spawned, dict(cls.reaped)
+
+
+def _status_code(code: int) -> int:
+    """An exit status as the profile writes it: 0-255, 128 + n for signal n."""
+    return 128 + (-code) if code < 0 else code & 0xFF
+
+
+def _command_of(args, shell: bool, executable) -> list[str]:
+    if isinstance(args, (str, bytes, os.PathLike)):
+        args = [args]
+    words = [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in args]
+    if shell:
+        words = [os.fsdecode(executable) if executable else "/bin/sh", "-c", *words]
+    return words
+
+
+def _install_family_wrappers() -> None:
+    """Wraps subprocess.Popen._execute_child (what it starts) and os.waitpid
+    and os.wait (what it reaps).  Once per interpreter: a forked child has them."""
+    if _Family.installed:
+        return
+    _Family.installed = True
+    import subprocess
+    execute_child = subprocess.Popen._execute_child
+    # Popen passes its arguments by position; shell's place is read from the
+    # function itself, which has changed between versions before.
+    shell_at = execute_child.__code__.co_varnames.index("shell") - 3
+
+    def _execute_child(self, args, executable, *rest, **kwargs):
+        me = threading.get_ident()
+        _Family.in_popen.add(me)  # its fork, with preexec_fn, runs the fork hooks: not a profiled child
+        try:
+            return execute_child(self, args, executable, *rest, **kwargs)
+        finally:
+            _Family.in_popen.discard(me)
+            if getattr(self, "pid", None):
+                shell = kwargs.get("shell", rest[shell_at] if len(rest) > shell_at else False)
+                try:
+                    _Family.spawned.append([self.pid, _command_of(args, bool(shell), executable),
+                                            weakref.ref(self)])
+                except Exception:
+                    pass
+    _execute_child.__wrapped__ = execute_child
+    subprocess.Popen._execute_child = _execute_child
+
+    waitpid = os.waitpid
+
+    def _waitpid(pid, options, /):
+        result = waitpid(pid, options)
+        _note_reaped(*result)
+        return result
+    _waitpid.__doc__ = waitpid.__doc__
+    os.waitpid = _waitpid
+
+    wait = os.wait
+
+    def _wait():
+        result = wait()
+        _note_reaped(*result)
+        return result
+    _wait.__doc__ = wait.__doc__
+    os.wait = _wait
+
+
+def _note_reaped(pid: int, status: int) -> None:
+    if pid > 0:
+        try:
+            _Family.reaped[pid] = _status_code(os.waitstatus_to_exitcode(status))
+        except ValueError:  # stopped, not ended
+            pass
+
+
+# ---------------------------------------------------------------------------
+# A profiled child.
+# ---------------------------------------------------------------------------
+
+def _include_for(settings: dict[str, Any]) -> list[str]:
+    """The top's program directory, and this child's own script's directory
+    (a child that runs another script reports that script's files too)."""
+    include = list(settings["include"])
+    argv = list(getattr(sys, "orig_argv", []))[1:]
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word in ("-c", "-") or word.startswith("-c"):
+            return include
+        if word == "-m" or word.startswith("-m"):
+            directory = os.getcwd()
+            break
+        if word in ("-W", "-X", "--check-hash-based-pycs"):
+            i += 2
+            continue
+        if word.startswith("-"):
+            i += 1
+            continue
+        directory = os.path.dirname(os.path.realpath(word))
+        break
+    else:
+        return include
+    sep = directory.rstrip(os.sep) + os.sep
+    return sorted(set(include) | {sep})
+
+
+class ChildSession:
+    """This process's own profile, as a child of the profiled run."""
+
+    current: "ChildSession | None" = None
+
+    def __init__(self, settings: dict[str, Any], started_by: str, include: list[str]):
+        self.settings = settings
+        self.started_by = started_by
+        self.include = include
+        self.pid = os.getpid()
+        self.ppid = os.getppid()
+        self.token = secrets.token_hex(6)
+        self.start_time = time.time()
+        self.t0 = time.perf_counter()
+        self.written = False
+        self.writing: int | None = None
+        self.lock = threading.Lock()
+        self.endings = None
+
+    def _path(self, kind: str) -> str:
+        return os.path.join(self.settings["run_dir"], f"{kind}-{self.pid}-{self.token}.json")
+
+    def start(self, exclude: list[str], own: list[str]) -> None:
+        from . import _core
+        from .endings import Endings
+        s = self.settings
+        window = s["memory_window"] if s["memory_window"] and _core.memory_available() else 0
+        self.memory_lost = bool(s["memory_window"]) and not window
+        _core.reset()
+        _core.start(interval=s["interval"], virtual_time=s["virtual_time"], include=self.include,
+                    exclude=exclude, own=own, only=s["only"], exclude_substrings=s["exclude_substrings"],
+                    profile_all=s["profile_all"], memory_window=window, leak_detector=s["leak_detector"],
+                    program=s.get("program", []))
+        _core.ending_install(self._on_termination_signal)
+        self.endings = Endings(self.write, _core.ending_signal, _core.ending_reinstall, _core.ending_die)
+        self.endings.install()
+        ChildSession.current = self
+        _write_json(self._path("s"), self._record())
+
+    def _record(self) -> dict[str, Any]:
+        return {"pid": self.pid, "ppid": self.ppid, "command": list(getattr(sys, "orig_argv", sys.argv)),
+                "started_by": self.started_by, "start_time": self.start_time,
+                "python": sys.version.split()[0]}
+
+    def _on_termination_signal(self, signum: int) -> bool:
+        return self.write(128 + signum, signal.Signals(signum).name) is not None
+
+    def write(self, status: int | None, ended_by: str) -> bool | None:
+        """The partial profile, written once: at the end, os._exit, exec or a
+        termination signal.  None when this thread is writing it already."""
+        if os.getpid() != self.pid:
+            return False
+        me = threading.get_ident()
+        if self.writing == me:
+            return None
+        with self.lock:
+            if self.written:
+                return True
+            self.writing = me
+            try:
+                return self._write(status, ended_by)
+            finally:
+                self.writing = None
+
+    def _write(self, status: int | None, ended_by: str) -> bool:
+        from . import _core
+        if ended_by == "exit" and threading.current_thread() is threading.main_thread():
+            _core.stop()  # the last drain of memory samples; not from the ending's own thread
+        wall = time.perf_counter() - self.t0
+        raw = _core.collect()
+        spawned, reaped = _Family.records()
+        memory = raw.get("memory")
+        record = self._record()
+        record.update(wall_sec=wall, cpu_sec=raw["process_cpu_ns"] * 1e-9,
+                      peak_mb=max(memory["max_footprint_bytes"], 0) / MB if memory else None,
+                      exit_status=status, ended_by=ended_by, memory_lost=self.memory_lost,
+                      raw=raw, spawned=spawned, reaped=reaped)
+        self.written = True
+        return _write_json(self._path("p"), record)
+
+    def at_exit(self) -> None:
+        self.write(None, "exit")
+
+
+def detach() -> None:
+    """pyrometer run inside a profiled run (a program that profiles a program):
+    this process stops being the outer run's child, silently, so that its own
+    run can start the core; the outer run does not list it."""
+    child = ChildSession.current
+    if child is None or child.pid != os.getpid():
+        return
+    from . import _core
+    with child.lock:
+        child.written = True  # nothing is written at its end
+    if _core.running():
+        _core.stop()
+    _core.ending_uninstall()
+    if child.endings is not None:
+        child.endings.uninstall()
+    try:
+        os.unlink(child._path("s"))
+    except OSError:
+        pass
+    restore_environment(os.environ)  # nor are this run's children the outer run's
+    ChildSession.current = None
+
+
+def _write_json(path: str, data: Any) -> bool:
+    """Written whole or not at all (a temporary name, then a rename), so that
+    the merge never reads half a file; False when the run directory is gone
+    (the top ended first) or full."""
+    try:
+        with open(path + ".tmp", "w") as f:
+            json.dump(data, f, separators=(",", ":"))
+        os.rename(path + ".tmp", path)
+        return True
+    except (OSError, ValueError, TypeError):
+        try:
+            os.unlink(path + ".tmp")
+        except OSError:
+            pass
+        return False
+
+
+def _start_child(settings: dict[str, Any], started_by: str) -> None:
+    from .profiler import OWN_DIRECTORY, _installation_directories, _with_sep
+    include = _include_for(settings)
+    own = sorted({_with_sep(OWN_DIRECTORY), _with_sep(os.path.realpath(OWN_DIRECTORY))})
+    child = ChildSession(settings, started_by, include)
+    child.start(_installation_directories(), own)
+    atexit.register(child.at_exit)
+    _install_family_wrappers()
+    os.register_at_fork(after_in_child=after_fork_in_child)
+
+
+def start_exec_child(settings_path: str) -> None:
+    """From the bootstrap sitecustomize: profile this process, a Python started
+    by an exec in the profiled run.  Never raises: a child that cannot be
+    profiled runs unprofiled (and says why in its record)."""
+    try:
+        with open(settings_path) as f:
+            settings = json.load(f)
+    except (OSError, ValueError):
+        return  # the run is over: a grandchild that outlived it
+    try:
+        _start_child(settings, "exec")
+    except Exception as e:
+        _write_json(os.path.join(settings["run_dir"], f"n-{os.getpid()}-{secrets.token_hex(6)}.json"),
+                    {"pid": os.getpid(), "ppid": os.getppid(), "command": list(getattr(sys, "orig_argv", sys.argv)),
+                     "note": f"not profiled: {type(e).__name__}: {e}"})
+
+
+class _Forks:
+    """Whether this process is being profiled (then its forks are too), and with what."""
+    settings: dict[str, Any] | None = None
+    profiling = False
+    registered = False
+
+
+def profile_forks(settings: dict[str, Any]) -> None:
+    """In the top: its forks, from now on, profile themselves."""
+    _Forks.settings = settings
+    _Forks.profiling = True
+    _install_family_wrappers()
+    if not _Forks.registered:
+        os.register_at_fork(after_in_child=after_fork_in_child)
+        _Forks.registered = True
+
+
+def stop_profiling_forks() -> None:
+    _Forks.profiling = False
+
+
+def after_fork_in_child() -> None:
+    """A fork of a profiled process: a fresh profile of the child's own, unless
+    the fork is the subprocess module's, about to exec (its preexec_fn runs
+    the fork hooks), or the parent was not profiling."""
+    if threading.get_ident() in _Family.in_popen:
+        return
+    parent = ChildSession.current
+    settings = parent.settings if parent is not None else (_Forks.settings if _Forks.profiling else None)
+    if settings is None:
+        return
+    if parent is not None and parent.written:
+        return  # forked after its own profile was written
+    _Family.forget()
+    _Forks.profiling = False  # the top's flag, inherited: this process is a child now
+    ChildSession.current = None
+    try:
+        from .profiler import OWN_DIRECTORY, _with_sep
+        own = sorted({_with_sep(OWN_DIRECTORY), _with_sep(os.path.realpath(OWN_DIRECTORY))})
+        from .profiler import _installation_directories
+        child = ChildSession(settings, "fork", parent.include if parent is not None else list(settings["include"]))
+        child.start(_installation_directories(), own)
+        atexit.register(child.at_exit)
+    except Exception:
+        pass  # the child runs unprofiled; the parent lists it as not profiled
+
+
+# ---------------------------------------------------------------------------
+# The merge, in the top.
+# ---------------------------------------------------------------------------
+
+_SCALARS_SUMMED = ("snapshots", "main_snapshots", "threads_seen", "process_cpu_ns", "sampler_cpu_ns",
+                   "untracked_native_ns", "periodic_cpu_ns", "code_objects_seen", "functions_overflowed")
+_MEMORY_SUMMED = ("unattributed_alloc_bytes", "unattributed_python_bytes", "unattributed_free_bytes",
+                  "unattributed_copy_bytes", "native_thread_alloc_bytes", "native_thread_free_bytes",
+                  "native_thread_copy_bytes", "dropped_samples", "queued_samples")
+_LINE_SUMMED = ("alloc_bytes", "python_bytes", "free_bytes", "copy_bytes", "alloc_samples", "free_samples",
+                "copy_samples", "net_bytes", "watched", "watched_freed", "watched_evicted")
+
+
+class Merger:
+    """The top's raw aggregates with its children's added, one child at a time:
+    sums keyed by line and function, so that memory follows distinct lines."""
+
+    def __init__(self, raw: dict[str, Any], start_time: float):
+        self.raw = raw
+        self.start_time = start_time
+        self.records: dict[tuple, list[float]] = {}
+        for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
+            self._add_cpu((filename, lineno, qualname, firstlineno), cpu)
+        self.unattributed = list(raw["unattributed"])
+        self.memory = raw.get("memory")
+        self.mem_lines: dict[tuple, dict[str, Any]] = {}
+        if self.memory:
+            for r in self.memory["lines"]:
+                self._add_memory_line(r, 0.0)
+
+    def _add_cpu(self, key: tuple, cpu) -> None:
+        sums = self.records.get(key)
+        if sums is None:
+            self.records[key] = list(cpu)
+        else:
+            for i, v in enumerate(cpu):
+                sums[i] += v
+
+    def _add_memory_line(self, r: dict[str, Any], offset: float) -> None:
+        key = (r["filename"], r["lineno"], r["function"], r["function_lineno"])
+        m = self.mem_lines.get(key)
+        if m is None:
+            m = self.mem_lines[key] = dict(r, timeline=[])
+            for name in _LINE_SUMMED:
+                m[name] = 0
+            m["peak_bytes"] = 0
+        for name in _LINE_SUMMED:
+            m[name] += r[name]
+        m["peak_bytes"] = max(m["peak_bytes"], r["peak_bytes"])
+        if len(r["timeline"]) > len(m["timeline"]):  # as model.build does for code objects
+            m["timeline"] = [[t + offset, mb] for t, mb in r["timeline"]]
+
+    def add(self, child: dict[str, Any]) -> None:
+        raw = child["raw"]
+        offset = child.get("start_time", self.start_time) - self.start_time
+        for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
+            self._add_cpu((filename, lineno, qualname, firstlineno), cpu)
+        for i, v in enumerate(raw["unattributed"]):
+            self.unattributed[i] += v
+        for name in _SCALARS_SUMMED:
+            self.raw[name] = self.raw.get(name, 0) + raw.get(name, 0)
+        memory = raw.get("memory")
+        if memory and self.memory:
+            for r in memory["lines"]:
+                self._add_memory_line(r, offset)
+            for name in _MEMORY_SUMMED:
+                self.memory[name] = self.memory.get(name, 0) + memory.get(name, 0)
+            # The run's peak: the largest of any one process (processes' peaks
+            # need not coincide in time; each process's is in the table).
+            if memory["max_footprint_bytes"] > self.memory["max_footprint_bytes"]:
+                self.memory["max_footprint_bytes"] = memory["max_footprint_bytes"]
+                self.memory["max_footprint_where"] = memory["max_footprint_where"]
+                self.memory["max_footprint_time_sec"] = max(memory["max_footprint_time_sec"] + offset, 0.0)
+            if not memory.get("python_memory_profiled", True):
+                self.memory["python_memory_profiled"] = False
+
+    def result(self) -> dict[str, Any]:
+        raw = dict(self.raw)
+        raw["records"] = [(*key, sums) for key, sums in self.records.items()]
+        raw["unattributed"] = tuple(self.unattributed)
+        if self.memory:
+            raw["memory"] = dict(self.memory, lines=list(self.mem_lines.values()))
+        return raw
+
+
+def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: float,
+          top_spawned: list, top_reaped: dict[int, int]) -> tuple[dict[str, Any], list[dict], int, list[str]]:
+    """The top's raw aggregates with every child's partial profile in run_dir
+    added: (raw, the process table, how many processes in all, notices)."""
+    merger = Merger(raw, start_time)
+    table = [top]
+    count = 1
+    images: set[int] = {top["pid"]}  # pids with a record of their own
+    reaped = dict(top_reaped)
+    spawned = list(top_spawned)
+    started: dict[str, dict] = {}
+    finished: set[str] = set()
+    notes: set[str] = set()
+    try:
+        names = sorted(os.listdir(run_dir))
+    except OSError:
+        names = []
+
+    def add_row(row: dict[str, Any]) -> None:
+        nonlocal count
+        count += 1
+        if len(table) < PROCESS_TABLE_MAX:
+            table.append(row)
+
+    for name in names:
+        if not name.endswith(".json") or name[:2] not in ("p-", "s-", "n-"):
+            continue
+        path = os.path.join(run_dir, name)
+        try:
+            with open(path) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            continue
+        key = name[2:]
+        if name.startswith("s-"):
+            started[key] = record
+            continue
+        images.add(record.get("pid", 0))
+        if name.startswith("n-"):
+            add_row(_row(record, profiled=False))
+            continue
+        finished.add(key)
+        merger.add(record)
+        if record.get("memory_lost"):
+            notes.add("some child processes were profiled without memory (the memory library was not "
+                      "preloaded in them)")
+        spawned.extend(record.get("spawned", []))
+        reaped.update({int(k): v for k, v in record.get("reaped", {}).items()})
+        add_row(_row(record, profiled=True))
+        del record  # one child's aggregates at a time
+    for key, record in started.items():
+        if key in finished:
+            continue
+        images.add(record.get("pid", 0))
+        add_row(_row(record, profiled=True, note="no profile: still running when the run ended, or killed"))
+    for pid, command, status in spawned:
+        if pid in images:
+            continue
+        images.add(pid)
+        add_row({"pid": pid, "ppid": None, "command": command, "started_by": "subprocess", "profiled": False,
+                 "wall_sec": None, "cpu_sec": None, "peak_mb": None,
+                 "exit_status": status if status is not None else reaped.get(pid), "ended_by": None,
+                 "note": "not profiled: not a Python program, or one that ignores PYTHONPATH (-E, -I)"})
+    for row in table:
+        if row["exit_status"] is None and row["pid"] in reaped and row is not top:
+            row["exit_status"] = reaped[row["pid"]]
+    if count > len(table):
+        notes.add(f"{count:,} processes: the process table lists the first {len(table):,}")
+    return merger.result(), table, count, sorted(notes)
+
+
+def _row(record: dict[str, Any], profiled: bool, note: str | None = None) -> dict[str, Any]:
+    return {"pid": record.get("pid"), "ppid": record.get("ppid"), "command": record.get("command", []),
+            "started_by": record.get("started_by", "exec"), "profiled": profiled,
+            "wall_sec": record.get("wall_sec"), "cpu_sec": record.get("cpu_sec"), "peak_mb": record.get("peak_mb"),
+            "exit_status": record.get("exit_status"), "ended_by": record.get("ended_by"),
+            "note": note if note is not None else record.get("note")}
+
+
+def family_records() -> tuple[list, dict[int, int]]:
+    """The top's own record of what it started and reaped."""
+    return _Family.records()
+
+
