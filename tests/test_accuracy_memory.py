@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import sys
 import subprocess
 import time
@@ -506,11 +507,13 @@ def test_programs_work_unchanged(profile_program, run_bare, source):
         f"stdout differs under the profiler:\n--- bare\n{bare.stdout}\n--- profiled\n"
         f"{run.proc.stdout}\nstderr:\n{run.proc.stderr}")
     if source is FORK:
-        # The children run unprofiled: nothing of theirs reaches the profile, which is
-        # the parent's (its exit status; its 20 MB after the forks, within 10%), even
-        # though a child left through the interpreter's exit.
-        assert run.line("# @child")["n_malloc_mb"] == 0, info
+        # The children are profiled and merged (one left by os._exit, one through
+        # the interpreter's exit): their 2 x 50 MB on the child's line, the
+        # parent's 20 MB after the forks on its own (10% each); the run's exit
+        # status is the parent's, and no child wrote the report.
+        assert run.line("# @child")["n_malloc_mb"] == pytest.approx(100, rel=0.10), info
         assert run.profile["exit_status"] == 0
+        assert run.profile["process_count"] == 3, run.profile["processes"]
         assert run.line("# @parent")["n_malloc_mb"] == pytest.approx(20, rel=0.10), info
     if source is NUMPY:
         line = run.line("# @numpy")
@@ -574,6 +577,15 @@ print("done", len(blocks))
 """
 
 
+def _private_directory(path: Path) -> bool:
+    """A directory only its owner (this user) may enter, list or write."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True  # already removed
+    return stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
+
+
 def named_pyrometer(directory: Path) -> set[str]:
     try:
         return {n for n in os.listdir(directory) if "pyrometer" in n.lower()}
@@ -581,8 +593,13 @@ def named_pyrometer(directory: Path) -> set[str]:
         return set()
 
 
+@pytest.mark.parametrize("children", [True, False], ids=["children", "no-children"])
 @pytest.mark.parametrize("how", ["exit", "SIGTERM", "SIGINT"])
-def test_nothing_on_disk(tmp_path, start_pyrometer, how):
+def test_nothing_on_disk(tmp_path, start_pyrometer, how, children):
+    """Nothing predictable on disk, and nothing left behind.  With child processes
+    profiled (the default), the one thing made is their private run directory:
+    made by mkdtemp (an unpredictable name, mode 0700) and removed at the end
+    whatever the ending; with --no-children, nothing at all."""
     work = tmp_path / "work"
     work.mkdir()
     private_tmp = tmp_path / "tmpdir"
@@ -598,10 +615,12 @@ def test_nothing_on_disk(tmp_path, start_pyrometer, how):
     sleep_s = "1.0" if how == "exit" else "10"
     err_path = tmp_path / "stderr.txt"  # a file, not a pipe nobody reads while it runs
     with open(err_path, "wb") as err:
-        proc = start_pyrometer(["--json", "--outfile", out, prog, sleep_s], cwd=work,
+        options = [] if children else ["--no-children"]
+        proc = start_pyrometer(["--json", "--outfile", out, *options, prog, sleep_s], cwd=work,
                                env={"TMPDIR": str(private_tmp)}, stdout=subprocess.DEVNULL, stderr=err)
     appeared: dict[str, float] = {}
     in_private: set[str] = set()
+    run_dirs: set[str] = set()
     t0 = time.monotonic()
     started_at = None
     signalled = False
@@ -611,8 +630,12 @@ def test_nothing_on_disk(tmp_path, start_pyrometer, how):
             assert now - t0 < RUN_TIMEOUT_S, "the program did not end"
             for d in watched:
                 for name in named_pyrometer(d) - before[d]:
-                    appeared.setdefault(f"{d}/{name}", now - t0)
-            in_private.update(os.listdir(private_tmp))
+                    path = d / name
+                    if children and name.startswith("pyrometer-run-") and _private_directory(path):
+                        run_dirs.add(str(path))
+                        continue
+                    appeared.setdefault(str(path), now - t0)
+            in_private.update(n for n in os.listdir(private_tmp) if str(private_tmp / n) not in run_dirs)
             if started_at is None and (work / "started").exists():
                 started_at = now
             if how != "exit" and not signalled and started_at is not None and now - started_at > 0.3:
@@ -638,7 +661,7 @@ def test_nothing_on_disk(tmp_path, start_pyrometer, how):
         assert json.loads(out.read_text())["memory"] is True
     for d in watched:
         for name in named_pyrometer(d) - before[d]:
-            appeared.setdefault(f"{d}/{name}", -1.0)
+            appeared.setdefault(str(d / name), -1.0)  # the run directory included: it must be gone
     # No pyrometer-named file or directory in /tmp or TMPDIR, during the run or after.
     assert not appeared, f"appeared (path: seconds into the run, -1 = after): {appeared}\n{stderr}"
     # The program's own TMPDIR held nothing at any time, and holds nothing after.
