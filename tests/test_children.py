@@ -326,10 +326,12 @@ def test_users_sitecustomize_still_runs_and_run_directory_goes(run_pyrometer, tm
     site.mkdir()
     (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITECUSTOMIZE'] = 'ran'\n")
     other = write_program(tmp_path, "import os, sys\nprint(os.environ.get('USER_SITECUSTOMIZE'))\n"
-                                    "print(any(p.endswith('boot') for p in sys.path))\n", "other.py")
+                                    "print(any(p.endswith('boot') for p in sys.path))\n"
+                                    "open(sys.argv[1], 'w').write(os.environ['PYTHONPATH'].split(os.pathsep)[0])\n",
+                          "other.py")
     prog = write_program(tmp_path, f"""
 import os, subprocess, sys
-subprocess.run([sys.executable, {str(other)!r}])
+subprocess.run([sys.executable, {str(other)!r}, {str(tmp_path / "boot.txt")!r}])
 os._exit(0)
 """)
     temp = tmp_path / "temp"
@@ -340,6 +342,13 @@ os._exit(0)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ran\nFalse\n"
     assert not list(temp.glob("pyrometer-run-*"))
+    # The run directory is gone, and was made where only this user may write:
+    # a path left in a surviving child's PYTHONPATH cannot be taken over.
+    boot = (tmp_path / "boot.txt").read_text()
+    run_dir = os.path.dirname(boot)
+    assert os.path.basename(run_dir).startswith("pyrometer-run-") and not os.path.exists(run_dir), boot
+    parent = os.stat(os.path.dirname(run_dir))
+    assert parent.st_uid == os.getuid() and not parent.st_mode & 0o022, oct(parent.st_mode)
     rows = json.loads((tmp_path / "p.json").read_text())["processes"]
     assert len(rows) == 2 and rows[1]["profiled"], rows
 

@@ -213,7 +213,11 @@ static int slot_lock(size_t slot)
     return 0;
 }
 
-static COLD void watch(void *address, uintptr_t token, int64_t weight)
+/* evict: whether a block watched in the same slot gives way (a sample's
+ * block: the newer sample wins); without it, an occupied slot leaves the new
+ * watch out (told "evicted" at once), so that following an object that is not
+ * a sample (code_life's code objects) never costs a sample its fate. */
+static COLD void watch(void *address, uintptr_t token, int64_t weight, int evict)
 {
     size_t slot = watch_slot((uintptr_t)address);
     uintptr_t evicted = token; /* not watched after all */
@@ -222,6 +226,11 @@ static COLD void watch(void *address, uintptr_t token, int64_t weight)
     /* Stopped meanwhile (see calls_out): the token is not put in a table that
      * stop() has already cleared. */
     int live = atomic_load(&freed_fn) != NULL;
+    if (live && !evict) {
+        uintptr_t held = atomic_load_explicit(&watch_address[slot], memory_order_acquire);
+        live = held == 0 || held == (uintptr_t)address ||
+               (held != SLOT_BUSY && atomic_load_explicit(&watch_token[slot], memory_order_relaxed) == 0);
+    }
     if (live && slot_lock(slot)) {
         evicted = atomic_load_explicit(&watch_token[slot], memory_order_relaxed);
         evicted_weight = atomic_load_explicit(&watch_weight[slot], memory_order_relaxed);
@@ -269,7 +278,7 @@ static COLD void emit(int kind, int64_t bytes, int64_t python_bytes, void *addre
         T.busy++;
         uintptr_t token = fn(kind, bytes, python_bytes, address);
         if (token != 0 && address != NULL) {
-            watch(address, token, bytes);
+            watch(address, token, bytes, 1);
         }
         T.busy--;
         errno = saved;
@@ -441,7 +450,7 @@ EXPORT EARLY void *realloc(void *p, size_t size)
     if (q == NULL && p != NULL && size != 0) {
         int saved = errno;
         if (token != 0) {
-            watch(p, token, weight); /* failed: the old block is still there, still watched */
+            watch(p, token, weight, 1); /* failed: the old block is still there, still watched */
         }
         counted_alloc(p);
         errno = saved;
@@ -681,7 +690,7 @@ EXPORT void pyrometer_memhooks_watch(void *address, uintptr_t token)
 {
     if (address != NULL && token != 0) {
         T.busy++;
-        watch(address, token, 0);
+        watch(address, token, 0, 0);
         T.busy--;
     }
 }

@@ -90,7 +90,9 @@ int pyrometer_memhooks_retoken(void *address, uintptr_t from, uintptr_t to);
 /* Watches address under token, with no weight, as a sample's block is watched:
  * its free (or its eviction by a newer sample) is told to the freed function.
  * Callable from inside the sample function.  For objects that samples name, to
- * know whether they are still alive when the samples are charged. */
+ * know whether they are still alive when the samples are charged.  It never
+ * evicts a sampled block: where the slot is taken, token is told "evicted" at
+ * once. */
 void pyrometer_memhooks_watch(void *address, uintptr_t token);
 /* Whether the block at address is watched under token now (a racy read: a slot
  * being changed reads as not watched). */

@@ -433,6 +433,10 @@ void mem_profile_drain(void)
     if (!M.initialised) {
         return;
     }
+    /* No garbage collection meanwhile (see sampler.c, snapshot): a code object
+     * known alive only by code_life may be a cycle's, and registering it
+     * allocates. */
+    int collecting = PyGC_Disable();
     /* What the drain allocates or copies (a table growing) is the profiler's:
      * counted, a copy sample could re-enter the table being grown. */
     memhooks_thread *self = M.api.thread != NULL ? M.api.thread() : NULL;
@@ -448,6 +452,9 @@ void mem_profile_drain(void)
     }
     if (self != NULL) {
         self->busy--;
+    }
+    if (collecting) {
+        PyGC_Enable();
     }
 }
 

@@ -382,7 +382,17 @@ static void snapshot(enum snapshot_source source)
 {
     pyalloc_own_work work;
     pyalloc_own_work_begin(&work);
+    /* No garbage collection inside a snapshot: registering a code object
+     * allocates tracked objects (a weak reference, its callback, a site's key),
+     * and on 3.10 and 3.11 such an allocation may collect right there, running
+     * the program's finalizers, which may release the GIL while the snapshot
+     * holds raw pointers to frames and thread states (and let the sampler start
+     * a snapshot of its own).  The collection runs later, in the program. */
+    int collecting = PyGC_Disable();
     snapshot_unsuspended(source);
+    if (collecting) {
+        PyGC_Enable();
+    }
     pyalloc_own_work_end(&work);
 }
 

@@ -42,6 +42,8 @@ import time
 import weakref
 from typing import Any
 
+from . import preload
+
 _BOOT = "boot"
 _SETTINGS_FILE = "settings.json"
 MB = 1048576.0
@@ -111,7 +113,7 @@ class RunDirectory:
     current: "RunDirectory | None" = None
 
     def __init__(self, settings: dict[str, Any]):
-        self.path = tempfile.mkdtemp(prefix="pyrometer-run-")  # mode 0700
+        self.path = tempfile.mkdtemp(prefix="pyrometer-run-", dir=preload.private_parent())  # mode 0700
         self.owner = os.getpid()
         boot = os.path.join(self.path, _BOOT)
         os.mkdir(boot, 0o700)
@@ -341,6 +343,12 @@ class ChildSession:
         me = threading.get_ident()
         if self.writing == me:
             return None
+        if ended_by == "exit" and threading.current_thread() is threading.main_thread():
+            from . import _core
+            # The last drain of memory samples; not from the ending's own thread,
+            # and before the lock: stopping joins the sampler thread, which may be
+            # waiting for the lock to write on a termination signal.
+            _core.stop()
         with self.lock:
             if self.written:
                 return True
@@ -352,8 +360,6 @@ class ChildSession:
 
     def _write(self, status: int | None, ended_by: str) -> bool:
         from . import _core
-        if ended_by == "exit" and threading.current_thread() is threading.main_thread():
-            _core.stop()  # the last drain of memory samples; not from the ending's own thread
         wall = time.perf_counter() - self.t0
         raw = _core.collect()
         spawned, reaped = _Family.records()
@@ -612,7 +618,20 @@ def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: fl
             add_row(_row(record, profiled=False))
             continue
         finished.add(key)
-        merger.add(record)
+        try:
+            merger.add(record)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            # Not the shape this pyrometer writes (a child run by another
+            # interpreter's pyrometer, a file cut short): listed, not merged,
+            # never the end of the whole profile.
+            notes.add("a child process's profile could not be merged (written by another version of "
+                      "pyrometer?); its figures are left out")
+            pid = record.get("pid") if isinstance(record, dict) else None
+            add_row({"pid": pid if isinstance(pid, int) and pid > 0 else 0, "ppid": None, "command": [],
+                     "started_by": "unknown", "profiled": False, "wall_sec": None, "cpu_sec": None,
+                     "peak_mb": None, "exit_status": None, "ended_by": None,
+                     "note": "profile not merged: not the shape this pyrometer writes"})
+            continue
         if record.get("memory_lost"):
             notes.add("some child processes were profiled without memory (the memory library was not "
                       "preloaded in them)")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import sys
 import tempfile
 
@@ -53,6 +54,39 @@ def _preloaded(library: str | None) -> bool:
     return _core.memory_available()
 
 
+def _owned_private_directory(path: str) -> bool:
+    """A real directory (not a link) of this user that nobody else may write."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def private_parent() -> str | None:
+    """Where pyrometer's private directories go (the children's run directory,
+    the library's link): a directory only this user may write, so that once one
+    is removed nobody else can make one at the same path (children that outlive
+    the run keep those paths in PYTHONPATH and LD_PRELOAD, and a sitecustomize
+    or a library planted there would run as this user).  $XDG_RUNTIME_DIR,
+    else ~/.cache/pyrometer/run (made 0700); None (the temporary directory, a
+    place others can write: the residual risk is documented) when neither is
+    usable."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime) and _owned_private_directory(runtime):
+        return runtime
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if os.path.isabs(cache):
+        path = os.path.join(cache, "pyrometer", "run")
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except OSError:
+            return None
+        if _owned_private_directory(path) and _owned_private_directory(os.path.dirname(path)):
+            return path
+    return None
+
+
 def _splits(path: str) -> bool:
     return any(c in path for c in _PRELOAD_SEPARATORS)
 
@@ -60,7 +94,7 @@ def _splits(path: str) -> bool:
 def _private_link(library: str) -> tuple[str | None, str]:
     """A symbolic link to library in a new private directory whose path LD_PRELOAD
     can carry; (its path, "") or (None, why not)."""
-    candidates = [tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"]
+    candidates = [p for p in (private_parent(), tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm") if p]
     problem = "no temporary directory whose path has no space or colon"
     for parent in dict.fromkeys(candidates):  # in order, once each
         if _splits(parent) or not os.path.isdir(parent):
