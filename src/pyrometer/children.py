@@ -60,41 +60,44 @@ def _pyrometer_bootstrap():
     sys.path[:] = [p for p in sys.path if p != here]  # the program's imports are its own
     ours = sys.modules.pop("sitecustomize", None)
     try:
-        import sitecustomize  # the user's own
+        import sitecustomize  # the user's own: its errors are reported as python reports them
     except ImportError as e:
         if e.name != "sitecustomize":
             raise
         sys.modules["sitecustomize"] = ours  # the import that runs this one expects it there
     finally:
-        settings = os.path.join(os.path.dirname(here), "settings.json")
+        _pyrometer_start(os, sys, here)  # never raises: the user's error, if any, goes on
+
+
+def _pyrometer_start(os, sys, here):
+    settings = os.path.join(os.path.dirname(here), "settings.json")
+    try:
+        import json
+        with open(settings) as f:
+            package = json.load(f)["package"]
+    except BaseException:
+        return  # the run is over (a grandchild that outlived it), or not readable
+    # The top's own pyrometer, when this interpreter can load its measuring
+    # core (the same version); otherwise this interpreter's own, if any.
+    same = package["cache_tag"] == sys.implementation.cache_tag
+    if same:
+        sys.path.insert(0, package["parent"])
+    try:
+        from pyrometer import children
+        children.start_exec_child(settings)
+    except BaseException as e:
         try:
-            import json
-            with open(settings) as f:
-                package = json.load(f)["package"]
+            name = os.path.join(os.path.dirname(here), "n-%d-%s.json" % (os.getpid(), os.urandom(6).hex()))
+            with open(name + ".tmp", "w") as f:
+                json.dump({"pid": os.getpid(), "ppid": os.getppid(), "command": list(sys.orig_argv),
+                           "note": "not profiled: this Python cannot start pyrometer (%s: %s)"
+                                   % (type(e).__name__, e)}, f)
+            os.rename(name + ".tmp", name)
         except BaseException:
-            return  # the run is over (a grandchild that outlived it), or not readable
-        # The top's own pyrometer, when this interpreter can load its measuring
-        # core (the same version); otherwise this interpreter's own, if any.
-        same = package["cache_tag"] == sys.implementation.cache_tag
-        if same:
-            sys.path.insert(0, package["parent"])
-        try:
-            from pyrometer import children
-        except BaseException as e:
-            try:
-                name = os.path.join(os.path.dirname(here), "n-%d-%s.json" % (os.getpid(), os.urandom(6).hex()))
-                with open(name + ".tmp", "w") as f:
-                    json.dump({"pid": os.getpid(), "ppid": os.getppid(), "command": list(sys.orig_argv),
-                               "note": "not profiled: this Python cannot import pyrometer (%s: %s)"
-                                       % (type(e).__name__, e)}, f)
-                os.rename(name + ".tmp", name)
-            except BaseException:
-                pass
-        else:
-            children.start_exec_child(settings)
-        finally:
-            if same and sys.path and sys.path[0] == package["parent"]:
-                del sys.path[0]
+            pass
+    finally:
+        if same and sys.path and sys.path[0] == package["parent"]:
+            del sys.path[0]
 
 
 _pyrometer_bootstrap()
