@@ -995,6 +995,15 @@ void sampler_get_totals(sampler_totals *out)
     out->unit_runq_ns = S.totals.est_runq_units >= 1.0
                             ? (double)S.totals.main_live_runq_ns / S.totals.est_runq_units
                             : out->unit_ns;
+    /* The CPU of one unit can never exceed its wall time: a ratio above the
+     * common unit comes from CPU the estimates did not see (measured outside
+     * them), and would scale every misjudged window up with it.  Measured on the
+     * 70/30 split program: the native share read 0.717-0.747 (truth 0.700) with
+     * the ratio alone, 0.688-0.737 with it capped, as before the ratio; the
+     * threads-starting case it was made for has a ratio below the unit. */
+    if (out->unit_cpu_ns > out->unit_ns) {
+        out->unit_cpu_ns = out->unit_ns;
+    }
     out->mean_interval_ns =
         S.totals.snapshots ? (double)delta(end, S.totals.start_wall_ns) / (double)S.totals.snapshots : 0.0;
 }
