@@ -297,8 +297,10 @@ def _frames(stderr: str) -> list[str]:
     the source lines and their markers, which depend on the line, left out."""
     shape = []
     for line in stderr.splitlines():
-        if line.startswith("    ") or not line.strip(" ^~") or line.endswith(", in busy"):
-            continue  # whether a Ctrl-C lands inside busy() or just before its call is chance too
+        if line.startswith("    ") or not line.strip(" ^~"):
+            continue
+        if line.startswith("  File") and not line.endswith(", in <module>"):
+            continue  # where below the program's own line a Ctrl-C lands (busy(), open()) is chance too
         shape.append(re.sub(r", line \d+,", ", line N,", line))
     return shape
 
