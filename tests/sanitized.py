@@ -132,7 +132,10 @@ def self_check(asan: str) -> None:
     logs = scratch / "logs"
     env = sanitizer_env(scratch / "site", logs, asan)
     program = scratch / "overflow.py"
-    program.write_text("data = [bytes(1000) for _ in range(1000)]\nprint(len(data))\n")
+    # Blocks over pymalloc's 512 bytes through PyObject_Malloc, where the bug is
+    # injected: a repeated bytes object (bytes(n) would come from calloc, and
+    # the check would then rest on the profiler's own allocations reaching it).
+    program.write_text('data = [b"x" * (1000 + i % 7) for i in range(1000)]\nprint(len(data))\n')
     proc = subprocess.run([sys.executable, "-m", "pyrometer", "--json", "--outfile", str(scratch / "p.json"),
                            str(program)], env=env, capture_output=True, text=True, timeout=120)
     found = "".join(p.read_text(errors="replace") for p in reports(logs))
