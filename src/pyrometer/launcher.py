@@ -13,6 +13,7 @@ import linecache
 import os
 import pkgutil
 import runpy
+import _signal
 import signal
 import sys
 import threading
@@ -374,7 +375,9 @@ def _hold_interrupts() -> None:
         return
     while True:
         try:
-            signal.signal(signal.SIGINT, _ignore)
+            # The C function itself: signal.signal is Python code (signal.py),
+            # which a sample taken before stop() would show as the program's.
+            _signal.signal(signal.SIGINT, _ignore)
             return
         except KeyboardInterrupt:
             continue
