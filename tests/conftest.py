@@ -230,3 +230,20 @@ def run_bare(tmp_path, groundtruth_dir):
 def pytest_configure(config):
     config.addinivalue_line("markers", "accuracy: profiles a program and compares it with ground truth")
     config.addinivalue_line("markers", "stress: a long run (about 25 s) of many threads, forks and allocations")
+
+
+# A ground-truth test compares a sampled estimate with the truth under a
+# tolerance: a few times in a hundred runs the sample itself lands outside it
+# on this loaded 2-core machine (a CPU split read 8 points off where 3 are
+# allowed, with nothing wrong).  Such a test is run once more when it fails,
+# and passes only if the second run is within the tolerance: a defect fails
+# both, and pytest's summary lists every rerun ("R"), so none is hidden.
+ACCURACY_RERUNS = 1
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("rerunfailures"):
+        return  # pytest-rerunfailures (the test extra) is not installed: one run each
+    for item in items:
+        if item.get_closest_marker("accuracy") is not None and item.get_closest_marker("flaky") is None:
+            item.add_marker(pytest.mark.flaky(reruns=ACCURACY_RERUNS))
