@@ -116,7 +116,9 @@ class RunDirectory:
     current: "RunDirectory | None" = None
 
     def __init__(self, settings: dict[str, Any]):
+        preload.sweep_stale()  # what runs that were killed left behind
         self.path = tempfile.mkdtemp(prefix="pyrometer-run-", dir=preload.private_parent())  # mode 0700
+        preload.mark_owner(self.path)
         self.owner = os.getpid()
         boot = os.path.join(self.path, _BOOT)
         os.mkdir(boot, 0o700)
