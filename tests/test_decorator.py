@@ -74,8 +74,8 @@ def test_only_the_decorated_functions_and_their_lines(profile_program):
         assert p.lineno(marker) in shown, marker
     for marker in ("beta hot", "module hot", "burn line", "alpha(); beta(); gamma()"):
         assert p.lineno(marker) not in shown, marker
-    assert p.line("alpha hot")["n_cpu_python_sec"] > 0.1, p.describe("alpha hot")
-    assert p.line("gamma hot")["n_cpu_python_sec"] > 0.1, p.describe("gamma hot")
+    assert p.line("alpha hot")["n_samples"] >= 5, p.describe("alpha hot")
+    assert p.line("gamma hot")["n_samples"] >= 5, p.describe("gamma hot")
     # The header is the whole run's (four equal parts, two of them shown); the
     # shares are of it, so each decorated function has about a quarter, not a half.
     whole = sum(prof["cpu_time_sec"].values())
@@ -107,7 +107,7 @@ def test_without_the_decorator_everything_is_reported(profile_program):
     shown = {e["lineno"] for e in p.file()["lines"]}
     for marker in ("alpha hot", "beta hot", "gamma hot", "module hot"):
         assert p.lineno(marker) in shown
-    assert p.line("beta hot")["n_cpu_python_sec"] > 0.1, p.describe("beta hot")
+    assert p.line("beta hot")["n_samples"] >= 5, p.describe("beta hot")
     assert not any("@profile" in n for n in prof["notices"])
 
 
@@ -251,11 +251,17 @@ sum(generator()); asyncio.run(coroutine()); outer()
 """
 
 
+def qualified(name: str) -> str:
+    """A function's name as the profile gives it: 3.10's code objects carry no
+    qualified name, and the profile keys functions by what they carry."""
+    return name if sys.version_info >= (3, 11) else name.rpartition(".")[2]
+
+
 def test_methods_generators_coroutines_classes_and_nested_code(profile_program):
     p = profile_program(KINDS, options=["--cpu-only", "--cpu-sampling-rate", "0.002"])
     decorated = {e["function"] for e in p.profile["profiled_functions"]}
-    assert decorated == {"Shapes.method", "Shapes.static_first", "Shapes.class_last", "Marked.member",
-                         "generator", "coroutine", "outer"}, decorated
+    assert decorated == {qualified(n) for n in ("Shapes.method", "Shapes.static_first", "Shapes.class_last",
+                                                "Marked.member", "generator", "coroutine", "outer")}, decorated
     for marker in ("method hot", "static hot", "class hot", "member hot", "generator hot", "coroutine hot",
                    "inner hot"):
         assert p.line(marker)["n_samples"] > 0, p.describe(marker)
@@ -264,8 +270,8 @@ def test_methods_generators_coroutines_classes_and_nested_code(profile_program):
     assert p.lineno("def burn(") not in shown
     names = {e["line"] for e in p.file()["functions"]}
     # Code defined inside a decorated function is its own: listed too.
-    assert "outer.<locals>.inner" in names, names
-    assert "Shapes.undecorated" not in names and "<module>" not in names, names
+    assert qualified("outer.<locals>.inner") in names, names
+    assert qualified("Shapes.undecorated") not in names and "<module>" not in names, names
 
 
 MEMORY = """
@@ -361,7 +367,7 @@ def test_a_childs_decorated_functions_are_merged(profile_program, tmp_path):
     text = child.read_text().splitlines()
     hot = next(i + 1 for i, t in enumerate(text) if "child hot" in t)
     other = next(i + 1 for i, t in enumerate(text) if "child other" in t)
-    assert lines[hot]["n_cpu_python_sec"] > 0.1, lines[hot]
+    assert lines[hot]["n_samples"] >= 5, lines[hot]
     assert other not in lines
     # The header counts both processes, the parent's loop and the child's other function too.
     assert p.profile["total_time_sec"] > 0.55, p.profile["total_time_sec"]
@@ -394,3 +400,32 @@ def test_plain_python_import_does_not_load_the_core(groundtruth_dir, tmp_path):
                           env=program_env(groundtruth_dir), timeout=PROGRAM_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "False {}\n"
+
+
+FORKED = """
+import os, time
+
+def parent_work():
+    end = time.perf_counter() + 0.2
+    while time.perf_counter() < end: pass  # parent hot
+
+pid = os.fork()
+if pid == 0:
+    @profile
+    def forked_work():
+        end = time.perf_counter() + 0.25
+        while time.perf_counter() < end: pass  # forked hot
+    forked_work()
+    os._exit(0)
+parent_work()
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_function_decorated_in_a_forked_child_is_merged(profile_program):
+    p = profile_program(FORKED, options=["--cpu-only"])
+    assert p.profile["process_count"] == 2, p.profile["processes"]
+    assert [e["function"] for e in p.profile["profiled_functions"]] == [qualified("forked_work")]
+    shown = {e["lineno"] for e in p.file()["lines"]}
+    assert p.lineno("parent hot") not in shown
+    assert p.line("forked hot")["n_samples"] >= 5, p.describe("forked hot")
