@@ -346,9 +346,6 @@ class Focus:
         for filename, _, first, last in self.sites:
             self.spans[filename].append((first, last))
 
-    def __bool__(self) -> bool:
-        return bool(self.sites)
-
     def covers_file(self, filename: str) -> bool:
         return not self.sites or filename in self.spans
 
