@@ -327,6 +327,8 @@ class ChildSession:
                     profile_all=s["profile_all"], memory_window=window, leak_detector=s["leak_detector"],
                     program=s.get("program", []))
         _core.ending_install(self._on_termination_signal)
+        from . import focus
+        focus.install_builtin()  # a profiled child is the program too: its @profile counts
         self.endings = Endings(self.write, _core.ending_signal, _core.ending_reinstall, _core.ending_die)
         self.endings.install()
         ChildSession.current = self
@@ -364,9 +366,9 @@ class ChildSession:
                 self.writing = None
 
     def _write(self, status: int | None, ended_by: str) -> bool:
-        from . import _core
+        from . import _core, focus
         wall = time.perf_counter() - self.t0
-        raw = _core.collect()
+        raw = focus.collect_into(_core.collect())
         spawned, reaped = _Family.records()
         memory = raw.get("memory")
         record = self._record()
@@ -520,6 +522,9 @@ class Merger:
         for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
             self._add_cpu((filename, lineno, qualname, firstlineno), cpu)
         self.unattributed = list(raw["unattributed"])
+        # @profile's functions, of every process: a child may decorate its own.
+        self.focus: dict[tuple, int] = {}
+        self._add_focus(raw)
         self.memory = raw.get("memory")
         self.mem_lines: dict[tuple, dict[str, Any]] = {}
         if self.memory:
@@ -533,6 +538,11 @@ class Merger:
         else:
             for i, v in enumerate(cpu):
                 sums[i] += v
+
+    def _add_focus(self, raw: dict[str, Any]) -> None:
+        for filename, qualname, first, last in raw.get("profiled_functions", []):
+            key = (str(filename), str(qualname), int(first))
+            self.focus[key] = max(self.focus.get(key, 0), int(last))
 
     def _add_memory_line(self, r: dict[str, Any], offset: float) -> None:
         key = (r["filename"], r["lineno"], r["function"], r["function_lineno"])
@@ -551,6 +561,7 @@ class Merger:
     def add(self, child: dict[str, Any]) -> None:
         raw = child["raw"]
         offset = child.get("start_time", self.start_time) - self.start_time
+        self._add_focus(raw)  # first: a child of another shape fails here, before any sum
         for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
             self._add_cpu((filename, lineno, qualname, firstlineno), cpu)
         for i, v in enumerate(raw["unattributed"]):
@@ -576,6 +587,7 @@ class Merger:
         raw = dict(self.raw)
         raw["records"] = [(*key, sums) for key, sums in self.records.items()]
         raw["unattributed"] = tuple(self.unattributed)
+        raw["profiled_functions"] = [[*key, last] for key, last in self.focus.items()]
         if self.memory:
             raw["memory"] = dict(self.memory, lines=list(self.mem_lines.values()))
         return raw

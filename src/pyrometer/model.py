@@ -220,15 +220,21 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     reduced = options["reduced_profile"]
     footprint_grew = bool(memory) and memory["footprint_bytes"] >= memory["window_bytes"]
     leak_detector = bool(memory) and memory["leak_detector"]
+    focus = Focus(raw.get("profiled_functions", []))
 
     files: dict[str, Any] = {}
     for filename in sorted(lines):
+        if not focus.covers_file(filename):
+            continue
         per_line = lines[filename]
         per_line_mem = mem_lines.get(filename, {})
         source = _source_lines(filename, sources)
         line_entries = []
         leaks = {}
+        shown = focus.lines_of(filename)
         for lineno in _lines_to_report(len(source), set(per_line) | set(per_line_mem)):
+            if not shown(lineno):
+                continue
             entry = {"lineno": lineno, "line": source[lineno - 1] if lineno <= len(source) else ""}
             entry.update((per_line.get(lineno) or _Sums()).fields(denominator, await_total))
             if memory:
@@ -243,8 +249,12 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             if not reduced or _significant(entry, threshold, malloc_threshold):
                 line_entries.append(entry)
         function_entries = []
-        keys = set(functions[filename]) | set(mem_functions.get(filename, {}))
+        # A decorated function is listed even when all its time is in code
+        # defined inside it (a comprehension, on 3.11): the table names it.
+        keys = set(functions[filename]) | set(mem_functions.get(filename, {})) | focus.functions_in(filename)
         for qualname, firstlineno in sorted(keys, key=lambda k: (k[1], k[0])):
+            if not shown(firstlineno):  # a decorated function, or one defined inside it
+                continue
             entry = {"lineno": firstlineno, "line": qualname}
             entry.update(functions[filename].get((qualname, firstlineno), _Sums()).fields(denominator, await_total))
             if memory:
@@ -252,8 +262,9 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             if not reduced or _significant(entry, threshold, malloc_threshold):
                 function_entries.append(entry)
         file_total = _Sums()
-        for s in per_line.values():
-            file_total.merge(s)
+        for lineno, s in per_line.items():
+            if shown(lineno):
+                file_total.merge(s)
         files[filename] = {
             "percent_cpu_time": file_total.total * 100.0 / denominator if denominator else 0.0,
             "cpu_time_sec": file_total.total,
@@ -309,10 +320,73 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         "process_count": process_count if process_count is not None else len(processes or []) or 1,
         "children_merge_sec": raw.get("merge_ns", 0) * NS,
         "processes": processes or [],
-        "notices": [*(notices or []), *_notices(memory, raw["functions_overflowed"])],
-        **(_run_memory(memory, mem_lines, elapsed) if memory else {}),
+        "notices": [*(notices or []), *_notices(memory, raw["functions_overflowed"]), *focus.notices(
+            lambda f, first, last: any(first <= n <= last for n in (*lines.get(f, ()), *mem_lines.get(f, ()))))],
+        **(_run_memory(memory, focus.memory_lines(mem_lines), elapsed) if memory else {}),
+        "profiled_functions": focus.fields(),
         "files": files,
     }
+
+
+class Focus:
+    """@profile (focus.py): when the program decorated any function, the report
+    holds only the decorated functions: every line from a function's first
+    (its first decorator's) to its last, code defined inside it included (a
+    nested function, lambda or comprehension is written on the function's
+    lines, and a line's figures cannot be split between code objects), and in
+    the function tables the decorated functions and those defined inside them.
+    The run's totals (the header, the denominator of every percentage, the
+    peak) stay the whole run's.  The one place this is decided: every renderer,
+    and `pyrometer view` of a saved profile, shows what build() kept."""
+
+    def __init__(self, profiled: list):
+        self.sites = sorted({(str(f), str(q), int(first), max(int(first), int(last)))
+                             for f, q, first, last in profiled}, key=lambda s: (s[0], s[2], s[1]))
+        self.spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for filename, _, first, last in self.sites:
+            self.spans[filename].append((first, last))
+
+    def covers_file(self, filename: str) -> bool:
+        return not self.sites or filename in self.spans
+
+    def lines_of(self, filename: str):
+        """Whether a line of this file is shown."""
+        if not self.sites:
+            return lambda lineno: True
+        spans = self.spans.get(filename, ())
+        return lambda lineno: any(first <= lineno <= last for first, last in spans)
+
+    def memory_lines(self, mem_lines: dict) -> dict:
+        if not self.sites:
+            return mem_lines
+        out = {}
+        for f, per in mem_lines.items():
+            shown = self.lines_of(f)
+            out[f] = {n: m for n, m in per.items() if shown(n)}
+        return out
+
+    def fields(self) -> list[dict[str, Any]]:
+        return [{"filename": f, "function": q, "lineno": first, "end_lineno": last}
+                for f, q, first, last in self.sites]
+
+    def functions_in(self, filename: str) -> set[tuple[str, int]]:
+        return {(q, first) for f, q, first, _ in self.sites if f == filename}
+
+    def notices(self, measured) -> list[str]:
+        """measured(filename, first line, last line): whether anything was
+        measured on those lines (before --reduced-profile's thresholds)."""
+        if not self.sites:
+            return []
+        n = len(self.sites)
+        out = [f"@profile: only the {n} decorated function{'s' if n != 1 else ''} (and the code written "
+               "inside them) are shown; the totals above are the whole run's"]
+        missing = [(f, q, first) for f, q, first, last in self.sites if not measured(f, first, last)]
+        if missing:
+            named = ", ".join(f"{q} ({display_name(f)}:{first})" for f, q, first in missing[:3])
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            out.append(f"@profile: nothing was measured in {named}{more}: too brief to be sampled, or "
+                       "not in a file pyrometer reports (--profile-all, --profile-only)")
+        return out
 
 
 SITES_MAX = 100_000  # csrc/profile/sites.h
@@ -666,6 +740,10 @@ _RUN.fields.update({
     "process_count": (_COUNT, 1),
     "children_merge_sec": (_NONNEG, 0.0),
     "processes": (_List(_PROCESS), []),
+    # @profile's functions (Focus): the files' entries hold only their lines.
+    "profiled_functions": (_List(_Object({"filename": (_STR, _REQUIRED), "function": (_STR, _REQUIRED),
+                                          "lineno": (_LINENO, _REQUIRED), "end_lineno": (_LINENO, _REQUIRED)})),
+                           []),
 })
 _TOP_WITH_MEMORY = _Object({**_RUN.fields, **_MEMORY_TOP.fields})
 _TOP_CPU_ONLY = _Object({**_RUN.fields, **_optional(_MEMORY_TOP)})

@@ -8,7 +8,7 @@ import sys
 import sysconfig
 import time
 
-from . import _core
+from . import _core, focus
 from .options import Options
 
 OWN_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
@@ -100,4 +100,4 @@ class Session:
         return time.perf_counter() - self.t0 if _core.running() else self.elapsed
 
     def collect(self) -> dict:
-        return _core.collect()
+        return focus.collect_into(_core.collect())

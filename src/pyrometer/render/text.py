@@ -327,11 +327,14 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         if native["malloc_mb"] >= 0.5:
             out.append(cut(f"threads without Python frames allocated {native['malloc_mb']:.0f} MB (native)", width))
     shown = 0
+    # With @profile, the files left are the ones the program asked for: shown
+    # whatever their share, as the web page shows every file.
+    focused = bool(profile.get("profiled_functions"))
     for filename, f in sorted(profile["files"].items(), key=lambda kv: -kv[1]["percent_cpu_time"]):
         if brief:  # show whatever was recorded at all
             if not any(_share(e) > 0 or e.get("n_malloc_mb", 0.0) >= 0.5 for e in f["lines"]):
                 continue
-        elif f["percent_cpu_time"] < threshold and not any(
+        elif not focused and f["percent_cpu_time"] < threshold and not any(
                 significant(e, threshold, malloc_threshold) for e in f["lines"]):
             continue
         shown += 1
