@@ -167,7 +167,8 @@ def test_exit_status(tmp_path, run_pyrometer):
 
 def test_exit_with_message(tmp_path, run_pyrometer):
     write_program(tmp_path, "import sys\nsys.exit('something went wrong')\n")
-    proc = run_pyrometer(["--json", "--outfile", tmp_path / "p.json", "prog.py"], cwd=tmp_path)
+    # --quiet: the program's standard error alone, as python gives it.
+    proc = run_pyrometer(["--quiet", "--json", "--outfile", tmp_path / "p.json", "prog.py"], cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr == "something went wrong\n"
     assert proc.stderr == run_python(["prog.py"], cwd=tmp_path).stderr
@@ -184,7 +185,7 @@ def test_uncaught_exception_traceback(tmp_path, run_pyrometer):
         outer()
         """)
     out = tmp_path / "p.json"
-    proc = run_pyrometer(["--json", "--outfile", out, "prog.py"], cwd=tmp_path)
+    proc = run_pyrometer(["--quiet", "--json", "--outfile", out, "prog.py"], cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     err = proc.stderr
     assert err.startswith("Traceback (most recent call last):\n"), err
@@ -208,7 +209,7 @@ def test_keyboard_interrupt(tmp_path, run_pyrometer):
                 os.kill(os.getpid(), signal.SIGINT)
         """)
     out = tmp_path / "p.json"
-    proc = run_pyrometer(["--json", "--outfile", out, "prog.py"], cwd=tmp_path)
+    proc = run_pyrometer(["--quiet", "--json", "--outfile", out, "prog.py"], cwd=tmp_path)
     ref = run_python(["prog.py"], cwd=tmp_path)
     assert ref.returncode == -2  # how python itself ends on Ctrl-C
     assert proc.returncode == -2, f"exit status {proc.returncode}, expected death by SIGINT\n{proc.stderr}"

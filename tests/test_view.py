@@ -77,7 +77,8 @@ def test_view_json_round_trip(saved, tmp_path, run_pyrometer):
 
 def test_view_html_default_file_and_outfile(saved, tmp_path, run_pyrometer):
     proc = run_pyrometer(["view", saved, "--html"], cwd=tmp_path)
-    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc
+    assert proc.returncode == 0 and proc.stdout == "", proc
+    assert proc.stderr == "pyrometer: web report written to pyrometer-profile.html (view: open it in a browser)\n"
     page = (tmp_path / "pyrometer-profile.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "# hot line" in page
     proc = run_pyrometer(["view", saved, "--html", "-o", tmp_path / "x.html"], cwd=tmp_path)
@@ -100,7 +101,10 @@ def test_view_web_without_a_browser_prints_the_path(saved, tmp_path, run_pyromet
     env = {k: "" for k in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")}
     proc = run_pyrometer(["view", saved, "--web"], cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
-    assert str((tmp_path / "pyrometer-profile.html").resolve()) in proc.stdout, proc.stdout
+    # Said on standard error, where pyrometer's words go: standard output is the report's or the program's.
+    assert proc.stdout == ""
+    assert str((tmp_path / "pyrometer-profile.html").resolve()) in proc.stderr, proc.stderr
+    assert "no browser" in proc.stderr
 
 
 def test_web_while_profiling_without_a_browser(tmp_path, run_pyrometer):
@@ -108,8 +112,8 @@ def test_web_while_profiling_without_a_browser(tmp_path, run_pyrometer):
     env = {k: "" for k in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")}
     proc = run_pyrometer(["--web", "prog.py"], cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("ran\n")
-    assert "pyrometer-profile.html" in proc.stdout and (tmp_path / "pyrometer-profile.html").exists()
+    assert proc.stdout == "ran\n", "pyrometer wrote into the program's standard output"
+    assert "pyrometer-profile.html" in proc.stderr and (tmp_path / "pyrometer-profile.html").exists()
 
 
 def _write(tmp_path: Path, content: str | bytes, name: str = "bad.json") -> Path:
