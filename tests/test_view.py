@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -290,3 +291,24 @@ def test_view_takes_fields_of_a_newer_pyrometer_and_fills_in_an_older_ones(tmp_p
     assert _first_file(again)["functions"] == [] and _first_file(again)["lines"][1]["newer_entry_field"] == [1, 2]
     for fmt in ([], ["--html"]):
         assert run_pyrometer(["view", path, *fmt], cwd=tmp_path).returncode == 0
+
+
+def test_scalene_names_checked_and_given_to_older_profiles():
+    """max_footprint_fname/_lineno say what max_footprint_where says: an older
+    profile without them gets them, one where they disagree is refused;
+    growth_rate must be a number."""
+    from pyrometer import model  # noqa: PLC0415
+    older = make_profile(1, 10)
+    for name in ("growth_rate", "max_footprint_fname", "max_footprint_lineno"):
+        older.pop(name, None)
+    where = older["max_footprint_where"]
+    checked = model.check(json.loads(json.dumps(older)))
+    assert (checked["max_footprint_fname"], checked["max_footprint_lineno"]) == (where["filename"], where["lineno"])
+    assert "growth_rate" not in checked  # not made up where the profile cannot tell it
+    for name, value, message in (("max_footprint_fname", "/elsewhere.py", "max_footprint_fname is '/elsewhere.py'"),
+                                 ("max_footprint_lineno", where["lineno"] + 1, "max_footprint_lineno is"),
+                                 ("max_footprint_lineno", 0, "max_footprint_lineno is out of range"),
+                                 ("growth_rate", "12", "growth_rate has the wrong type")):
+        bad = dict(json.loads(json.dumps(older)), **{name: value})
+        with pytest.raises(model.ProfileError, match=re.escape(message)):
+            model.check(bad)

@@ -149,6 +149,12 @@ class _HelpFormatter(argparse.HelpFormatter):
     help says what is the default in words.  Not where the help names the
     default itself, nor for options that are off (None) or empty lists."""
 
+    def _split_lines(self, text, width):
+        # Not at hyphens: a file name (pyrometer-profile.json) or an option
+        # (--profile-interval) broken across lines cannot be copied.
+        import textwrap
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
     def _get_help_string(self, action):
         text = action.help or ""
         if (action.nargs != 0 and action.default not in (None, False, [], argparse.SUPPRESS)
