@@ -253,9 +253,10 @@ def _cell(value: str, layout: _Layout) -> str:
 
 
 def _table(rows: list[list[str]], header: list[str], right: int, width: int,
-           styles: list[tuple[str, ...]], paint: _Painter) -> list[str]:
+           styles: list[tuple[str, ...]], paint: _Painter, said: set[str] | None = None) -> list[str]:
     """Columns 0..right-1 right-aligned figures, the last column (source, name
-    or command) cut to what the width leaves: in the first of _LAYOUTS that fits."""
+    or command) cut to what the width leaves: in the first of _LAYOUTS that fits.
+    said: the abbreviations a legend of this report has spelled out already."""
     for layout in _LAYOUTS:
         names = [_name_rows(h, layout) for h in header[:right]]
         cells = [[_cell(r[i], layout) for i in range(right)] for r in rows]
@@ -291,8 +292,10 @@ def _table(rows: list[list[str]], header: list[str], right: int, width: int,
     for cells_, row, s in zip(cells, rows, styles):
         out.extend(paint(text, *s) for text in line(cells_, row[right]))
     if layout.abbreviate:
+        said = set() if said is None else said
         used = [w for w in _LEGEND if any(w in pair for pair in names)]
-        if used:
+        if not said.issuperset(used):
+            said.update(used)
             out.extend(paint(text, DIM) for text in _wrapped(
                 "(" + ", ".join(f"{w}: {_LEGEND[w]}" for w in used) + "; a wider terminal shows "
                 "the names in full)", width))
@@ -387,6 +390,8 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
     title = f"pyrometer: {profile['program']}"
     if profile["args"]:
         title += " " + " ".join(profile["args"])
+    said: set[str] = set()  # abbreviations a table's legend has spelled out
+
     def add(text: str, *styles: str) -> None:
         out.extend(paint(line, *styles) for line in _wrapped(text, width))
 
@@ -460,14 +465,14 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
             rows.append([str(e["lineno"]), *cells(e), visible(e["line"])])
             heavy = malloc_threshold is not None and e.get("n_malloc_mb", 0.0) >= malloc_threshold
             styles.append((BOLD, RED) if share >= hot else (YELLOW,) if share >= threshold or heavy else ())
-        out.extend(_table(rows, header + ["source"], len(header), width, styles, paint))
+        out.extend(_table(rows, header + ["source"], len(header), width, styles, paint, said))
         funcs = [e for e in f["functions"] if _share(e) >= 0.5 or e.get("n_await_percent", 0.0) >= 0.5
                  or e.get("n_malloc_mb", 0.0) >= 0.5]
         if funcs:
             out.append("")
             rows = [[str(e["lineno"]), *cells(e), visible(e["line"])] for e in funcs]
             styles = [(BOLD, RED) if _share(e) >= hot else () for e in funcs]
-            out.extend(_table(rows, header + ["function summary"], len(header), width, styles, paint))
+            out.extend(_table(rows, header + ["function summary"], len(header), width, styles, paint, said))
         for lineno, leak in sorted(f.get("leaks", {}).items(), key=lambda kv: -kv[1]["velocity_mb_s"]):
             add(f"possible leak at line {lineno}: {leak['growth_mb']:.1f} MB not freed, "
                 f"{leak['velocity_mb_s']:.2f} MB/s (likelihood {leak['likelihood'] * 100:.1f}%)", BOLD, RED)
