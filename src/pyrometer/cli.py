@@ -369,7 +369,8 @@ def _view(argv: list[str]) -> int:
         usage="pyrometer view PROFILE.json [--cli | --json | --html | --web] [-o FILE] [--reduced-profile] [--quiet]",
         description="Render a profile saved with pyrometer --json, also one made on another machine "
                     "(the source lines come from the profile).")
-    parser.add_argument("profile", metavar="PROFILE.json", help="the saved profile")
+    parser.add_argument("profile", metavar="PROFILE.json",
+                        help="the saved profile; - (or /dev/stdin) reads it from standard input")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--cli", action="store_true", help="the annotated text report (the default)")
     what.add_argument("--json", action="store_true", help="the profile as JSON again (with --reduced-profile: reduced)")
