@@ -187,7 +187,9 @@ def profile_program(tmp_path, run_pyrometer):
     """profile_program(source, options=[], args=[]) -> Profiled.
 
     Writes source to tmp_path/prog.py, runs
-    ``python -m pyrometer --json --outfile OUT [options] prog.py [args]`` and parses OUT.
+    ``python -m pyrometer --quiet --json --outfile OUT [options] prog.py [args]`` and parses OUT.
+    --quiet: the tests compare the program's standard error with plain python's;
+    the line that says where the profile went is tested in test_cli.py.
     """
 
     def profile(source: str, options: list[str] | None = None, args: list[str] | None = None,
@@ -196,7 +198,7 @@ def profile_program(tmp_path, run_pyrometer):
         out = tmp_path / "profile.json"
         if out.exists():
             out.unlink()
-        proc = run_pyrometer(["--json", "--outfile", out, *(options or []), prog, *(args or [])],
+        proc = run_pyrometer(["--quiet", "--json", "--outfile", out, *(options or []), prog, *(args or [])],
                              cwd=tmp_path, **kw)
         if expect_status is not None:
             assert proc.returncode == expect_status, (

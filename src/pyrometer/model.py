@@ -417,9 +417,17 @@ def _run_memory(memory: dict[str, Any], mem_lines: dict, elapsed: float) -> dict
     top = sorted(((m.alloc, filename, lineno, m) for filename, per in mem_lines.items()
                   for lineno, m in per.items()), key=lambda x: -x[0])[:10]
     where = memory["max_footprint_where"]
+    allocated = (sum(m.alloc for per in mem_lines.values() for m in per.values())
+                 + memory["native_thread_alloc_bytes"] + memory["unattributed_alloc_bytes"])
     return {
         "max_footprint_mb": max(memory["max_footprint_bytes"], 0) / MB,
         "max_footprint_where": {"filename": where[0], "lineno": where[1]} if where else None,
+        # The same facts under Scalene's names, for tools that read Scalene's
+        # JSON (scalene view): growth_rate is net growth as a percentage of all
+        # bytes allocated, not a rate in time (growth_rate_mb_s is that).
+        "max_footprint_fname": where[0] if where else None,
+        "max_footprint_lineno": where[1] if where and where[1] > 0 else None,
+        "growth_rate": 100.0 * memory["footprint_bytes"] / allocated if allocated > 0 else 0.0,
         "max_footprint_time_sec": memory["max_footprint_time_sec"],
         "footprint_mb": memory["footprint_bytes"] / MB,
         "growth_rate_mb_s": memory["footprint_bytes"] / MB / elapsed if elapsed > 0 else 0.0,
@@ -709,6 +717,11 @@ _MEMORY_TOP = _Object({
     "max_footprint_time_sec": (_NONNEG, 0.0),
     "footprint_mb": (_ANY_NUMBER, 0.0),
     "growth_rate_mb_s": (_ANY_NUMBER, _REQUIRED),
+    # Scalene's names (checked against max_footprint_where by check()); older
+    # profiles lack them.
+    "growth_rate": (_ANY_NUMBER, _OPTIONAL),
+    "max_footprint_fname": (_Null(_STR), _OPTIONAL),
+    "max_footprint_lineno": (_Null(_whole(1, _LINENO_MAX)), _OPTIONAL),
     "samples": (_TIMELINE, _REQUIRED),
     "top_allocations": (_List(_Object({"filename": (_STR, _REQUIRED), "lineno": (_LINENO, _REQUIRED),
                                        "n_malloc_mb": (_NONNEG, _REQUIRED),
@@ -917,6 +930,21 @@ def _check_entries(entries: list, kind: _Object, where: str) -> None:
         _check_value(e, kind, f"{where}[{i}]")
 
 
+def _check_scalene_footprint_names(profile: dict[str, Any], where: str) -> None:
+    """max_footprint_fname and _lineno say again what max_footprint_where says
+    (Scalene's names for it): where both are there they must agree, and a
+    profile without them (an older pyrometer's) gets them from it."""
+    peak = profile.get("max_footprint_where")
+    expected = {"max_footprint_fname": peak["filename"] if peak else None,
+                "max_footprint_lineno": peak["lineno"] if peak and peak["lineno"] > 0 else None}
+    for name, value in expected.items():
+        if name not in profile:
+            profile[name] = value
+        elif profile[name] != value:
+            raise ProfileError(f"{where}{name} is {_shown(profile[name])}, but max_footprint_where "
+                               f"says {_shown(value)}")
+
+
 def load(path: str) -> dict[str, Any]:
     """A saved profile, checked: ProfileError says what is wrong with it."""
     try:
@@ -965,6 +993,8 @@ def check(profile: Any, path: str = "the profile") -> dict[str, Any]:
     where = f"{path} is damaged: "
     memory = profile.get("memory") is True
     _check_fields(profile, _TOP_WITH_MEMORY if memory else _TOP_CPU_ONLY, where)
+    if memory:
+        _check_scalene_footprint_names(profile, where)
     file_kind = _FILE_WITH_MEMORY if memory else _FILE_CPU_ONLY
     for name, f in profile["files"].items():
         _check_value(f, file_kind, f"{where}files[{_shown_name(name)}]")
