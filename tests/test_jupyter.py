@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -97,9 +98,12 @@ def _check_busy_cell(cell) -> None:
     assert "default-src 'none'" in document
     assert not re.search(r"<script[^>]*\bsrc=|<link\b|\b(?:src|href)=[\"']?(?:https?:)?//", document)
     assert "busy line" in document  # the cell's source is in the page
-    # The text report beside it, for plain frontends, charges the loop.
-    (text,) = _outputs(cell, "text/plain")
+    # The text report beside it, for plain frontends, charges the loop; then
+    # the cell's last expression's value, as a cell shows it.
+    text, value = _outputs(cell, "text/plain")
     assert re.search(r"\d+%", _row(text, "# busy line")), text
+    assert cell.outputs[-1].output_type == "execute_result" and int(value) > 0
+    assert 'pre>pyrometer: In [' in document  # the text report, where the script cannot draw
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +224,62 @@ def test_magic_options_split_like_the_command():
     from IPython.core.error import UsageError
     with pytest.raises(UsageError):
         split_options("--cpu-onyl f()")
+
+
+# Jupyter's server sends no script policy by default (frame-ancestors only), so
+# the frame runs as in a page without one; a frontend with a strict policy of
+# its own is checked too, with what the report needs there said below.
+HOST_POLICIES = {"jupyter-default": "", "no-inline-scripts":
+                 "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'self'; script-src 'self'\">"}
+
+
+def _frame_session(browser, page) -> tuple[str, dict]:
+    """A debugger session in the page's iframe, and its target.  Chromium runs a
+    sandboxed frame (an opaque origin) in a process of its own: it is reached
+    as a target of its own, which the host page's script cannot enter."""
+    browser.send("Target.setAutoAttach", {"autoAttach": True, "waitForDebuggerOnStart": False, "flatten": True},
+                 page.session)
+    event = browser.wait_event("Target.attachedToTarget", page.session)
+    session = event["params"]["sessionId"]
+    browser.send("Runtime.enable", {}, session)
+    return session, event["params"]["targetInfo"]
+
+
+def test_framed_report_draws_in_a_browser_with_no_network(tmp_path):
+    browser_module = pytest.importorskip("browser")
+    if browser_module.chromium() is None:
+        pytest.skip("chromium is not installed (tests/browser.py)")
+    pytest.importorskip("IPython")
+    from pyrometer import inprocess
+    from pyrometer.jupyter import frame
+    from pyrometer.render import report
+
+    def busy():
+        return sum(i * i for i in range(200_000))  # busy line
+
+    _, profile = inprocess.profile_this(busy)
+    framed = frame(report(profile, "html"), report(profile, "text"))
+    for name, policy in HOST_POLICIES.items():
+        (tmp_path / f"{name}.html").write_text(f"<!DOCTYPE html><html><head>{policy}</head><body>{framed}</body></html>")
+    with browser_module.Browser(tmp_path / "chromium") as b:
+        page = b.open(tmp_path / "jupyter-default.html")
+        frame_session, target = _frame_session(b, page)
+        assert target["type"] == "iframe"
+        drawn = b.send("Runtime.evaluate", {
+            "expression": "new Promise(function (done) { (function poll() {"
+                          " if (window.pyrometer && window.pyrometer.pending() === 0) done(document.body.innerText);"
+                          " else setTimeout(poll, 10); })(); })",
+            "returnByValue": True, "awaitPromise": True}, frame_session)
+        assert "busy line" in drawn["result"]["value"]
+        # The sandbox: the host page cannot reach into the report, nor it out.
+        assert page.eval("(function () { try { return !!document.querySelector('iframe').contentDocument; }"
+                         " catch (e) { return false; } })()") is False
+        assert [u for u in page.requests() if not u.startswith("file:")] == []
+        assert page.errors() == []
+        # A frontend whose policy forbids inline scripts forbids them in the
+        # frame too: the frame shows the text report then, not a blank page.
+        strict = b.open(tmp_path / "no-inline-scripts.html")
+        frame_session, _ = _frame_session(b, strict)
+        shown = b.send("Runtime.evaluate", {"expression": "document.body.innerText", "returnByValue": True},
+                       frame_session)["result"]["value"]
+        assert "# busy line" in shown and "function summary" in shown

@@ -40,6 +40,11 @@ class ProfileResult(NamedTuple):
     profile: dict[str, Any]
 
 
+class CannotProfile(RuntimeError):
+    """This interpreter cannot be profiled (pyrometer's core refuses it); the
+    message says why, in one line."""
+
+
 class AlreadyProfiling(RuntimeError):
     """The measuring core is already running in this process (a program run by
     the pyrometer command, or a profile in progress): one at a time."""
@@ -87,6 +92,10 @@ class InProcessRun:
     def __init__(self, options: Options, program: str, *, program_prefixes: list[str] = (),
                  program_codes: list[types.CodeType] = (), notices: list[str] = (),
                  no_memory_notice: str = NO_MEMORY_LIBRARY):
+        from .cli import _interpreter_problem  # the command's own words
+        problem = _interpreter_problem(force_version=False)
+        if problem is not None:
+            raise CannotProfile(problem)
         from .profiler import Session
         self.options = options
         self.program = program

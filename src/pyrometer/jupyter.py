@@ -21,6 +21,7 @@ Only this module imports IPython; `import pyrometer` does not."""
 from __future__ import annotations
 
 import argparse
+import ast
 import html
 import linecache
 import os
@@ -143,8 +144,16 @@ def _calling_cell(prefixes: list[str]) -> str | None:
     return None
 
 
-def frame(page: str, height: int = FRAME_HEIGHT_PX) -> str:
-    """The web report in a sandboxed frame (see the module's docstring)."""
+APP_ELEMENT = '<div id="app"></div>'  # what the page's script fills (render/html.py)
+
+
+def frame(page: str, text: str, height: int = FRAME_HEIGHT_PX) -> str:
+    """The web report in a sandboxed frame (see the module's docstring), with
+    the text report inside the element its script draws into: a frontend whose
+    own policy forbids inline scripts forbids them in the frame too (a srcdoc
+    document inherits its parent's policy), and then the frame shows the text
+    report instead of a blank page."""
+    page = page.replace(APP_ELEMENT, f'<div id="app"><pre>{html.escape(text, quote=False)}</pre></div>', 1)
     return (f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
             f'title="pyrometer profile" style="width:100%;height:{height}px;border:1px solid #ccc;'
             f'resize:vertical"></iframe>')
@@ -171,7 +180,7 @@ def show(profile: dict[str, Any], fmt: str = "html") -> None:
     if fmt == "text":
         display({"text/plain": text}, raw=True)
         return
-    display({"text/html": frame(report(profile, "html")), "text/plain": text}, raw=True)
+    display({"text/html": frame(report(profile, "html"), text), "text/plain": text}, raw=True)
 
 
 @magics_class
@@ -192,6 +201,7 @@ class PyrometerMagics(Magics):
         Memory (Python and native) is profiled in a kernel installed with
         `pyrometer kernel install`; any other kernel gets CPU only, and a note.
         The profile is left in the notebook as _pyrometer_profile."""
+        __tracebackhide__ = True  # IPython leaves this frame out of the cell's traceback
         words, statement = split_options(line)
         if cell is not None:
             if statement:
@@ -202,49 +212,72 @@ class PyrometerMagics(Magics):
             raise UsageError("%pyrometer: nothing to profile: %pyrometer [options] statement, or "
                              "%%pyrometer [options] over a cell")
         ns = _parser().parse_args(words)
-        profile, error = self._profile(statement, ns, cell is not None)
+        if ns.cpu_sampling_rate < 1e-4:
+            raise UsageError(f"%pyrometer: --cpu-sampling-rate must be at least 0.0001, not {ns.cpu_sampling_rate:g}")
+        profile, value, error = self._profile(statement, ns, cell is not None)
         self.shell.user_ns[PROFILE_VARIABLE] = profile
         fmt = "json" if ns.json else "text" if ns.cli else "html"
         if ns.outfile is not None:
             from .render import json_out, report
-            json_out.write_report(os.path.abspath(ns.outfile), report(profile, fmt))
+            try:
+                json_out.write_report(os.path.abspath(ns.outfile), report(profile, fmt))
+            except OSError as e:
+                raise UsageError(f"%pyrometer: cannot write the report to {ns.outfile}: {e.strerror or e}") from None
         show(profile, fmt)
         if error is not None:
             raise error  # the report first, then the cell's traceback as usual
+        return value  # shown as Out[n], as the cell's own last expression would be
 
-    def _profile(self, source: str, ns: argparse.Namespace, is_cell: bool) -> tuple[dict[str, Any], BaseException | None]:
+    def _profile(self, source: str, ns: argparse.Namespace,
+                 is_cell: bool) -> tuple[dict[str, Any], Any, BaseException | None]:
+        """The profile of the code, its last expression's value, and what it raised."""
+        __tracebackhide__ = True
         shell = self.shell
         code_text = shell.transform_cell(source)  # %magics, !commands: as a cell runs them
-        number = shell.execution_count
+        calling = _calling_cell(cell_prefixes(shell))
+        # The number of the cell that runs the magic, for its In [n]: the shell
+        # counts it already (run_cell_async adds one before running it).
+        number = getattr(shell.compile, "_filename_map", {}).get(calling, max(shell.execution_count - 1, 0))
         try:
             # Into linecache, under a cell's name: the report's source lines, and
             # tracebacks, come from there.
             filename = shell.compile.cache(code_text, number, raw_code=source)
         except TypeError:  # IPython before 8: no raw_code
             filename = shell.compile.cache(code_text, number)
-        code = compile(code_text, filename, "exec", flags=getattr(shell.compile, "flags", 0), dont_inherit=True)
+        body, last = _compiled(code_text, filename, getattr(shell.compile, "flags", 0))
         options = inprocess.default_options(
             cpu_only=ns.cpu_only, memory=not ns.cpu_only, leak_detector=ns.leak_detector,
             profile_all=ns.profile_all, profile_only=ns.profile_only, profile_exclude=ns.profile_exclude,
             cpu_sampling_rate=ns.cpu_sampling_rate, cpu_percent_threshold=ns.cpu_percent_threshold,
             malloc_threshold=ns.malloc_threshold, allocation_sampling_window=ns.allocation_sampling_window,
             use_virtual_time=ns.use_virtual_time, reduced_profile=ns.reduced_profile)
-        if ns.cpu_sampling_rate < 1e-4:
-            raise UsageError(f"%pyrometer: --cpu-sampling-rate must be at least 0.0001, not {ns.cpu_sampling_rate:g}")
-        magic_cell = _calling_cell(cell_prefixes(shell)) if is_cell else None
-        run = inprocess.InProcessRun(options, f"In [{number}]",
-                                     program_prefixes=program_cells(shell, filename, magic_cell),
-                                     program_codes=[], no_memory_notice=NO_MEMORY_IN_KERNEL)
+        magic_cell = calling if is_cell else None
         try:
+            run = inprocess.InProcessRun(options, f"In [{number}]",
+                                         program_prefixes=program_cells(shell, filename, magic_cell),
+                                         no_memory_notice=NO_MEMORY_IN_KERNEL)
             run.start()
-        except inprocess.AlreadyProfiling as e:
+        except (inprocess.AlreadyProfiling, inprocess.CannotProfile) as e:
             raise UsageError(f"%pyrometer: {e}") from None
-        error = None
+        value = error = None
         try:
-            exec(code, shell.user_global_ns, shell.user_ns)
+            exec(body, shell.user_global_ns, shell.user_ns)
+            if last is not None:
+                value = eval(last, shell.user_global_ns, shell.user_ns)
         except BaseException as e:  # KeyboardInterrupt too: the profile up to it is shown
             error = e
-        return run.finish(error), error
+        return run.finish(error), value, error
+
+
+def _compiled(code_text: str, filename: str, flags: int):
+    """The code, with its last statement compiled apart when it is an expression
+    (not silenced by a ';'): its value is shown as a cell's is.  A syntax error
+    is raised here, before the profile starts, and shown as a cell's."""
+    tree = ast.parse(code_text, filename)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not code_text.rstrip().endswith(";"):
+        last = compile(ast.Expression(tree.body.pop().value), filename, "eval", flags=flags, dont_inherit=True)
+    return compile(tree, filename, "exec", flags=flags, dont_inherit=True), last
 
 
 def load_ipython_extension(ipython) -> None:
