@@ -47,6 +47,14 @@ keep = np.ones(50 * 1048576 // 8)  # alloc line
 
 LINE_MAGIC = "%pyrometer --cli busy(0.3)"
 
+# profile_this in a notebook: the function of another cell is the program's too.
+PROFILE_THIS_CELL = """\
+import json, pyrometer
+result, profile = pyrometer.profile_this(busy, 0.3)
+print(json.dumps([[l["line"], l["n_cpu_percent_python"] + l["n_cpu_percent_c"]]
+                  for f in profile["files"].values() for l in f["lines"] if "busy line" in l["line"]]))
+"""
+
 # What the magic leaves in the namespace, read back as one line of JSON.
 INSPECT_CELL = """\
 import json
@@ -113,8 +121,8 @@ def jupyter_ready():
 
 
 def test_plain_kernel_profiles_cpu_and_says_memory_needs_the_pyrometer_kernel(jupyter_ready, tmp_path):
-    nb = _execute(_notebook(["%load_ext pyrometer", BUSY_CELL, LINE_MAGIC, ALLOC_CELL, INSPECT_CELL]),
-                  "python3", tmp_path)
+    nb = _execute(_notebook(["%load_ext pyrometer", BUSY_CELL, LINE_MAGIC, ALLOC_CELL, INSPECT_CELL,
+                             PROFILE_THIS_CELL]), "python3", tmp_path)
     _check_busy_cell(nb.cells[1])
     line_text = "".join(_outputs(nb.cells[2], "text/plain"))
     assert "busy line" in line_text and "text/html" not in str(nb.cells[2].outputs)
@@ -123,6 +131,8 @@ def test_plain_kernel_profiles_cpu_and_says_memory_needs_the_pyrometer_kernel(ju
     facts = json.loads(_outputs(nb.cells[4], "text/plain")[0])
     assert facts["memory"] is False
     assert any("pyrometer kernel install" in n for n in facts["notices"])
+    ((line, cpu),) = json.loads(_outputs(nb.cells[5], "text/plain")[0])
+    assert line.endswith("# busy line") and cpu > 0
 
 
 @pytest.fixture()

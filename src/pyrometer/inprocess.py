@@ -161,6 +161,11 @@ def profile_this(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Profile
         codes = _code_tree(code)
         if os.path.isabs(code.co_filename):
             prefixes.append(code.co_filename)  # the function's file is the program's, wherever it is
+    if "IPython" in sys.modules:  # in a notebook or IPython, every cell run so far is the program's too
+        shell = sys.modules["IPython"].get_ipython()
+        if shell is not None:
+            from .jupyter import program_cells
+            prefixes += program_cells(shell)
     name = getattr(func, "__qualname__", None) or repr(func)
     run = InProcessRun(default_options(), f"profile_this({name})", program_prefixes=prefixes, program_codes=codes)
     run.start()

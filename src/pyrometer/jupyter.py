@@ -122,7 +122,7 @@ def cell_prefixes(shell) -> list[str]:
     return [match.group() if match else name]
 
 
-def program_cells(shell, body: str, magic_cell: str | None) -> list[str]:
+def program_cells(shell, body: str | None = None, magic_cell: str | None = None) -> list[str]:
     """The program of a profiled cell: its body, and every cell run before it (its
     functions may be called), by name.  A %%pyrometer cell is all magic: its own
     name (magic_cell) is left out, or the magic's call would show as a line of
@@ -130,7 +130,7 @@ def program_cells(shell, body: str, magic_cell: str | None) -> list[str]:
     shares its cell with the user's code, which stays."""
     prefixes = cell_prefixes(shell)
     names = [n for n in list(linecache.cache) if any(n.startswith(p) for p in prefixes) and n != magic_cell]
-    return sorted({body, *names})
+    return sorted({*names, *([body] if body else [])})
 
 
 def _calling_cell(prefixes: list[str]) -> str | None:
