@@ -231,6 +231,7 @@ def test_magic_options_split_like_the_command():
         ["--cli", "--cpu-sampling-rate", "0.001"], "f(x,  'a b')")
     assert split_options("--profile-only=foo -x + 1") == (["--profile-only=foo"], "-x + 1")
     assert split_options("-- --cli") == ([], "--cli")
+    assert split_options("--cli\tf()") == (["--cli"], "f()")
     from IPython.core.error import UsageError
     with pytest.raises(UsageError):
         split_options("--cpu-onyl f()")
@@ -265,7 +266,9 @@ def test_framed_report_draws_in_a_browser_with_no_network(tmp_path):
     from pyrometer.render import report
 
     def busy():
-        return sum(i * i for i in range(200_000))  # busy line
+        start = time.perf_counter()
+        while time.perf_counter() - start < 0.3:
+            sum(i * i for i in range(500))  # busy line
 
     _, profile = inprocess.profile_this(busy)
     framed = frame(report(profile, "html"), report(profile, "text"))
@@ -293,3 +296,29 @@ def test_framed_report_draws_in_a_browser_with_no_network(tmp_path):
         shown = b.send("Runtime.evaluate", {"expression": "document.body.innerText", "returnByValue": True},
                        frame_session)["result"]["value"]
         assert "# busy line" in shown and "function summary" in shown
+
+
+def test_cell_names_of_either_shell():
+    pytest.importorskip("IPython")
+    from pyrometer.jupyter import cell_prefixes
+
+    class Compiler:
+        def __init__(self, name):
+            self.get_code_name = lambda raw, transformed, number: name
+
+    class Shell:
+        def __init__(self, name):
+            self.compile = Compiler(name)
+
+    assert cell_prefixes(Shell("/tmp/ipykernel_12/3456.py")) == ["/tmp/ipykernel_12/"]
+    assert cell_prefixes(Shell("<ipython-input-0-5f2a9c1b>")) == ["<ipython-input-"]
+
+
+def test_top_level_await_is_refused_in_one_line():
+    pytest.importorskip("IPython")
+    from IPython.core.error import UsageError
+    from pyrometer.jupyter import _compiled
+    with pytest.raises(UsageError, match="top-level await"):
+        _compiled("import asyncio\nawait asyncio.sleep(0)\n", "<cell>", 0)
+    body, last = _compiled("async def f():\n    await g()\nf\n", "<cell>", 0)
+    assert last is not None

@@ -90,9 +90,9 @@ def split_options(line: str) -> tuple[list[str], str]:
     options: list[str] = []
     rest = line.strip()
     while rest.startswith("-"):
-        word, _, after = rest.partition(" ")
+        word, after = _first_word(rest)
         if word == "--":
-            return options, after.lstrip()
+            return options, after
         name = word.split("=", 1)[0]
         if name not in known:
             if re.fullmatch(r"--[a-z][a-z-]+", name):  # not Python either: a misspelt option
@@ -100,12 +100,17 @@ def split_options(line: str) -> tuple[list[str], str]:
                                  "that starts with it)")
             break  # a statement that starts with a minus sign (-x)
         options.append(word)
-        rest = after.lstrip()
+        rest = after
         if name in takes_value and "=" not in word:
-            value, _, rest = rest.partition(" ")
+            value, rest = _first_word(rest)
             options.append(value)
-            rest = rest.lstrip()
     return options, rest
+
+
+def _first_word(text: str) -> tuple[str, str]:
+    """The first whitespace-separated word of text, and what follows it."""
+    parts = text.split(None, 1)
+    return (parts[0], parts[1].lstrip() if len(parts) > 1 else "") if parts else ("", "")
 
 
 def cell_prefixes(shell) -> list[str]:
@@ -118,8 +123,8 @@ def cell_prefixes(shell) -> list[str]:
         return ["<ipython-input-"]
     if os.path.isabs(name):
         return [os.path.dirname(name).rstrip(os.sep) + os.sep]
-    match = re.match(r"<[A-Za-z_-]*?-", name)  # <ipython-input-0-abc> -> <ipython-input-
-    return [match.group() if match else name]
+    match = re.fullmatch(r"(<.*-)0-[^>]*>", name)  # <ipython-input-0-abc> -> <ipython-input-
+    return [match.group(1) if match else name]
 
 
 def program_cells(shell, body: str | None = None, magic_cell: str | None = None) -> list[str]:
@@ -274,10 +279,24 @@ def _compiled(code_text: str, filename: str, flags: int):
     (not silenced by a ';'): its value is shown as a cell's is.  A syntax error
     is raised here, before the profile starts, and shown as a cell's."""
     tree = ast.parse(code_text, filename)
+    if any(isinstance(node, (ast.Await, ast.AsyncFor, ast.AsyncWith)) for node in _outside_functions(tree)):
+        raise UsageError("%pyrometer: a cell with top-level await cannot be profiled: put the awaits "
+                         "in an async function and profile a call that runs it")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr) and not code_text.rstrip().endswith(";"):
         last = compile(ast.Expression(tree.body.pop().value), filename, "eval", flags=flags, dont_inherit=True)
     return compile(tree, filename, "exec", flags=flags, dont_inherit=True), last
+
+
+def _outside_functions(tree: ast.AST):
+    """The nodes of tree that are not inside a function or lambda (where a
+    top-level await would be)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(child for child in ast.iter_child_nodes(node)
+                     if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
 
 def load_ipython_extension(ipython) -> None:
