@@ -55,6 +55,21 @@ print(json.dumps([[l["line"], l["n_cpu_percent_python"] + l["n_cpu_percent_c"]]
                   for f in profile["files"].values() for l in f["lines"] if "busy line" in l["line"]]))
 """
 
+# The user's own module, in the notebook's folder: the program's too.
+HELPER = """\
+import time
+
+def spin(seconds):
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        sum(i * i for i in range(500))  # helper line
+"""
+HELPER_CELL = """\
+%%pyrometer --cli
+import helper
+helper.spin(0.3)
+"""
+
 # What the magic leaves in the namespace, read back as one line of JSON.
 INSPECT_CELL = """\
 import json
@@ -73,6 +88,7 @@ def _notebook(cells: list[str]):
 
 def _execute(nb, kernel_name: str, cwd: Path):
     nbclient = pytest.importorskip("nbclient")
+    (cwd / "helper.py").write_text(HELPER)
     client = nbclient.NotebookClient(nb, kernel_name=kernel_name, timeout=120,
                                      resources={"metadata": {"path": str(cwd)}})
     client.execute()
@@ -114,6 +130,11 @@ def _check_busy_cell(cell) -> None:
     assert 'pre>pyrometer: In [' in document  # the text report, where the script cannot draw
 
 
+def _check_helper_cell(cell) -> None:
+    text = "".join(_outputs(cell, "text/plain"))
+    assert "helper.py" in text and re.search(r"\d+%", _row(text, "# helper line")), text
+
+
 @pytest.fixture(scope="module")
 def jupyter_ready():
     for name in ("ipykernel", "jupyter_client", "nbclient", "nbformat", "IPython", "numpy"):
@@ -122,7 +143,7 @@ def jupyter_ready():
 
 def test_plain_kernel_profiles_cpu_and_says_memory_needs_the_pyrometer_kernel(jupyter_ready, tmp_path):
     nb = _execute(_notebook(["%load_ext pyrometer", BUSY_CELL, LINE_MAGIC, ALLOC_CELL, INSPECT_CELL,
-                             PROFILE_THIS_CELL]), "python3", tmp_path)
+                             PROFILE_THIS_CELL, HELPER_CELL]), "python3", tmp_path)
     _check_busy_cell(nb.cells[1])
     line_text = "".join(_outputs(nb.cells[2], "text/plain"))
     assert "busy line" in line_text and "text/html" not in str(nb.cells[2].outputs)
@@ -133,6 +154,7 @@ def test_plain_kernel_profiles_cpu_and_says_memory_needs_the_pyrometer_kernel(ju
     assert any("pyrometer kernel install" in n for n in facts["notices"])
     ((line, cpu),) = json.loads(_outputs(nb.cells[5], "text/plain")[0])
     assert line.endswith("# busy line") and cpu > 0
+    _check_helper_cell(nb.cells[6])
 
 
 @pytest.fixture()
@@ -151,7 +173,7 @@ def pyrometer_kernel(jupyter_ready, tmp_path, monkeypatch) -> str:
 
 def test_pyrometer_kernel_profiles_memory_native_too(pyrometer_kernel, tmp_path):
     nb = _execute(_notebook(["%load_ext pyrometer", BUSY_CELL, LINE_MAGIC, ALLOC_CELL, INSPECT_CELL,
-                             "import os; print(os.environ.get('LD_PRELOAD', ''))"]),
+                             "import os; print(os.environ.get('LD_PRELOAD', ''))", HELPER_CELL]),
                   pyrometer_kernel, tmp_path)
     _check_busy_cell(nb.cells[1])
     alloc_text = "".join(_outputs(nb.cells[3], "text/plain"))
@@ -166,6 +188,7 @@ def test_pyrometer_kernel_profiles_memory_native_too(pyrometer_kernel, tmp_path)
     assert abs(line["n_peak_mb"] - ALLOCATED_MB) <= ALLOCATED_TOLERANCE_MB, line
     # The notebook's own processes (!pip, subprocess) do not inherit the library.
     assert "pyrometer_memhooks" not in "".join(_outputs(nb.cells[5], "text/plain"))
+    _check_helper_cell(nb.cells[6])
 
 
 def test_kernel_uninstall(pyrometer_kernel):
@@ -283,7 +306,8 @@ def test_framed_report_draws_in_a_browser_with_no_network(tmp_path):
                           " if (window.pyrometer && window.pyrometer.pending() === 0) done(document.body.innerText);"
                           " else setTimeout(poll, 10); })(); })",
             "returnByValue": True, "awaitPromise": True}, frame_session)
-        assert "busy line" in drawn["result"]["value"]
+        shown = drawn["result"]["value"]  # the first rows only: long files are drawn as they scroll
+        assert "charged to the program" in shown and "test_jupyter.py\n100.0%" in shown, shown[:2000]
         # The sandbox: the host page cannot reach into the report, nor it out.
         assert page.eval("(function () { try { return !!document.querySelector('iframe').contentDocument; }"
                          " catch (e) { return false; } })()") is False

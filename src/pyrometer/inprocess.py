@@ -66,13 +66,24 @@ def _code_tree(code: types.CodeType) -> list[types.CodeType]:
 
 def _program_directory() -> str:
     """Where the user's own files are: the running script's directory, as python
-    puts it first on sys.path, else the current directory (an interactive
-    interpreter, a notebook kernel)."""
+    puts it first on sys.path, else the current directory: in an interactive
+    interpreter, and where __main__ is not the user's (ipykernel_launcher, our
+    own kernel launcher, a tool's entry point in site-packages)."""
+    from .profiler import OWN_DIRECTORY, _installation_directories
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    if path and os.path.isfile(path) and "ipykernel" not in path:
-        return os.path.dirname(os.path.realpath(path))
-    return os.getcwd()
+    if not path or not os.path.isfile(path) or _ipython_shell() is not None:
+        return os.getcwd()
+    directory = os.path.dirname(os.path.realpath(path))
+    theirs = [*_installation_directories(), *(os.path.join(d, "") for d in (OWN_DIRECTORY, os.path.realpath(OWN_DIRECTORY)))]
+    return os.getcwd() if any((directory + os.sep).startswith(d) for d in theirs) else directory
+
+
+def _ipython_shell():
+    """The running IPython shell (a notebook's kernel, terminal IPython), if any;
+    IPython is never imported here."""
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
 
 
 def program_sources(prefixes: list[str]) -> dict[str, str]:
@@ -161,11 +172,10 @@ def profile_this(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Profile
         codes = _code_tree(code)
         if os.path.isabs(code.co_filename):
             prefixes.append(code.co_filename)  # the function's file is the program's, wherever it is
-    if "IPython" in sys.modules:  # in a notebook or IPython, every cell run so far is the program's too
-        shell = sys.modules["IPython"].get_ipython()
-        if shell is not None:
-            from .jupyter import program_cells
-            prefixes += program_cells(shell)
+    shell = _ipython_shell()
+    if shell is not None:  # in a notebook or IPython, every cell run so far is the program's too
+        from .jupyter import program_cells
+        prefixes += program_cells(shell)
     name = getattr(func, "__qualname__", None) or repr(func)
     run = InProcessRun(default_options(), f"profile_this({name})", program_prefixes=prefixes, program_codes=codes)
     run.start()
