@@ -346,3 +346,27 @@ def test_top_level_await_is_refused_in_one_line():
         _compiled("import asyncio\nawait asyncio.sleep(0)\n", "<cell>", 0)
     body, last = _compiled("async def f():\n    await g()\nf\n", "<cell>", 0)
     assert last is not None
+
+
+def test_kernelspec_written_without_jupyter(tmp_path, monkeypatch):
+    """pyrometer does not depend on Jupyter: without jupyter_client and
+    jupyter_core the kernelspec is written, and found, where Jupyter looks."""
+    from pyrometer import kernel
+    monkeypatch.setitem(sys.modules, "jupyter_client.kernelspec", None)  # import fails
+    monkeypatch.setitem(sys.modules, "jupyter_core.paths", None)
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "elsewhere"))
+    path = kernel.install("My-Kernel", user=True)
+    assert path == str(tmp_path / "data" / "kernels" / "my-kernel")
+    spec = json.loads((Path(path) / "kernel.json").read_text())
+    assert spec["argv"] == [sys.executable, "-m", "pyrometer.kernel", "-f", "{connection_file}"]
+    assert spec["language"] == "python"
+    assert kernel.installed() == {"my-kernel": path}
+    prefixed = kernel.install("p", prefix=str(tmp_path / "prefix"))
+    assert prefixed == str(tmp_path / "prefix" / "share" / "jupyter" / "kernels" / "p")
+    # Another kernel of the same name is not ours: never listed, never removed.
+    other = tmp_path / "elsewhere" / "kernels" / "python3"
+    other.mkdir(parents=True)
+    (other / "kernel.json").write_text(json.dumps({"argv": ["python", "-m", "ipykernel_launcher"]}))
+    assert "python3" not in kernel.installed()
+    assert kernel.command(["uninstall", "--name", "python3"]) == 1 and other.exists()
