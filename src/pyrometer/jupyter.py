@@ -34,7 +34,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
 from . import inprocess
-from .options import _float_in, _substrings, _window
+from .options import _Parser, option_actions
 
 NO_MEMORY_IN_KERNEL = ("memory was not profiled: this kernel was not started with pyrometer's memory "
                        "library (a running process cannot load it); for CPU and memory, use a kernel "
@@ -45,37 +45,29 @@ FRAME_HEIGHT_PX = 620
 PROFILE_VARIABLE = "_pyrometer_profile"
 
 
-class _MagicParser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UsageError(f"%pyrometer: {message}")
+class _MagicParser(_Parser):
+    def error(self, message: str):  # the command's one-line wording, for the magic
+        try:
+            super().error(message)
+        except UsageError as e:
+            raise UsageError(f"%pyrometer: {e}") from None
+
+
+# The command's options that mean something for code run in the kernel.
+MAGIC_OPTIONS = {"html", "cli", "json", "outfile", "reduced_profile", "cpu_only", "leak_detector",
+                 "profile_all", "profile_only", "profile_exclude", "cpu_sampling_rate",
+                 "cpu_percent_threshold", "malloc_threshold", "allocation_sampling_window",
+                 "use_virtual_time"}
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The command's options that mean something for code run in the kernel, with
-    the command's own checks (options.py)."""
+    """The magics' options, defined by the command's own table (options.py): the
+    same names, checks, limits and defaults.  The report is the web page unless
+    --cli or --json says otherwise; --outfile also writes it to a file."""
     p = _MagicParser(prog="%pyrometer", add_help=False,
                      usage="%pyrometer [options] statement  |  %%pyrometer [options] (then the cell)")
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--html", action="store_true",
-                     help="the web report, with the text report for plain frontends (the default)")
-    out.add_argument("--cli", action="store_true", help="the text report only")
-    out.add_argument("--json", action="store_true", help="the profile as JSON text")
-    p.add_argument("--outfile", metavar="FILE", default=None, help="also write the report to FILE")
-    p.add_argument("--reduced-profile", action="store_true", help="show only lines at or above the thresholds")
-    p.add_argument("--cpu-only", action="store_true", help="profile CPU time only")
-    p.add_argument("--no-leak-detector", dest="leak_detector", action="store_false")
-    p.add_argument("--profile-all", action="store_true",
-                   help="report all files, including the standard library and site-packages")
-    p.add_argument("--profile-only", metavar="SUBSTRINGS", type=_substrings, default=[])
-    p.add_argument("--profile-exclude", metavar="SUBSTRINGS", type=_substrings, default=[])
-    p.add_argument("--cpu-sampling-rate", metavar="SECONDS", default=0.01,
-                   type=_float_in("--cpu-sampling-rate", 0.0, 1.0))
-    p.add_argument("--cpu-percent-threshold", metavar="PCT", default=1.0,
-                   type=_float_in("--cpu-percent-threshold", 0.0, 100.0, low_open=False))
-    p.add_argument("--malloc-threshold", metavar="MB", default=100.0,
-                   type=_float_in("--malloc-threshold", 0.0, 1e9, low_open=False))
-    p.add_argument("--allocation-sampling-window", metavar="BYTES", default=1 << 20, type=_window)
-    p.add_argument("--use-virtual-time", action="store_true")
+    for action in option_actions(MAGIC_OPTIONS):
+        p._add_action(action)
     return p
 
 
@@ -217,8 +209,9 @@ class PyrometerMagics(Magics):
             raise UsageError("%pyrometer: nothing to profile: %pyrometer [options] statement, or "
                              "%%pyrometer [options] over a cell")
         ns = _parser().parse_args(words)
-        if ns.cpu_sampling_rate < 1e-4:
-            raise UsageError(f"%pyrometer: --cpu-sampling-rate must be at least 0.0001, not {ns.cpu_sampling_rate:g}")
+        formats = [flag for flag, on in (("--html", ns.html), ("--cli", ns.cli), ("--json", ns.json)) if on]
+        if len(formats) > 1:
+            raise UsageError(f"%pyrometer: {formats[0]} and {formats[1]} are exclusive")
         profile, value, error = self._profile(statement, ns, cell is not None)
         self.shell.user_ns[PROFILE_VARIABLE] = profile
         fmt = "json" if ns.json else "text" if ns.cli else "html"

@@ -256,6 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def option_actions(dests: set[str]) -> list[argparse.Action]:
+    """The command's own definitions (flags, type and limits, default, help) of
+    the options whose destinations are given: for a parser that takes a subset
+    of them (the notebook magics, jupyter.py), so that each option is defined
+    once."""
+    return [a for a in build_parser()._actions if a.dest in dests]
+
+
 def _split(parser: argparse.ArgumentParser,
            argv: list[str]) -> tuple[list[str], str | None, str | None, list[str]]:
     """Split argv into pyrometer's options, the module (-m) or code (-c), and the
