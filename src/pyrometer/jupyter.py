@@ -34,7 +34,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
 from . import inprocess
-from .options import _Parser, option_actions
+from .options import UsageError as CommandUsageError, _Parser, option_actions
 
 NO_MEMORY_IN_KERNEL = ("memory was not profiled: this kernel was not started with pyrometer's memory "
                        "library (a running process cannot load it); for CPU and memory, use a kernel "
@@ -49,7 +49,7 @@ class _MagicParser(_Parser):
     def error(self, message: str):  # the command's one-line wording, for the magic
         try:
             super().error(message)
-        except UsageError as e:
+        except CommandUsageError as e:  # the command's, into IPython's (shown without a traceback)
             raise UsageError(f"%pyrometer: {e}") from None
 
 
