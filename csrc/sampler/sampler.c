@@ -8,6 +8,7 @@
 #include "../common/table.h"
 #include "../profile/codes.h"
 #include "../profile/line_stats.h"
+#include "../profile/line_timeline.h"
 #include "../profile/periodic.h"
 #include "../memory/mem_profile.h"
 #include "../memory/pyalloc.h"
@@ -487,6 +488,13 @@ static void snapshot_unsuspended(enum snapshot_source source)
         t->last_cpu_ns = cpu;
         t->seen_in = S.serial;
         t->tid = tid;
+    }
+
+    /* Which line the main thread stood on, and when, for measurements that
+     * arrive late with their own time (the GPU's windows: line_timeline.h). */
+    if (line_timeline_enabled()) {
+        line_timeline_note(line_timeline_now_ns(), main_location.ok ? main_location.site : SITE_NONE,
+                           main_location.lineno);
     }
 
     /* CPU used by threads that have no Python state (native thread pools, threads
