@@ -52,8 +52,10 @@ typedef struct {
     int shared;             /* other processes use it: this process's share only */
     int process_unsupported;/* per-process samples cannot be had: the device's are used */
     int self_listed;        /* this process was in its list of compute processes */
-    int failures;           /* polls in a row whose calls failed */
-    int given_up;
+    int failures;           /* polls in a row whose utilisation call failed */
+    int given_up;           /* no more utilisation polls */
+    int memory_failures;    /* the same for the memory call */
+    int memory_given_up;
     int used_process;       /* samples of this process's share were charged */
     int used_device;        /* samples of the whole device were charged */
     double busy_ns;
@@ -171,7 +173,7 @@ static void charge_window(gpu_device *dev, uint64_t end_us, uint64_t window_us, 
  * does (charged to the newest snapshot instead, a reading taken just after
  * the program moved to a new line went to the line before: 10% of a held
  * buffer's average landed on the line that ran before the one holding it). */
-#define MEMORY_PENDING_MAX 64
+#define MEMORY_PENDING_MAX 256
 
 static struct {
     uint64_t t_ns[MEMORY_PENDING_MAX];
@@ -207,6 +209,13 @@ static void charge_pending_memory(int final)
         size_t n = line_timeline_read(t, around, 2);
         const line_timeline_entry *after = n == 0 ? NULL : around[0].t_ns >= t ? &around[0]
                                                       : n == 2 ? &around[1] : NULL;
+        /* Of the snapshots on either side of the reading, the nearer one:
+         * where the program was when the memory was read is known no better
+         * than that. */
+        const line_timeline_entry *before = n == 2 && around[0].t_ns < t ? &around[0] : NULL;
+        if (after != NULL && before != NULL && t - before->t_ns < after->t_ns - t) {
+            after = before;
+        }
         if (after != NULL) {
             charge_memory_at(after->site, after->lineno, pending_memory.bytes[i]);
         } else if (!final) {
@@ -226,20 +235,22 @@ static void note_memory(uint64_t t_ns, uint64_t bytes)
     }
     pthread_mutex_unlock(&G.lock);
     if (pending_memory.count == MEMORY_PENDING_MAX) {
-        return; /* no snapshot for 6 s: the program is stopped; this reading is dropped */
+        return; /* no snapshot for 5 s: the program is stopped; this reading is dropped */
     }
     pending_memory.t_ns[pending_memory.count] = t_ns;
     pending_memory.bytes[pending_memory.count++] = bytes;
 }
 
-static void device_failed(gpu_device *dev, const char *why)
+/* A call failed: after FAILURES_MAX polls in a row, that call is given up
+ * (the other, utilisation or memory, goes on while it works). */
+static void device_failed(gpu_device *dev, int *failures, int *given_up, const char *what, const char *why)
 {
-    if (++dev->failures < FAILURES_MAX) {
+    if (++*failures < FAILURES_MAX) {
         return;
     }
-    dev->given_up = 1;
+    *given_up = 1;
     char text[NOTICE_SIZE];
-    snprintf(text, sizeof text, "GPU %s: sampling stopped after %d failed polls (%s)", dev->name,
+    snprintf(text, sizeof text, "GPU %s: %s sampling stopped after %d failed polls (%s)", dev->name, what,
              FAILURES_MAX, why);
     notice(text);
 }
@@ -269,7 +280,7 @@ static void poll_utilisation(int index, gpu_device *dev, uint64_t now_us, int fi
         return;
     }
     if (rc != GPU_OK) {
-        device_failed(dev, why);
+        device_failed(dev, &dev->failures, &dev->given_up, "utilisation", why);
         return;
     }
     dev->failures = 0;
@@ -306,20 +317,26 @@ static void poll_utilisation(int index, gpu_device *dev, uint64_t now_us, int fi
     }
 }
 
-static void poll_once(int final)
+/* One tick: the process's memory (a cheap call, ~30 us with NVML), and, when
+ * with_utilisation, the utilisation samples (~1.7 ms a device). */
+static void poll_once(int final, int with_utilisation)
 {
     uint64_t now_us = line_timeline_now_ns() / 1000ULL;
     uint64_t memory = 0;
     int memory_known = 0;
     for (int i = 0; i < G.device_count; i++) {
         gpu_device *dev = &G.devices[i];
-        if (dev->given_up) {
-            continue;
-        }
         gpu_process_usage usage;
         char why[NOTICE_SIZE] = "";
-        int rc = G.backend->process_usage(i, G.pid, &usage, why, sizeof why);
+        int rc = dev->memory_given_up ? GPU_UNSUPPORTED
+                                      : G.backend->process_usage(i, G.pid, &usage, why, sizeof why);
+        if (rc == GPU_FAILED) {
+            device_failed(dev, &dev->memory_failures, &dev->memory_given_up, "memory", why);
+        } else if (rc == GPU_UNSUPPORTED && !dev->memory_given_up) {
+            dev->memory_given_up = 1; /* not a failure: this device does not say */
+        }
         if (rc == GPU_OK) {
+            dev->memory_failures = 0;
             memory += usage.memory_bytes;
             memory_known = 1;
             pthread_mutex_lock(&G.lock);
@@ -334,7 +351,9 @@ static void poll_once(int final)
                 dev->shared = 1;
             }
         }
-        poll_utilisation(i, dev, now_us, final);
+        if (with_utilisation && !dev->given_up) {
+            poll_utilisation(i, dev, now_us, final);
+        }
     }
     if (memory_known) {
         note_memory(line_timeline_now_ns(), memory);
@@ -393,11 +412,11 @@ static void *gpu_main(void *unused)
     }
     pthread_mutex_unlock(&G.lock);
     atomic_store(&G.phase, PHASE_RUNNING);
-    while (wait_for_next_poll(GPU_POLL_NS)) {
-        poll_once(0);
+    for (unsigned tick = 1; wait_for_next_poll(GPU_MEMORY_POLL_NS); tick++) {
+        poll_once(0, tick % (GPU_POLL_NS / GPU_MEMORY_POLL_NS) == 0);
     }
     if (!atomic_load(&G.abandoned)) {
-        poll_once(1);
+        poll_once(1, 1);
         G.backend->close();
     }
     atomic_store(&G.phase, PHASE_ENDED);

@@ -1,14 +1,15 @@
 /* gpu: GPU busy time and GPU memory per line, measured from inside the process.
  *
  * A GPU thread (plain C: it never holds the GIL and never calls CPython) loads a
- * vendor backend, then polls it every GPU_POLL_NS.  A backend reports
+ * vendor backend, then polls it every GPU_POLL_NS (memory: GPU_MEMORY_POLL_NS).  A backend reports
  * utilisation as timestamped samples, each the busy share of a window (~200 ms
  * for NVML) that ended at its timestamp and is published tens of milliseconds
  * after it: each sample's busy time (share x window) is spread over the lines
  * the program's main thread ran *during* that window, read back from the CPU
  * snapshots' line_timeline (csrc/profile/line_timeline.h), in proportion to the
  * time each covers.  The process's own GPU memory is read at each poll and
- * charged to the line running then (average and peak per line).
+ * charged to the line of the snapshot nearest in time (average and peak per
+ * line).
  *
  * Backends (one file each, behind gpu_backend below): nvml.c, utilisation
  * windows from NVML.  The seam for a kernel-exact tier (CUPTI's activity
@@ -28,7 +29,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define GPU_POLL_NS 100000000ULL /* 100 ms: half a utilisation window */
+#define GPU_POLL_NS 100000000ULL       /* utilisation: 100 ms, half a window */
+#define GPU_MEMORY_POLL_NS 20000000ULL  /* memory: 20 ms (a cheap call), so that a line
+                                         * holding memory 1 s gets 50 readings */
 
 /* ---- the subsystem (GIL held for each of these) ---------------------------- */
 
