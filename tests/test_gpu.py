@@ -344,3 +344,32 @@ def test_check_validates_gpu_fields():
             model.check(bad)
     finally:
         sys.path.remove(os.path.dirname(__file__))
+
+
+def test_fork_while_sampling_the_gpu(profile_program, gpu_env):
+    """A fork while the GPU thread polls: the child runs and is profiled without
+    the GPU (NVML's state is not usable after a fork), nothing hangs, and the
+    parent's GPU figures are whole."""
+    source = """
+import ctypes, os, time
+nv = ctypes.CDLL("libnvidia-ml.so.1")
+time.sleep(0.3)
+nv.fake_nvml_busy(0, 1)
+for _ in range(5):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(0.05)
+        os._exit(0)
+    os.waitpid(pid, 0)                                  # FORKS
+time.sleep(1.0)                                         # BUSY
+nv.fake_nvml_busy(0, 0)
+time.sleep(0.4)
+"""
+    run = profile_program(source, env=gpu_env(call_us=1700), timeout=60)
+    p = run.profile
+    assert p["process_count"] == 6, p["processes"]
+    assert p["gpu"] is True
+    why = _gpu_figures(run, "FORKS", "BUSY")
+    assert run.line("FORKS")["n_gpu_sec"] + run.line("BUSY")["n_gpu_sec"] == pytest.approx(
+        p["gpu_time_sec"], rel=0.1), why
+    assert p["gpu_time_sec"] >= 0.95 * 1.0, why  # busy 1 s after the forks, and while they ran

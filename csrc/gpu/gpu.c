@@ -435,6 +435,7 @@ static void forget_in_child(void)
 {
     atomic_store(&G.running, 0);
     G.thread_started = 0;
+    line_timeline_enable(0); /* nobody reads it here */
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     G.wake_lock = fresh;
     G.lock = fresh;
