@@ -168,11 +168,12 @@ static void charge_window(gpu_device *dev, uint64_t end_us, uint64_t window_us, 
     pthread_mutex_unlock(&G.lock);
 }
 
-/* Memory readings wait until a CPU snapshot has passed their time: a reading
- * at t belongs to the timeline interval that holds t, as a window's busy time
- * does (charged to the newest snapshot instead, a reading taken just after
- * the program moved to a new line went to the line before: 10% of a held
- * buffer's average landed on the line that ran before the one holding it). */
+/* Memory readings wait until a CPU snapshot has passed their time, then go to
+ * the line of the snapshot nearest to them.  Charged to the newest snapshot
+ * at the time of reading instead, a reading taken just after the program
+ * moved to a new line went to the line before: in the phase test, one of the
+ * ten readings of a line holding 4 GiB for 1 s (10% of its average) landed on
+ * the line that ran before it. */
 #define MEMORY_PENDING_MAX 256
 
 static struct {
