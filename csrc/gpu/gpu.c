@@ -3,6 +3,8 @@
 #include "../memory/memhooks_api.h"
 #include "../profile/line_timeline.h"
 #include "../profile/sites.h"
+#include "../sampler/clock.h"
+#include "../sampler/sampler.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -362,6 +364,20 @@ static void poll_once(int final, int with_utilisation)
     charge_pending_memory(final);
 }
 
+/* This thread's CPU is the profiler's: handed to the sampler, which leaves it
+ * out of the program's (its threads without Python state) and reports it as
+ * the profiler's own. */
+static uint64_t own_cpu_reported_ns;
+
+static void report_own_cpu(void)
+{
+    uint64_t cpu = clock_self_cpu_ns();
+    if (cpu != CLOCK_UNAVAILABLE && cpu > own_cpu_reported_ns) {
+        sampler_add_helper_cpu(cpu - own_cpu_reported_ns);
+        own_cpu_reported_ns = cpu;
+    }
+}
+
 /* Sleeps for ns unless gpu_stop wakes it; returns whether to keep going. */
 static int wait_for_next_poll(uint64_t ns)
 {
@@ -389,11 +405,13 @@ static void *gpu_main(void *unused)
     if (self != NULL) {
         self->busy++;
     }
+    own_cpu_reported_ns = 0; /* a new thread's clock starts at 0 */
     char why[NOTICE_SIZE] = "";
     int n = G.backend->open(why, sizeof why);
     if (atomic_load(&G.abandoned)) {
         return NULL;
     }
+    report_own_cpu();
     if (n <= 0) {
         pthread_mutex_lock(&G.lock);
         snprintf(G.why, sizeof G.why, "%s", why[0] ? why : "no GPU found");
@@ -415,10 +433,12 @@ static void *gpu_main(void *unused)
     atomic_store(&G.phase, PHASE_RUNNING);
     for (unsigned tick = 1; wait_for_next_poll(GPU_MEMORY_POLL_NS); tick++) {
         poll_once(0, tick % (GPU_POLL_NS / GPU_MEMORY_POLL_NS) == 0);
+        report_own_cpu();
     }
     if (!atomic_load(&G.abandoned)) {
         poll_once(1, 1);
         G.backend->close();
+        report_own_cpu();
     }
     atomic_store(&G.phase, PHASE_ENDED);
     if (self != NULL) {
