@@ -3,6 +3,9 @@
 - ``groundtruth_dir``: builds the test-only C extension tests/groundtruth/_groundtruth.c
   once per session (gcc, flags from sysconfig, -Wall -Wextra -Werror) into a
   temporary directory; test programs import it through PYTHONPATH.
+- ``fake_nvml_dir``: builds the NVML test double tests/gpu/fake_nvml.c once per
+  session into a temporary directory as libnvidia-ml.so.1 (tests/test_gpu.py puts
+  it on LD_LIBRARY_PATH).
 - ``run_pyrometer``: runs ``python -m pyrometer ...`` in a subprocess with that
   PYTHONPATH.
 - ``profile_program``: writes a program, profiles it with --json --outfile and
@@ -68,6 +71,28 @@ def build_groundtruth(out_dir: Path) -> Path:
 def groundtruth_dir(tmp_path_factory) -> Path:
     """Directory holding the freshly built _groundtruth extension."""
     return build_groundtruth(tmp_path_factory.mktemp("groundtruth_build"))
+
+
+FAKE_NVML_SOURCE = TESTS_DIR / "gpu" / "fake_nvml.c"
+
+
+def build_fake_nvml(out_dir: Path) -> Path:
+    """Compile the NVML test double (tests/gpu/fake_nvml.c) into out_dir as
+    libnvidia-ml.so.1, the name pyrometer's dlopen looks for; returns out_dir,
+    which a test puts on LD_LIBRARY_PATH."""
+    target = out_dir / "libnvidia-ml.so.1"
+    cmd = [*_compiler(), "-std=c11", "-O2", "-g", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
+           str(FAKE_NVML_SOURCE), "-o", str(target), "-lpthread"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the NVML test double failed:\n$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_dir(tmp_path_factory) -> Path:
+    """Directory holding the freshly built fake libnvidia-ml.so.1."""
+    return build_fake_nvml(tmp_path_factory.mktemp("fake_nvml"))
 
 
 def program_env(groundtruth: Path | None, extra: dict[str, str] | None = None) -> dict[str, str]:

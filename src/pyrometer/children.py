@@ -325,7 +325,7 @@ class ChildSession:
         _core.start(interval=s["interval"], virtual_time=s["virtual_time"], include=self.include,
                     exclude=exclude, own=own, only=s["only"], exclude_substrings=s["exclude_substrings"],
                     profile_all=s["profile_all"], memory_window=window, leak_detector=s["leak_detector"],
-                    program=s.get("program", []))
+                    program=s.get("program", []), gpu=self._gpu())
         _core.ending_install(self._on_termination_signal)
         from . import focus
         focus.install_builtin()  # a profiled child is the program too: its @profile counts
@@ -333,6 +333,12 @@ class ChildSession:
         self.endings.install()
         ChildSession.current = self
         _write_json(self._path("s"), self._record())
+
+    def _gpu(self) -> int:
+        """A child started afresh (exec, spawn) profiles its own GPU use; a forked
+        one does not: the parent's GPU library state (its locks, its threads)
+        is not usable after a fork, and CUDA is not either."""
+        return 0 if self.started_by == "fork" else self.settings.get("gpu", 0)
 
     def _record(self) -> dict[str, Any]:
         return {"pid": self.pid, "ppid": self.ppid, "command": list(getattr(sys, "orig_argv", sys.argv)),
@@ -526,6 +532,12 @@ class Merger:
         self.focus: dict[tuple, int] = {}
         self._add_focus(raw)
         self.memory = raw.get("memory")
+        self.gpu_lines: dict[tuple, list] = {}
+        gpu = raw.get("gpu")
+        if gpu is not None and gpu["status"] == "ok":
+            for filename, lineno, qualname, firstlineno, *sums in gpu["lines"]:
+                self.gpu_lines[(filename, lineno, qualname, firstlineno)] = list(sums)
+            raw["gpu"] = dict(gpu, devices=[dict(d) for d in gpu["devices"]])
         self.mem_lines: dict[tuple, dict[str, Any]] = {}
         if self.memory:
             for r in self.memory["lines"]:
@@ -568,6 +580,7 @@ class Merger:
             self.unattributed[i] += v
         for name in _SCALARS_SUMMED:
             self.raw[name] = self.raw.get(name, 0) + raw.get(name, 0)
+        self._add_gpu(raw.get("gpu"))
         memory = raw.get("memory")
         if memory and self.memory:
             for r in memory["lines"]:
@@ -583,8 +596,49 @@ class Merger:
             if not memory.get("python_memory_profiled", True):
                 self.memory["python_memory_profiled"] = False
 
+    def _add_gpu(self, gpu: dict[str, Any] | None) -> None:
+        """A child's GPU aggregates (each process samples its own GPU use):
+        busy time and memory samples add up per line; a device's figures add up
+        by its name; the run's peak is the largest of any one process."""
+        if gpu is None:
+            return
+        mine = self.raw.get("gpu")
+        if mine is None or (mine["status"] != "ok" and gpu["status"] == "ok"):
+            self.raw["gpu"] = mine = dict(gpu, lines=[], devices=[], notices=list(mine["notices"]) if mine else [],
+                                          unattributed_busy_ns=0.0, peak_memory_bytes=0)
+        if gpu["status"] != "ok":
+            return
+        for filename, lineno, qualname, firstlineno, busy, memory_sum, samples, peak in gpu["lines"]:
+            key = (filename, lineno, qualname, firstlineno)
+            sums = self.gpu_lines.get(key)
+            if sums is None:
+                self.gpu_lines[key] = [busy, memory_sum, samples, peak]
+            else:
+                sums[0] += busy
+                sums[1] += memory_sum
+                sums[2] += samples
+                sums[3] = max(sums[3], peak)
+        names = {d["name"]: d for d in mine["devices"]}
+        for d in gpu["devices"]:
+            have = names.get(d["name"])
+            if have is None:
+                mine["devices"].append(dict(d))
+                names[d["name"]] = mine["devices"][-1]
+            else:
+                have["busy_ns"] += d["busy_ns"]
+                have["samples"] += d["samples"]
+                have["peak_memory_bytes"] = max(have["peak_memory_bytes"], d["peak_memory_bytes"])
+                have["shared"] = have["shared"] or d["shared"]
+                if d["source"] == "process":
+                    have["source"] = "process"
+        mine["unattributed_busy_ns"] += gpu["unattributed_busy_ns"]
+        mine["peak_memory_bytes"] = max(mine["peak_memory_bytes"], gpu["peak_memory_bytes"])
+        mine["notices"] = list(dict.fromkeys([*mine["notices"], *gpu["notices"]]))
+
     def result(self) -> dict[str, Any]:
         raw = dict(self.raw)
+        if raw.get("gpu") is not None and raw["gpu"]["status"] == "ok":
+            raw["gpu"] = dict(raw["gpu"], lines=[(*key, *sums) for key, sums in self.gpu_lines.items()])
         raw["records"] = [(*key, sums) for key, sums in self.records.items()]
         raw["unattributed"] = tuple(self.unattributed)
         raw["profiled_functions"] = [[*key, last] for key, last in self.focus.items()]

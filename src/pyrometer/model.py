@@ -163,6 +163,64 @@ class _Memory:
 _NO_MEMORY = _Memory()
 
 
+class _Gpu:
+    """GPU samples of one line or function (csrc/gpu/gpu.h): busy device-time,
+    and the process's GPU memory at the polls that found the program there."""
+    __slots__ = ("busy", "memory_sum", "memory_samples", "peak")
+
+    def __init__(self) -> None:
+        self.busy = self.memory_sum = 0.0
+        self.memory_samples = self.peak = 0
+
+    def add(self, busy_ns: float, memory_sum: float, memory_samples: int, peak: int) -> None:
+        self.busy += busy_ns * NS
+        self.memory_sum += memory_sum
+        self.memory_samples += memory_samples
+        self.peak = max(self.peak, peak)
+
+    def fields(self, total_busy: float) -> dict[str, Any]:
+        return {
+            # Scalene's meaning: this line's share of the run's GPU busy time.
+            "n_gpu_percent": min(100.0, self.busy * 100.0 / total_busy) if total_busy > 0 else 0.0,
+            "n_gpu_sec": self.busy,
+            "n_gpu_avg_memory_mb": self.memory_sum / self.memory_samples / MB if self.memory_samples else 0.0,
+            "n_gpu_peak_memory_mb": self.peak / MB,
+        }
+
+
+_NO_GPU = _Gpu()
+
+
+def _gpu_run(gpu: dict[str, Any] | None, options: dict[str, Any]) -> tuple[bool, dict[str, Any], list[str]]:
+    """Whether the profile has GPU data, the top-level GPU fields, and the
+    notices about the GPU (one line when it was asked for and is missing, or
+    when the library failed)."""
+    if gpu is None:
+        return False, {"gpu_status": "off"}, []
+    status, why = gpu["status"], gpu.get("why", "")
+    notices = list(gpu.get("notices", []))
+    if status != "ok" or not gpu["devices"]:
+        reason = why or "the GPU library was still starting when the program ended"
+        if gpu.get("explicit") or status == "failed":
+            notices.insert(0, f"GPU not profiled: {reason}")
+        return False, {"gpu_status": reason}, notices
+    devices = gpu["devices"]
+    busy = sum(d["busy_ns"] for d in devices) * NS
+    by_process = any(d["source"] == "process" for d in devices)
+    return True, {
+        "gpu_status": "profiled",
+        "gpu_device": ", ".join(d["name"] for d in devices),
+        "gpu_utilization_source": "process" if by_process else "device",
+        "gpu_time_sec": busy,
+        "gpu_unattributed_sec": gpu["unattributed_busy_ns"] * NS,
+        "gpu_peak_memory_mb": gpu["peak_memory_bytes"] / MB,
+        "gpu_devices": [{"name": d["name"], "busy_sec": d["busy_ns"] * NS,
+                         "peak_memory_mb": d["peak_memory_bytes"] / MB,
+                         "utilization_source": d["source"], "shared": d["shared"],
+                         "samples": d["samples"]} for d in devices],
+    }, notices
+
+
 def time_share(entry: dict[str, Any]) -> float:
     """A line's or function's share of the run's time, in percent, of every kind."""
     return (entry["n_cpu_percent_python"] + entry["n_cpu_percent_c"] + entry["n_sys_percent"]
@@ -170,7 +228,8 @@ def time_share(entry: dict[str, Any]) -> float:
 
 
 def _significant(entry: dict[str, Any], threshold: float, malloc_threshold: float | None = None) -> bool:
-    cpu = time_share(entry) >= threshold or entry.get("n_await_percent", 0.0) >= threshold
+    cpu = (time_share(entry) >= threshold or entry.get("n_await_percent", 0.0) >= threshold
+           or entry.get("n_gpu_percent", 0.0) >= threshold)
     return cpu or (malloc_threshold is not None and entry.get("n_malloc_mb", 0.0) >= malloc_threshold)
 
 
@@ -202,6 +261,19 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         activity += r["alloc_bytes"] + r["free_bytes"]
         lines[r["filename"]]  # a file with memory samples only is still reported
 
+    gpu_used, gpu_top, gpu_notices = _gpu_run(raw.get("gpu"), options)
+    gpu_lines: dict[str, dict[int, _Gpu]] = defaultdict(lambda: defaultdict(_Gpu))
+    gpu_functions: dict[str, dict[tuple[str, int], _Gpu]] = defaultdict(lambda: defaultdict(_Gpu))
+    gpu_total = 0.0
+    if gpu_used:
+        for filename, lineno, qualname, firstlineno, *sums in raw["gpu"]["lines"]:
+            gpu_lines[filename][lineno].add(*sums)
+            gpu_functions[filename][(qualname, firstlineno)].add(*sums)
+            lines[filename]  # a file with GPU samples only is still reported
+        # The denominator of GPU percentages: all busy time charged, to lines or not.
+        gpu_total = sum(g.busy for per in gpu_lines.values() for g in per.values()) \
+            + raw["gpu"]["unattributed_busy_ns"] * NS
+
     unattributed = _Sums()
     unattributed.add(raw["unattributed"])
     every_line = _Sums()
@@ -232,11 +304,14 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         line_entries = []
         leaks = {}
         shown = focus.lines_of(filename)
-        for lineno in _lines_to_report(len(source), set(per_line) | set(per_line_mem)):
+        per_line_gpu = gpu_lines.get(filename, {})
+        for lineno in _lines_to_report(len(source), set(per_line) | set(per_line_mem) | set(per_line_gpu)):
             if not shown(lineno):
                 continue
             entry = {"lineno": lineno, "line": source[lineno - 1] if lineno <= len(source) else ""}
             entry.update((per_line.get(lineno) or _Sums()).fields(denominator, await_total))
+            if gpu_used:
+                entry.update(per_line_gpu.get(lineno, _NO_GPU).fields(gpu_total))
             if memory:
                 m = per_line_mem.get(lineno, _NO_MEMORY)
                 entry.update(m.fields(activity, elapsed))
@@ -251,12 +326,15 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         function_entries = []
         # A decorated function is listed even when all its time is in code
         # defined inside it (a comprehension, on 3.11): the table names it.
-        keys = set(functions[filename]) | set(mem_functions.get(filename, {})) | focus.functions_in(filename)
+        keys = (set(functions[filename]) | set(mem_functions.get(filename, {})) | set(gpu_functions.get(filename, {}))
+                | focus.functions_in(filename))
         for qualname, firstlineno in sorted(keys, key=lambda k: (k[1], k[0])):
             if not shown(firstlineno):  # a decorated function, or one defined inside it
                 continue
             entry = {"lineno": firstlineno, "line": qualname}
             entry.update(functions[filename].get((qualname, firstlineno), _Sums()).fields(denominator, await_total))
+            if gpu_used:
+                entry.update(gpu_functions.get(filename, {}).get((qualname, firstlineno), _NO_GPU).fields(gpu_total))
             if memory:
                 entry.update(mem_functions[filename].get((qualname, firstlineno), _NO_MEMORY).fields(activity, elapsed))
             if not reduced or _significant(entry, threshold, malloc_threshold):
@@ -316,11 +394,12 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             "await_sec": unattributed.await_,
         },
         "memory": bool(memory),
-        "gpu": False,
+        "gpu": gpu_used,
+        **gpu_top,
         "process_count": process_count if process_count is not None else len(processes or []) or 1,
         "children_merge_sec": raw.get("merge_ns", 0) * NS,
         "processes": processes or [],
-        "notices": [*(notices or []), *_notices(memory, raw["functions_overflowed"]), *focus.notices(
+        "notices": [*(notices or []), *_notices(memory, raw["functions_overflowed"]), *gpu_notices, *focus.notices(
             lambda f, first, last: any(first <= n <= last for n in (*lines.get(f, ()), *mem_lines.get(f, ()))))],
         **(_run_memory(memory, focus.memory_lines(mem_lines), elapsed) if memory else {}),
         "profiled_functions": focus.fields(),
@@ -598,6 +677,7 @@ _OPTIONS = _Object({
     "leak_detector": (_BOOL, _OPTIONAL),
     "profile_interval": (_Null(_NONNEG), _OPTIONAL),
     "children": (_BOOL, _OPTIONAL),
+    "gpu": (_Null(_BOOL), _OPTIONAL),
 })
 
 _TIME_ENTRY = _Object({
@@ -617,7 +697,9 @@ _TIME_ENTRY = _Object({
     "n_cpu_wait_sec": (_NONNEG, 0.0),
     "n_await_sec": (_NONNEG, 0.0),
     "n_samples": (_COUNT, 0),
-    "n_gpu_percent": (_NONNEG, _OPTIONAL),
+    "n_gpu_percent": (_number(0.0, 100.0), _OPTIONAL),
+    "n_gpu_sec": (_NONNEG, _OPTIONAL),
+    "n_gpu_avg_memory_mb": (_NONNEG, _OPTIONAL),
     "n_gpu_peak_memory_mb": (_NONNEG, _OPTIONAL),
 })
 # With memory profiled, entries also have these (an entry lacking them gets zeros).
@@ -706,6 +788,15 @@ _RUN = _Object({
                      _OPTIONAL),
     "memory": (_BOOL, False),
     "gpu": (_BOOL, False),
+    "gpu_status": (_STR, _OPTIONAL),
+    "gpu_device": (_STR, _OPTIONAL),
+    "gpu_utilization_source": (_STR, _OPTIONAL),  # "device" or "process": checked by check()
+    "gpu_time_sec": (_NONNEG, _OPTIONAL),
+    "gpu_unattributed_sec": (_NONNEG, _OPTIONAL),
+    "gpu_peak_memory_mb": (_NONNEG, _OPTIONAL),
+    "gpu_devices": (_List(_Object({"name": (_STR, _REQUIRED), "busy_sec": (_NONNEG, _REQUIRED),
+                                   "peak_memory_mb": (_NONNEG, 0.0), "utilization_source": (_STR, "device"),
+                                   "shared": (_BOOL, False), "samples": (_COUNT, 0)})), _OPTIONAL),
     "notices": (_List(_STR), []),
     "files": (_Leaf((dict,), "an object"), _REQUIRED),  # each file: _FILE_*, checked by check()
 })
@@ -995,6 +1086,9 @@ def check(profile: Any, path: str = "the profile") -> dict[str, Any]:
     _check_fields(profile, _TOP_WITH_MEMORY if memory else _TOP_CPU_ONLY, where)
     if memory:
         _check_scalene_footprint_names(profile, where)
+    source = profile.get("gpu_utilization_source")
+    if source is not None and source not in ("device", "process"):
+        raise ProfileError(f"{where}gpu_utilization_source is {_shown(source)}: it must be \"device\" or \"process\"")
     file_kind = _FILE_WITH_MEMORY if memory else _FILE_CPU_ONLY
     for name, f in profile["files"].items():
         _check_value(f, file_kind, f"{where}files[{_shown_name(name)}]")

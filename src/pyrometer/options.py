@@ -31,6 +31,7 @@ class Options:
     cpu_sampling_rate: float = 0.01
     reduced_profile: bool = False
     memory: bool = True
+    gpu: bool | None = None  # None: when a GPU is found (not with --cpu-only)
     malloc_threshold: float = 100.0
     allocation_sampling_window: int = 1 << 20
     leak_detector: bool = True
@@ -58,6 +59,7 @@ class Options:
             "cpu_sampling_rate": self.cpu_sampling_rate,
             "reduced_profile": self.reduced_profile,
             "memory": self.memory,
+            "gpu": self.gpu,
             "malloc_threshold": self.malloc_threshold,
             "allocation_sampling_window": self.allocation_sampling_window,
             "leak_detector": self.leak_detector and self.memory,
@@ -69,8 +71,6 @@ class Options:
 # Options that later work will implement: accepted by the parser so that a user
 # gets a clear "not available yet" instead of "unrecognized arguments".
 NOT_YET = {
-    "--gpu": "GPU profiling",
-    "--no-gpu": "GPU profiling",
     "--off": "starting paused",
     "--pid": "controlling a running program",
 }
@@ -168,8 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="pyrometer",
         usage="pyrometer [run] [options] (prog.py | dir | app.pyz | -m module | -c code | -) [args...]",
-        description="A high-precision, low-overhead CPU and memory profiler for Python "
-                    "(GPU profiling is not available yet).",
+        description="A high-precision, low-overhead CPU, GPU and memory profiler for Python.",
         formatter_class=_HelpFormatter,
         add_help=True,
     )
@@ -214,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="profile memory, copy volume and leaks (the default, unless --cpu-only)")
     what.add_argument("--no-memory", dest="memory_off", action="store_true",
                       help="do not profile memory")
+    what.add_argument("--gpu", dest="gpu_on", action="store_true",
+                      help="profile GPU utilisation and GPU memory per line (NVIDIA, through NVML); "
+                           "the default when an NVIDIA GPU is found, unless --cpu-only")
+    what.add_argument("--no-gpu", dest="gpu_off", action="store_true",
+                      help="do not profile the GPU")
     what.add_argument("--no-leak-detector", dest="leak_detector", action="store_false",
                       help="with memory profiling: do not report leaks (leaks are reported by default)")
     what.add_argument("--no-children", dest="children", action="store_false",
@@ -304,6 +308,8 @@ def parse(argv: list[str]) -> Options:
             raise UsageError(f"{flag}: {NOT_YET[flag]} is not available yet")
     if ns.memory_on and (ns.memory_off or ns.cpu_only):
         raise UsageError("--memory contradicts " + ("--no-memory" if ns.memory_off else "--cpu-only"))
+    if ns.gpu_on and ns.gpu_off:
+        raise UsageError("--gpu contradicts --no-gpu")
     formats = [flag for flag, on in (("--json", ns.json), ("--cli", ns.cli), ("--html", ns.html),
                                      ("--web", ns.web)) if on]
     if len(formats) > 1 and set(formats) != {"--html", "--web"}:
@@ -313,6 +319,7 @@ def parse(argv: list[str]) -> Options:
                          "zip archive with a __main__.py, a module (-m mod), code (-c code) or - "
                          "for a script on standard input")
     opts = Options(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(Options)
-                      if f.name not in ("program", "module", "command", "memory")}, module=module,
-                   command=command, program=program, memory=not (ns.cpu_only or ns.memory_off))
+                      if f.name not in ("program", "module", "command", "memory", "gpu")}, module=module,
+                   command=command, program=program, memory=not (ns.cpu_only or ns.memory_off),
+                   gpu=True if ns.gpu_on else False if (ns.gpu_off or ns.cpu_only) else None)
     return opts

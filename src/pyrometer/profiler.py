@@ -39,6 +39,12 @@ def _installation_directories() -> list[str]:
     return sorted(out)
 
 
+def gpu_mode(gpu: bool | None) -> int:
+    """The core's gpu setting: 0 off (--no-gpu, --cpu-only), 1 when a GPU is
+    found (the default), 2 asked for (--gpu: its absence is then a notice)."""
+    return 0 if gpu is False else 2 if gpu else 1
+
+
 class Session:
     """One profiled run: wall-clock bounds plus the C core's aggregates."""
 
@@ -67,6 +73,7 @@ class Session:
             "memory_window": o.allocation_sampling_window if o.memory else 0,
             "leak_detector": o.leak_detector,
             "program": self.program_prefixes,  # -m's package, a script wherever it lives: children's too
+            "gpu": gpu_mode(o.gpu),
         }
 
     def start(self) -> None:
@@ -88,6 +95,7 @@ class Session:
             leak_detector=s["leak_detector"],
             program=s["program"],
             program_codes=self.program_codes,
+            gpu=s["gpu"],
         )
 
     def stop(self) -> None:

@@ -157,6 +157,20 @@ def _memory_cells(entry: dict[str, Any]) -> list[str]:
     ]
 
 
+def _gpu_cells(entry: dict[str, Any]) -> list[str]:
+    """GPU: the line's share of the run's GPU busy time; GPU memory: the most
+    this process held on the GPU while it ran."""
+    peak = entry.get("n_gpu_peak_memory_mb", 0.0)
+    return [_pct(entry.get("n_gpu_percent", 0.0)), _mb(peak) if peak >= 0.5 else ""]
+
+
+def _gpu_header(profile: dict[str, Any]) -> str:
+    whose = ("this process's share of shared GPUs" if profile.get("gpu_utilization_source") == "process"
+             else "whole-device utilisation")
+    return (f"GPU: {profile.get('gpu_device', '?')} · busy {profile.get('gpu_time_sec', 0.0):.3f} s "
+            f"({whose}) · peak GPU memory {profile.get('gpu_peak_memory_mb', 0.0):.1f} MB")
+
+
 def _pct(value: float) -> str:
     if value < 0.5:
         return ""
@@ -426,6 +440,8 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
             + " A lower --cpu-sampling-rate or a longer run gives a profile.", YELLOW)
     elif samples < FEW_SAMPLES:
         add(f"Only {samples} samples were taken: the percentages below are rough.", YELLOW)
+    if profile.get("gpu"):
+        add(_gpu_header(profile))
     memory = profile.get("memory", False)
     malloc_threshold = profile["options"].get("malloc_threshold") if memory else None
     if memory:
@@ -456,10 +472,15 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         show_awaits = _shows_awaits(profile)
         header = (["Line", "Time Python", "native", "system"] + (["wait"] if show_waits else [])
                   + (["await"] if show_awaits else []))
+        gpu = bool(profile.get("gpu"))
+        if gpu:
+            header += ["GPU", "GPU memory"]
         if memory:
             header += ["Memory Python", "peak", "timeline / %", "Copy MB/s"]
-        cells = ((lambda e: [*_time_cells(e, show_waits, show_awaits), *_memory_cells(e)]) if memory
-                 else (lambda e: _time_cells(e, show_waits, show_awaits)))
+
+        def cells(e: dict[str, Any]) -> list:
+            return [*_time_cells(e, show_waits, show_awaits), *(_gpu_cells(e) if gpu else ()),
+                    *(_memory_cells(e) if memory else ())]
         rows, styles = [], []
         for e in f["lines"]:
             share = _share(e)
@@ -470,7 +491,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
             styles.append((BOLD, RED) if share >= hot else (YELLOW,) if share >= threshold or heavy else ())
         out.extend(_table(rows, header + ["source"], len(header), width, styles, paint, said))
         funcs = [e for e in f["functions"] if _share(e) >= 0.5 or e.get("n_await_percent", 0.0) >= 0.5
-                 or e.get("n_malloc_mb", 0.0) >= 0.5]
+                 or e.get("n_malloc_mb", 0.0) >= 0.5 or e.get("n_gpu_percent", 0.0) >= 0.5]
         if funcs:
             out.append("")
             rows = [[str(e["lineno"]), *cells(e), visible(e["line"])] for e in funcs]

@@ -318,7 +318,8 @@
     parts.push(MEMORY ? "CPU + memory (sampling window " +
       Math.round(num(S.allocation_sampling_window_bytes, OPT.allocation_sampling_window) / 1024) + " KiB)" :
       "CPU only");
-    if (GPU) parts.push("GPU");
+    if (GPU) parts.push("GPU: " + String(S.gpu_device || "?") + (S.gpu_utilization_source === "process" ?
+      " (this process's share)" : "") + ", busy " + num(S.gpu_time_sec, 0).toFixed(2) + " s");
     parts.push("sampling every " + (num(OPT.cpu_sampling_rate, 0.01) * 1000).toFixed(1) + " ms");
     parts.push("threshold " + THRESHOLD + "%");
     if (MEMORY) parts.push("malloc threshold " + MALLOC_THRESHOLD + " MB");
