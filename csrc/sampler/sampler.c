@@ -1,6 +1,7 @@
 #include "sampler.h"
 #include "clock.h"
 #include "../asyncio/awaits.h"
+#include "../control/control.h"
 #include "../cpython/pyframe.h"
 #include "../ending/ending.h"
 #include "../forks/forks.h"
@@ -41,6 +42,16 @@
 enum standing { STANDING_UNKNOWN, STANDING_PYTHON, STANDING_IN_CALL };
 
 enum snapshot_source { ANSWERED_BY_MAIN, TAKEN_BY_SAMPLER };
+
+/* What a snapshot does with the windows it closes (pause and resume, control.h):
+ *  - CHARGE: charges them, as always;
+ *  - PAUSE: charges them, except the main thread's, whose time is estimated by
+ *    the requests it answered (charge_main_answer): its window cut by the pause
+ *    holds no request, so it is dropped, not charged to where the pause finds it
+ *    (pyrometer.stop(): the line that calls it);
+ *  - REBASE: charges nothing and starts every window afresh: the time since the
+ *    pause, which no sample may see. */
+enum snapshot_mode { SNAPSHOT_CHARGE, SNAPSHOT_PAUSE, SNAPSHOT_REBASE };
 
 typedef struct {
     uint64_t last_wall_ns;
@@ -86,6 +97,8 @@ static struct {
     uint64_t pause_wall_ns, pause_process_cpu_ns; /* when it stopped for a fork */
     uint64_t earlier_samplers_cpu_ns; /* CPU of sampler threads ended by forks */
     int64_t untracked_carry; /* signed: clock-reading noise cancels out over windows */
+    int paused;              /* profiling paused (control.h); GIL held */
+    uint64_t paused_since_ns;
     sampler_totals totals;
 } S = {.wake_lock = PTHREAD_MUTEX_INITIALIZER, .main_schedstat_fd = -1};
 
@@ -371,14 +384,14 @@ static void prune_threads(size_t live)
     S.threads = fresh;
 }
 
-static void snapshot_unsuspended(enum snapshot_source source);
+static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode mode);
 
 /* A snapshot is the profiler's work, on whichever thread takes it: the code
  * objects it meets for the first time are registered, which calls CPython, which
  * allocates (3.12+ copies the bytecode, 3.11 caches a copy on the code object).
  * Counted, those were samples of the program's, charged to the line the thread
  * stood on: 1 MB over 100 large functions in the test. */
-static void snapshot(enum snapshot_source source)
+static void snapshot_in(enum snapshot_source source, enum snapshot_mode mode)
 {
     pyalloc_own_work work;
     pyalloc_own_work_begin(&work);
@@ -389,14 +402,19 @@ static void snapshot(enum snapshot_source source)
      * holds raw pointers to frames and thread states (and let the sampler start
      * a snapshot of its own).  The collection runs later, in the program. */
     int collecting = PyGC_Disable();
-    snapshot_unsuspended(source);
+    snapshot_unsuspended(source, mode);
     if (collecting) {
         PyGC_Enable();
     }
     pyalloc_own_work_end(&work);
 }
 
-static void snapshot_unsuspended(enum snapshot_source source)
+static void snapshot(enum snapshot_source source)
+{
+    snapshot_in(source, SNAPSHOT_CHARGE);
+}
+
+static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode mode)
 {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback); /* the snapshot must not disturb a pending error */
@@ -473,7 +491,11 @@ static void snapshot_unsuspended(enum snapshot_source source)
         threads_used += used;
         live++;
         location loc;
-        if (source == ANSWERED_BY_MAIN && ts == S.main_ts) {
+        if (mode == SNAPSHOT_REBASE) {
+            loc = main_location; /* not charged: only the baselines below move */
+        } else if (mode == SNAPSHOT_PAUSE && ts == S.main_ts) {
+            loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN); /* for the untracked time below */
+        } else if (source == ANSWERED_BY_MAIN && ts == S.main_ts) {
             loc = charge_main_answer(ts, t, now, cpu, fresh ? runq_now : runq_before, runq_now,
                                      core_fraction);
         } else {
@@ -493,6 +515,9 @@ static void snapshot_unsuspended(enum snapshot_source source)
      * started from C) is native time of the program; it is charged to the line the
      * main thread is running, which is the line that is waiting for that work. */
     S.untracked_carry += (int64_t)program_used - (int64_t)threads_used;
+    if (mode == SNAPSHOT_REBASE) {
+        S.untracked_carry = 0; /* the paused time's */
+    }
     if (S.untracked_carry > 0) {
         uint64_t untracked = (uint64_t)S.untracked_carry;
         S.untracked_carry = 0;
@@ -505,7 +530,7 @@ static void snapshot_unsuspended(enum snapshot_source source)
     }
 
     /* Await time is wall time by nature: with --use-virtual-time none is counted. */
-    if (asyncio_used && !S.options.virtual_time) {
+    if (asyncio_used && !S.options.virtual_time && mode != SNAPSHOT_REBASE) {
         awaits_charge(window, &S.totals.unattributed);
     }
 
@@ -513,9 +538,11 @@ static void snapshot_unsuspended(enum snapshot_source source)
     S.last_wall_ns = now;
     S.last_process_cpu_ns = process_cpu;
     S.last_sampler_cpu_ns = sampler_cpu;
-    S.totals.snapshots++;
-    if (source == ANSWERED_BY_MAIN) {
-        S.totals.main_snapshots++;
+    if (mode == SNAPSHOT_CHARGE) {
+        S.totals.snapshots++;
+        if (source == ANSWERED_BY_MAIN) {
+            S.totals.main_snapshots++;
+        }
     }
     PyErr_Restore(type, value, traceback);
 }
@@ -549,6 +576,52 @@ static void periodic_on_main(uint64_t now)
     S.totals.periodic_cpu_ns += delta(cpu1, cpu0);
 }
 
+/* ---- pause and resume (control.h) ----------------------------------------- */
+
+/* GIL held, on any thread.  Brings the sampler to the state control.h wants.
+ * A pause charges every window up to it (SNAPSHOT_PAUSE) and then takes no
+ * samples; the resume starts every window afresh (SNAPSHOT_REBASE), so that no
+ * time in between is charged, and adds the pause to the paused time.  The
+ * memory side follows control_paused(): it drops its samples while paused. */
+static void apply_control_unlocked(void)
+{
+    int pause = !control_wanted();
+    if (pause == S.paused || !S.active || getpid() != S.owner_pid) {
+        return;
+    }
+    if (pause) {
+        /* Nothing the memory side samples from here is charged; then what ran
+         * up to now is. */
+        control_set_paused(1);
+        if (!S.suspended_for_fork) {
+            snapshot_in(TAKEN_BY_SAMPLER, SNAPSHOT_PAUSE);
+        }
+        S.paused = 1;
+        S.paused_since_ns = clock_wall_ns();
+    } else {
+        if (!S.suspended_for_fork) {
+            snapshot_in(TAKEN_BY_SAMPLER, SNAPSHOT_REBASE);
+        }
+        uint64_t now = clock_wall_ns();
+        S.totals.paused_ns += delta(now, S.paused_since_ns);
+        S.paused = 0;
+        control_set_paused(0);
+    }
+}
+
+void sampler_apply_control(void)
+{
+    apply_control_unlocked();
+}
+
+/* The sampler thread, GIL held: a command from outside was received. */
+static void take_command(void)
+{
+    if (control_take_pending()) {
+        apply_control_unlocked();
+    }
+}
+
 /* A pending call: runs on the main thread, with the GIL, at a bytecode boundary. */
 static int answer_request(void *unused)
 {
@@ -556,7 +629,7 @@ static int answer_request(void *unused)
     if (getpid() == S.owner_pid && ending_claim()) {
         ending_run(); /* a termination signal: the profile, then the same death */
     }
-    if (atomic_load(&S.running) && getpid() == S.owner_pid && !ending_signal()) {
+    if (atomic_load(&S.running) && getpid() == S.owner_pid && !ending_signal() && !S.paused) {
         int main = PyThreadState_Get() == S.main_ts;
         snapshot(main ? ANSWERED_BY_MAIN : TAKEN_BY_SAMPLER);
         uint64_t now = clock_wall_ns();
@@ -575,15 +648,16 @@ static int answer_request(void *unused)
 /* ---- the sampler thread ------------------------------------------------------- */
 
 /* Sleeps for ns unless sampler_stop() wakes it, or, with watch_ending, a
- * termination signal is recorded (ending.h: its handler cannot wake us, so the
- * wait looks every ENDING_POLL_NS); returns whether to keep going. */
+ * termination signal or a command from outside (control.h) is recorded (their
+ * handlers cannot wake us, so the wait looks every ENDING_POLL_NS); returns
+ * whether to keep going. */
 static int wait_for_next_sample(uint64_t ns, int watch_ending)
 {
     uint64_t end = clock_wall_ns() + ns;
     pthread_mutex_lock(&S.wake_lock);
     while (atomic_load(&S.running)) {
         uint64_t now = clock_wall_ns();
-        if (now >= end || (watch_ending && ending_signal() != 0)) {
+        if (now >= end || (watch_ending && (ending_signal() != 0 || control_pending()))) {
             break;
         }
         uint64_t until = watch_ending && end - now > ENDING_POLL_NS ? now + ENDING_POLL_NS : end;
@@ -636,6 +710,25 @@ static void *sampler_main(void *unused)
         } else if (!ending_pending()) {
             continue; /* the main thread writes it */
         }
+        if (!ending && control_pending()) {
+            /* Acted on at once, GIL taken here rather than by a request to the
+             * main thread: a pause must not wait for a main thread that is
+             * blocked or in a long native call. */
+            if (!have_thread_state) {
+                gil_state = PyGILState_Ensure();
+                S.sampler_ts = PyThreadState_Get();
+                have_thread_state = 1;
+            } else {
+                PyEval_RestoreThread(S.sampler_ts);
+            }
+            if (atomic_load(&S.running)) {
+                take_command();
+            }
+            PyEval_SaveThread();
+        }
+        if (!ending && control_paused()) {
+            continue; /* no samples while paused; the loop still watches for commands */
+        }
         if (!atomic_load(&S.request_pending)) {
             atomic_store(&S.request_main_cpu_ns, clock_thread_cpu_ns(S.main_tid));
             atomic_store(&S.request_main_runq_ns, read_runq_fd(S.main_schedstat_fd));
@@ -668,7 +761,7 @@ static void *sampler_main(void *unused)
             if (atomic_load(&S.running) && ending_claim()) {
                 ending_run(); /* does not return */
             }
-        } else if (atomic_load(&S.running) && atomic_load(&S.request_pending)) {
+        } else if (atomic_load(&S.running) && atomic_load(&S.request_pending) && !S.paused) {
             snapshot(TAKEN_BY_SAMPLER);
             uint64_t now = clock_wall_ns();
             if (periodic_due(now)) {
@@ -806,6 +899,11 @@ static void start_after_fork(void)
 static void start_after_fork_unsuspended(void)
 {
     S.suspended_for_fork = 0;
+    if (S.paused) {
+        /* Nothing to charge: the resume starts every window afresh. */
+        (void)launch_thread();
+        return;
+    }
     uint64_t now = clock_wall_ns();
     uint64_t gap = delta(now, S.pause_wall_ns);
     uint64_t process_cpu = clock_process_cpu_ns();
@@ -921,6 +1019,11 @@ int sampler_start(const sampler_options *options)
     }
     atomic_store(&S.request_pending, 0);
     S.suspended_for_fork = 0;
+    /* Paused from the start: --off, a command given to the run before this
+     * process started, or a fork of a paused process (control_begin). */
+    S.paused = !control_wanted();
+    S.paused_since_ns = S.last_wall_ns;
+    control_set_paused(S.paused);
     if (forks_register(stop_for_fork, start_after_fork) != 0) {
         return -1;
     }
@@ -950,6 +1053,10 @@ void sampler_stop(void)
     S.suspended_for_fork = 0;
     pthread_cond_destroy(&S.wake);
     S.totals.stop_wall_ns = clock_wall_ns();
+    if (S.paused) {
+        S.totals.paused_ns += delta(S.totals.stop_wall_ns, S.paused_since_ns);
+        S.paused = 0;
+    }
     S.totals.process_cpu_ns = delta(clock_process_cpu_ns(), S.totals.process_cpu_ns);
     S.totals.sampler_cpu_ns = S.earlier_samplers_cpu_ns + S.last_sampler_cpu_ns;
 }
@@ -971,6 +1078,9 @@ void sampler_get_totals(sampler_totals *out)
          * CPU used so far. */
         out->process_cpu_ns = delta(clock_process_cpu_ns(), S.totals.process_cpu_ns);
         out->sampler_cpu_ns = S.earlier_samplers_cpu_ns + S.last_sampler_cpu_ns;
+    }
+    if (S.active && S.paused) {
+        out->paused_ns += delta(end, S.paused_since_ns);
     }
     out->memory_bytes = table_memory_bytes(&S.threads);
     out->unit_ns = S.totals.main_live_units
@@ -1004,8 +1114,11 @@ void sampler_get_totals(sampler_totals *out)
     if (out->unit_cpu_ns > out->unit_ns) {
         out->unit_cpu_ns = out->unit_ns;
     }
+    /* Over the time sampled: none is taken while paused. */
     out->mean_interval_ns =
-        S.totals.snapshots ? (double)delta(end, S.totals.start_wall_ns) / (double)S.totals.snapshots : 0.0;
+        S.totals.snapshots
+            ? (double)delta(delta(end, S.totals.start_wall_ns), out->paused_ns) / (double)S.totals.snapshots
+            : 0.0;
 }
 
 void sampler_release(void)
