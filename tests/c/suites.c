@@ -8,6 +8,7 @@ extern const unit_test table_tests[];
 extern const unit_test filter_tests[];
 extern const unit_test clock_tests[];
 extern const unit_test pymalloc_map_tests[];
+extern const unit_test control_tests[];
 
 const unit_test *const unit_suites[] = {arena_tests, table_tests, filter_tests, clock_tests, pymalloc_map_tests,
-                                     NULL};
+                                     control_tests, NULL};
