@@ -193,10 +193,12 @@ def test_usage_errors(run_pyrometer, tmp_path, args, words):
     assert words in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
 
 
-@pytest.mark.parametrize("target", ["sleep", "python"])
+@pytest.mark.parametrize("target", ["sleep", "python", "python using the API"])
 def test_a_process_not_under_pyrometer_is_refused_and_left_alone(run_pyrometer, tmp_path, target):
-    command = ["sleep", "30"] if target == "sleep" else [sys.executable, "-c", "import time; time.sleep(30)"]
-    victim = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    code = {"sleep": None, "python": "import time; time.sleep(30)",
+            "python using the API": "import pyrometer, time\nwith pyrometer.profiling(): time.sleep(30)"}[target]
+    command = ["sleep", "30"] if code is None else [sys.executable, "-c", code]
+    victim = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=program_env(None))
     try:
         time.sleep(0.2)
         for flag in ("--off", "--on"):

@@ -46,10 +46,15 @@ def _catches(status: str, signum: int) -> bool:
 
 
 def _core_loaded(maps: str) -> bool:
+    """Whether a process's memory map has pyrometer's extension module: a
+    `_core.*.so` under a directory whose path names pyrometer (the installed
+    package's, or a build directory's in an editable install)."""
     for line in maps.splitlines():
-        path = line.split(None, 5)[5] if len(line.split(None, 5)) == 6 else ""
-        directory, name = os.path.split(path.strip())
-        if name.startswith("_core.") and name.endswith(".so") and os.path.basename(directory) == "pyrometer":
+        fields = line.split(None, 5)
+        if len(fields) < 6:
+            continue  # an anonymous mapping
+        directory, name = os.path.split(fields[5].strip())
+        if name.startswith("_core.") and ".so" in name and "pyrometer" in directory:
             return True
     return False
 
