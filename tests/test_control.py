@@ -141,20 +141,24 @@ def test_off_without_start_charges_nothing(profile_program):
 def test_memory_in_a_paused_region_is_not_charged(profile_program):
     run = profile_program("""
         import pyrometer, _groundtruth as gt
-        kept = []
-        kept += [gt.malloc_bytes(1 << 20) for _ in range(64)]  # PAUSED ALLOC
+        before = [gt.malloc_bytes(1 << 20) for _ in range(64)]  # PAUSED ALLOC
         with pyrometer.profiling():
-            kept += [gt.malloc_bytes(1 << 20) for _ in range(64)]  # PROFILED ALLOC
-            paused_blocks = kept[:64]
-        for h in paused_blocks:
-            gt.free_handle(h)  # FREE OF PAUSED
-        kept = kept[64:]
+            during = [gt.malloc_bytes(1 << 20) for _ in range(64)]  # PROFILED ALLOC
+        for h in before:
+            gt.free_handle(h)
+        for h in during:
+            gt.free_handle(h)  # the frees of profiled blocks, paused: still counted
         """, ["--off", "--allocation-sampling-window", "65536"])
     paused, profiled = run.line("PAUSED ALLOC"), run.line("PROFILED ALLOC")
-    info = (f"paused line {paused.get('n_malloc_mb')} MB, profiled line {profiled.get('n_malloc_mb')} MB, "
-            f"paused_sec {run.profile['paused_sec']}")
+    info = (f"paused line {paused.get('n_malloc_mb')} MB, profiled line {profiled.get('n_malloc_mb')} MB "
+            f"allocated, {profiled.get('n_free_bytes', 0) / 1048576:.2f} MB freed, "
+            f"growth {profiled.get('n_growth_mb')} MB; paused_sec {run.profile['paused_sec']}")
+    print(info)
     assert profiled["n_malloc_mb"] == pytest.approx(64, rel=0.2), info
     assert paused["n_malloc_mb"] == 0.0, info
+    # Live memory stays right: the profiled blocks were all freed, while paused.
+    assert profiled["n_free_bytes"] == pytest.approx(profiled["n_malloc_bytes"], rel=0.02), info
+    assert abs(profiled["n_growth_mb"]) < 1.0, info
 
 
 def test_api_outside_pyrometer_does_nothing(run_bare):
