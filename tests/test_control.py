@@ -449,3 +449,22 @@ def test_model_checks_paused_sec(profile_program):
         damaged["paused_sec"] = bad
         with pytest.raises(model.ProfileError, match=words):
             model.check(damaged)
+
+
+def test_web_page_header_says_how_long_it_was_paused(run_pyrometer, tmp_path):
+    from browser import Browser, chromium
+    if chromium() is None:
+        pytest.skip("no chromium to open the page in")
+    write_program(tmp_path, """
+        import _groundtruth as gt
+        gt.spin_gil(300)
+        """)
+    proc = run_pyrometer(["--off", "--html", "--cpu-only", "prog.py"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    with Browser(tmp_path / "chromium") as b:
+        page = b.open(tmp_path / "pyrometer-profile.html")
+        page.settle()
+        meta = page.eval("document.getElementById('run-meta').textContent")
+        options = page.eval("document.getElementById('run-options').textContent")
+    assert "(paused " in meta and "not charged)" in meta, meta
+    assert "started paused (--off)" in options, options
