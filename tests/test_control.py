@@ -310,7 +310,7 @@ def test_pause_by_pid_charges_nothing_of_the_pause(start_pyrometer, groundtruth_
 
     info = (f"first {charged(line('FIRST')):.3f} s, middle {charged(line('MIDDLE')):.3f} s, "
             f"last {charged(line('LAST')):.3f} s, paused_sec {profile['paused_sec']:.3f} "
-            f"(paused from {0:.3f} to between {ended - began:.3f} and {resumed - began:.3f} s)")
+            f"(the test saw it paused for {ended - began:.3f} s to {resumed - began:.3f} s)")
     print(info)
     assert charged(line("FIRST")) == pytest.approx(0.4, rel=0.3), info
     assert charged(line("LAST")) == pytest.approx(0.4, rel=0.3), info
