@@ -324,6 +324,46 @@ def test_pause_by_pid_charges_nothing_of_the_pause(start_pyrometer, groundtruth_
     assert profile["processes"][0]["paused_sec"] == pytest.approx(profile["paused_sec"])
 
 
+def test_pause_and_resume_inside_one_long_native_call(start_pyrometer, groundtruth_dir, tmp_path):
+    """The main thread holds the GIL for 1.5 s in one native call while the
+    program is paused and resumed: both commands land where they were sent
+    (their handler notes the time), not when the call returns."""
+    prog = write_program(tmp_path, """
+        import _groundtruth as gt
+        print("spinning", flush=True)
+        gt.spin_gil(1500)  # LONG CALL
+        """)
+    out = tmp_path / "profile.json"
+    run = start_pyrometer(["--json", "--outfile", out, "--cpu-only", prog], cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + PROGRAM_TIMEOUT_S
+    try:
+        _await_line(run.stdout, "spinning", deadline)
+        time.sleep(0.2)
+        off_sent_from = time.monotonic()
+        _control("--off", run.pid, groundtruth_dir)
+        off_sent_by = time.monotonic()
+        time.sleep(0.5)
+        on_sent_from = time.monotonic()
+        _control("--on", run.pid, groundtruth_dir)
+        on_sent_by = time.monotonic()
+        _, err = run.communicate(timeout=PROGRAM_TIMEOUT_S)
+    finally:
+        run.kill()
+        run.wait()
+    assert run.returncode == 0, err
+    profile = model.load(str(out))
+    n = next(i + 1 for i, text in enumerate(prog.read_text().splitlines()) if "LONG CALL" in text)
+    entry = next(e for e in next(iter(profile["files"].values()))["lines"] if e["lineno"] == n)
+    shortest, longest = on_sent_from - off_sent_by, on_sent_by - off_sent_from
+    info = (f"long call charged {charged(entry):.3f} s of 1.5 s; paused_sec {profile['paused_sec']:.3f}, "
+            f"the commands {shortest:.3f} to {longest:.3f} s apart")
+    print(info)
+    assert shortest - 0.02 <= profile["paused_sec"] <= longest + 0.05, info
+    # The call's time on both sides of the pause is charged, the pause's is not.
+    assert 0.1 < charged(entry) < 1.5 - 0.5 * shortest, info
+
+
 # The children: a child spinning in phases (exec'd by subprocess) is paused with
 # its parent; children started while paused (a fork and a subprocess) start
 # paused.

@@ -1,4 +1,5 @@
 #include "control.h"
+#include "../sampler/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,9 +17,23 @@
  * library's own reservations), is the least likely to be the program's. */
 #define CONTROL_SIGNAL_BELOW_MAX 5
 
+/* Commands received and not yet taken.  Filled by the handler (any thread: a slot
+ * is claimed with one fetch_add, its command stored last), emptied with the GIL
+ * held.  More than this many commands in one stretch without the GIL (a main
+ * thread in one long native call) overwrite the oldest: only the latest count. */
+#define CONTROL_QUEUE_SLOTS 16
+
+typedef struct {
+    atomic_int command; /* 0 while the slot is empty or being written */
+    _Atomic uint64_t wall_ns;
+    _Atomic uint64_t main_cpu_ns;
+} queue_slot;
+
 static struct {
-    /* Touched by the signal handler: a lock-free atomic only. */
-    atomic_int pending;      /* enum control_command; the latest wins */
+    /* Touched by the signal handler: lock-free atomics only. */
+    _Atomic uint64_t head, tail;
+    queue_slot slots[CONTROL_QUEUE_SLOTS];
+    atomic_int main_tid;
     atomic_int paused;       /* what the sampler acted on, for the memory side */
     /* Touched only with the GIL held. */
     int count;               /* the program's own start()/stop() count */
@@ -32,14 +47,26 @@ int control_signal_number(void)
     return SIGRTMAX - CONTROL_SIGNAL_BELOW_MAX;
 }
 
+/* Signal-safe: clock_gettime and lock-free atomics only (clock_wall_ns and
+ * clock_thread_cpu_ns are one clock_gettime each). */
 void control_command_received(int command)
 {
-    if (command == CONTROL_OFF || command == CONTROL_ON) {
-        atomic_store(&C.pending, command);
+    if (command != CONTROL_OFF && command != CONTROL_ON) {
+        return;
     }
+    int saved_errno = errno; /* clock_gettime may set it */
+    uint64_t wall = clock_wall_ns();
+    int tid = atomic_load(&C.main_tid);
+    uint64_t cpu = tid > 0 ? clock_thread_cpu_ns((pid_t)tid) : CLOCK_UNAVAILABLE;
+    uint64_t at = atomic_fetch_add(&C.head, 1);
+    queue_slot *slot = &C.slots[at % CONTROL_QUEUE_SLOTS];
+    atomic_store(&slot->wall_ns, wall);
+    atomic_store(&slot->main_cpu_ns, cpu);
+    atomic_store(&slot->command, command); /* last: the slot is ready */
+    errno = saved_errno;
 }
 
-/* Signal-safe: one atomic store, nothing else (errno is not touched).  Only a
+/* Signal-safe: records the command (control_command_received), nothing else.  Only a
  * command sent with sigqueue carries a value; a plain kill of this signal
  * (SI_USER) says nothing and is ignored, so the program never sees it either
  * way. */
@@ -140,17 +167,21 @@ int control_begin(int start_off, const char *state_file)
         }
         strcpy(C.state_file, state_file);
     }
-    int pending = atomic_exchange(&C.pending, CONTROL_NONE);
     if (start_off >= 0) {
         C.count = start_off ? 0 : 1;
         C.held = 0;
         apply(read_state_file()); /* a command given to the run before this process started */
-    } else {
-        /* A fork of a process that had received a command and not yet acted on
-         * it (its sampler thread acts within ENDING_POLL_NS): the command was
-         * meant for this process too, which did not exist when it was sent. */
-        apply(pending);
     }
+    /* Commands received and not yet taken: in a fork, its parent's (the
+     * sampler acts within ENDING_POLL_NS), meant for this process too, which did
+     * not exist when they were sent; they take effect from the start. */
+    control_received received;
+    while (control_take(&received)) {
+        if (start_off < 0) {
+            apply(received.command);
+        }
+    }
+    atomic_store(&C.main_tid, 0); /* the sampler sets it when it starts */
     return install_handler();
 }
 
@@ -175,20 +206,44 @@ int control_wanted(void)
     return C.count > 0 && !C.held;
 }
 
-int control_pending(void)
+void control_set_main_thread(pid_t tid)
 {
-    return atomic_load_explicit(&C.pending, memory_order_relaxed) != CONTROL_NONE;
+    atomic_store(&C.main_tid, (int)tid);
 }
 
-int control_take_pending(void)
+int control_pending(void)
 {
-    int command = atomic_exchange(&C.pending, CONTROL_NONE);
-    if (command == CONTROL_NONE) {
+    return atomic_load(&C.head) != atomic_load(&C.tail);
+}
+
+int control_take(control_received *out)
+{
+    uint64_t head = atomic_load(&C.head);
+    uint64_t tail = atomic_load(&C.tail);
+    if (head - tail > CONTROL_QUEUE_SLOTS) {
+        tail = head - CONTROL_QUEUE_SLOTS; /* the oldest were overwritten */
+    }
+    if (tail == head) {
         return 0;
     }
-    apply(command);
-    write_state_file(command);
+    queue_slot *slot = &C.slots[tail % CONTROL_QUEUE_SLOTS];
+    int command = atomic_exchange(&slot->command, CONTROL_NONE);
+    if (command == CONTROL_NONE) {
+        return 0; /* claimed by a handler that has not finished writing it: taken next time */
+    }
+    out->command = command;
+    out->wall_ns = atomic_load(&slot->wall_ns);
+    out->main_cpu_ns = atomic_load(&slot->main_cpu_ns);
+    atomic_store(&C.tail, tail + 1);
     return 1;
+}
+
+void control_apply(int command)
+{
+    if (command == CONTROL_OFF || command == CONTROL_ON) {
+        apply(command);
+        write_state_file(command);
+    }
 }
 
 int control_send(int pid, int command)

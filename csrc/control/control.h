@@ -9,9 +9,13 @@
  * The program is profiled while its count is above zero and no hold is on.
  *
  * Commands from outside arrive as CONTROL_SIGNAL sent with sigqueue, whose value
- * says which (CONTROL_OFF, CONTROL_ON).  The handler only records the command;
- * the sampler thread acts on it (sampler.c), so that the handler stays
- * async-signal-safe and the accounting happens where the GIL can be held.
+ * says which (CONTROL_OFF, CONTROL_ON).  The handler only records the command
+ * and when it came (the wall clock and the main thread's CPU clock), in a small
+ * queue; the sampler makes them take effect (sampler.c) at those times, once
+ * the GIL can be had, so that the handler stays async-signal-safe and the
+ * accounting happens where the GIL is held.  The times matter: a main thread in
+ * a long native call that holds the GIL gives it up only when the call returns,
+ * and a pause and resume sent meanwhile still land where they were sent.
  *
  * The sampler owns the transitions (what is charged up to a pause, where the
  * windows restart after it) and publishes the outcome with control_set_paused;
@@ -19,6 +23,9 @@
  */
 #ifndef PYROMETER_CONTROL_H
 #define PYROMETER_CONTROL_H
+
+#include <stdint.h>
+#include <sys/types.h>
 
 enum control_command { CONTROL_NONE = 0, CONTROL_OFF = 1, CONTROL_ON = 2 };
 
@@ -41,11 +48,23 @@ int control_count_down(void);
 /* GIL held: whether the program is to be profiled now (count > 0, no hold). */
 int control_wanted(void);
 
-/* Any thread: a command from outside waits to be acted on. */
+/* A command as received: which, and when. */
+typedef struct {
+    int command;
+    uint64_t wall_ns;     /* monotonic clock (clock.h) */
+    uint64_t main_cpu_ns; /* the main thread's CPU clock then; CLOCK_UNAVAILABLE: unknown */
+} control_received;
+
+/* The main thread's kernel id, whose CPU clock the handler reads (0: none). */
+void control_set_main_thread(pid_t tid);
+/* Any thread: a command from outside was received and not yet taken. */
 int control_pending(void);
-/* GIL held: acts on a waiting command (hold or lift it, record it in the state
- * file); 1 when there was one. */
-int control_take_pending(void);
+/* GIL held (one taker at a time): the oldest command not yet taken, in order of
+ * arrival; 0 when there is none. */
+int control_take(control_received *out);
+/* GIL held: acts on a command (holds, or lifts the hold) and records it in the
+ * state file. */
+void control_apply(int command);
 
 /* Signal-safe: records a command as the handler does (for tests and the API's
  * own use). */

@@ -53,6 +53,17 @@ enum snapshot_source { ANSWERED_BY_MAIN, TAKEN_BY_SAMPLER };
  *    pause, which no sample may see. */
 enum snapshot_mode { SNAPSHOT_CHARGE, SNAPSHOT_PAUSE, SNAPSHOT_REBASE };
 
+/* When a command from outside came, and the main thread's clocks then (read by
+ * the signal handler, control.h).  The command is acted on once the GIL is had,
+ * which a main thread in a long native call holding it gives up only when the
+ * call returns: the pause or resume is placed at this moment, not then, so the
+ * call's time on either side goes where it belongs. */
+typedef struct {
+    uint64_t wall_ns;
+    uint64_t main_cpu_ns;  /* CLOCK_UNAVAILABLE: not read */
+    uint64_t main_runq_ns; /* CLOCK_UNAVAILABLE: not read */
+} command_time;
+
 typedef struct {
     uint64_t last_wall_ns;
     uint64_t last_cpu_ns;
@@ -384,14 +395,15 @@ static void prune_threads(size_t live)
     S.threads = fresh;
 }
 
-static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode mode);
+static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode mode,
+                                 const command_time *at);
 
 /* A snapshot is the profiler's work, on whichever thread takes it: the code
  * objects it meets for the first time are registered, which calls CPython, which
  * allocates (3.12+ copies the bytecode, 3.11 caches a copy on the code object).
  * Counted, those were samples of the program's, charged to the line the thread
  * stood on: 1 MB over 100 large functions in the test. */
-static void snapshot_in(enum snapshot_source source, enum snapshot_mode mode)
+static void snapshot_in(enum snapshot_source source, enum snapshot_mode mode, const command_time *at)
 {
     pyalloc_own_work work;
     pyalloc_own_work_begin(&work);
@@ -402,7 +414,7 @@ static void snapshot_in(enum snapshot_source source, enum snapshot_mode mode)
      * holds raw pointers to frames and thread states (and let the sampler start
      * a snapshot of its own).  The collection runs later, in the program. */
     int collecting = PyGC_Disable();
-    snapshot_unsuspended(source, mode);
+    snapshot_unsuspended(source, mode, at);
     if (collecting) {
         PyGC_Enable();
     }
@@ -411,10 +423,13 @@ static void snapshot_in(enum snapshot_source source, enum snapshot_mode mode)
 
 static void snapshot(enum snapshot_source source)
 {
-    snapshot_in(source, SNAPSHOT_CHARGE);
+    snapshot_in(source, SNAPSHOT_CHARGE, NULL);
 }
 
-static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode mode)
+/* at: for a pause or resume from outside, when it was seen (command_time); NULL
+ * for the program's own (it happens where the call is). */
+static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode mode,
+                                 const command_time *at)
 {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback); /* the snapshot must not disturb a pending error */
@@ -494,7 +509,17 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
         if (mode == SNAPSHOT_REBASE) {
             loc = main_location; /* not charged: only the baselines below move */
         } else if (mode == SNAPSHOT_PAUSE && ts == S.main_ts) {
-            loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN); /* for the untracked time below */
+            if (at != NULL && at->main_cpu_ns != CLOCK_UNAVAILABLE && atomic_load(&S.request_pending) &&
+                atomic_load(&S.request_wall_ns) <= at->wall_ns) {
+                /* A pause from outside, with a request made before it was seen
+                 * (the sampler thread makes one when it sees a command): the
+                 * main thread is charged as if it had answered then, so the
+                 * time of a long native call up to the pause is its. */
+                loc = charge_main_answer(ts, t, at->wall_ns, at->main_cpu_ns,
+                                         fresh ? at->main_runq_ns : runq_before, at->main_runq_ns, core_fraction);
+            } else {
+                loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN); /* for the untracked time below */
+            }
         } else if (source == ANSWERED_BY_MAIN && ts == S.main_ts) {
             loc = charge_main_answer(ts, t, now, cpu, fresh ? runq_now : runq_before, runq_now,
                                      core_fraction);
@@ -509,6 +534,17 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
         t->last_cpu_ns = cpu;
         t->seen_in = S.serial;
         t->tid = tid;
+        if (mode == SNAPSHOT_REBASE && at != NULL && ts == S.main_ts && at->main_cpu_ns != CLOCK_UNAVAILABLE &&
+            at->main_cpu_ns <= cpu && at->wall_ns <= now) {
+            /* A resume from outside: the main thread's window starts when it was
+             * seen, so the rest of a native call it was in then is charged (the
+             * request made then measures it, charge_main_answer). */
+            t->last_wall_ns = at->wall_ns;
+            t->last_cpu_ns = at->main_cpu_ns;
+            if (at->main_runq_ns != CLOCK_UNAVAILABLE && at->main_runq_ns <= t->last_runq_ns) {
+                t->last_runq_ns = at->main_runq_ns;
+            }
+        }
     }
 
     /* CPU used by threads that have no Python state (native thread pools, threads
@@ -583,27 +619,27 @@ static void periodic_on_main(uint64_t now)
  * samples; the resume starts every window afresh (SNAPSHOT_REBASE), so that no
  * time in between is charged, and adds the pause to the paused time.  The
  * memory side follows control_paused(): it drops its samples while paused. */
-static void apply_control_unlocked(void)
+static void apply_control_unlocked(const command_time *at)
 {
     int pause = !control_wanted();
     if (pause == S.paused || !S.active || getpid() != S.owner_pid) {
         return;
     }
+    uint64_t when = at != NULL ? at->wall_ns : clock_wall_ns();
     if (pause) {
         /* Nothing the memory side samples from here is charged; then what ran
          * up to now is. */
         control_set_paused(1);
         if (!S.suspended_for_fork) {
-            snapshot_in(TAKEN_BY_SAMPLER, SNAPSHOT_PAUSE);
+            snapshot_in(TAKEN_BY_SAMPLER, SNAPSHOT_PAUSE, at);
         }
         S.paused = 1;
-        S.paused_since_ns = clock_wall_ns();
+        S.paused_since_ns = when;
     } else {
         if (!S.suspended_for_fork) {
-            snapshot_in(TAKEN_BY_SAMPLER, SNAPSHOT_REBASE);
+            snapshot_in(TAKEN_BY_SAMPLER, SNAPSHOT_REBASE, at);
         }
-        uint64_t now = clock_wall_ns();
-        S.totals.paused_ns += delta(now, S.paused_since_ns);
+        S.totals.paused_ns += delta(when, S.paused_since_ns);
         S.paused = 0;
         control_set_paused(0);
     }
@@ -611,14 +647,19 @@ static void apply_control_unlocked(void)
 
 void sampler_apply_control(void)
 {
-    apply_control_unlocked();
+    apply_control_unlocked(NULL);
 }
 
-/* The sampler thread, GIL held: a command from outside was received. */
-static void take_command(void)
+/* GIL held, on the main thread (answering a request) or the sampler thread:
+ * the commands from outside received so far take effect, in order, each at the
+ * time it came. */
+static void take_commands(void)
 {
-    if (control_take_pending()) {
-        apply_control_unlocked();
+    control_received received;
+    while (control_take(&received)) {
+        command_time at = {received.wall_ns, received.main_cpu_ns, CLOCK_UNAVAILABLE};
+        control_apply(received.command);
+        apply_control_unlocked(&at);
     }
 }
 
@@ -628,6 +669,9 @@ static int answer_request(void *unused)
     (void)unused;
     if (getpid() == S.owner_pid && ending_claim()) {
         ending_run(); /* a termination signal: the profile, then the same death */
+    }
+    if (atomic_load(&S.running) && getpid() == S.owner_pid && !ending_signal()) {
+        take_commands(); /* before the snapshot: this answer then measures the time after a resume */
     }
     if (atomic_load(&S.running) && getpid() == S.owner_pid && !ending_signal() && !S.paused) {
         int main = PyThreadState_Get() == S.main_ts;
@@ -689,6 +733,45 @@ static int main_standing(void)
     }
 }
 
+/* The sampler thread, without the GIL: asks the main thread for a snapshot at
+ * its next bytecode boundary, noting where it stands now (t0). */
+static void make_request(void)
+{
+    atomic_store(&S.request_main_cpu_ns, clock_thread_cpu_ns(S.main_tid));
+    atomic_store(&S.request_main_runq_ns, read_runq_fd(S.main_schedstat_fd));
+    atomic_store(&S.request_wall_ns, clock_wall_ns());
+    atomic_store(&S.request_standing, main_standing());
+    atomic_store(&S.request_pending, 1);
+    if (Py_AddPendingCall(answer_request, NULL) != 0) {
+        atomic_store(&S.request_pending, 0); /* queue full: try at the next tick */
+    } else {
+        pyframe_wake_main_thread(S.interp);
+    }
+}
+
+/* The sampler thread, without the GIL: a command from outside was received.  It
+ * makes a request (unless one is waiting), so that the main thread acts on it
+ * at its next bytecode boundary and its answer measures the time after a
+ * resume; then it takes the GIL to act on it itself, for a main thread that is
+ * blocked (whichever has the GIL first acts, take_commands). */
+static void see_commands(int *have_thread_state, PyGILState_STATE *gil_state)
+{
+    if (!atomic_load(&S.request_pending)) {
+        make_request();
+    }
+    if (!*have_thread_state) {
+        *gil_state = PyGILState_Ensure();
+        S.sampler_ts = PyThreadState_Get();
+        *have_thread_state = 1;
+    } else {
+        PyEval_RestoreThread(S.sampler_ts);
+    }
+    if (atomic_load(&S.running)) {
+        take_commands();
+    }
+    PyEval_SaveThread();
+}
+
 static void *sampler_main(void *unused)
 {
     (void)unused;
@@ -711,35 +794,13 @@ static void *sampler_main(void *unused)
             continue; /* the main thread writes it */
         }
         if (!ending && control_pending()) {
-            /* Acted on at once, GIL taken here rather than by a request to the
-             * main thread: a pause must not wait for a main thread that is
-             * blocked or in a long native call. */
-            if (!have_thread_state) {
-                gil_state = PyGILState_Ensure();
-                S.sampler_ts = PyThreadState_Get();
-                have_thread_state = 1;
-            } else {
-                PyEval_RestoreThread(S.sampler_ts);
-            }
-            if (atomic_load(&S.running)) {
-                take_command();
-            }
-            PyEval_SaveThread();
+            see_commands(&have_thread_state, &gil_state);
         }
         if (!ending && control_paused()) {
             continue; /* no samples while paused; the loop still watches for commands */
         }
         if (!atomic_load(&S.request_pending)) {
-            atomic_store(&S.request_main_cpu_ns, clock_thread_cpu_ns(S.main_tid));
-            atomic_store(&S.request_main_runq_ns, read_runq_fd(S.main_schedstat_fd));
-            atomic_store(&S.request_wall_ns, clock_wall_ns());
-            atomic_store(&S.request_standing, main_standing());
-            atomic_store(&S.request_pending, 1);
-            if (Py_AddPendingCall(answer_request, NULL) != 0) {
-                atomic_store(&S.request_pending, 0); /* queue full: try at the next tick */
-            } else {
-                pyframe_wake_main_thread(S.interp);
-            }
+            make_request();
             continue;
         }
         uint64_t waited = delta(clock_wall_ns(), atomic_load(&S.request_wall_ns));
@@ -998,6 +1059,7 @@ int sampler_start(const sampler_options *options)
     S.earlier_samplers_cpu_ns = 0;
     S.untracked_carry = 0;
     S.main_tid = pyframe_thread_tid(S.main_ts);
+    control_set_main_thread(S.main_tid);
     S.main_schedstat_fd = S.main_tid > 0 ? open_schedstat(S.main_tid) : -1;
     atomic_store(&S.request_main_runq_ns, CLOCK_UNAVAILABLE);
     S.serial = 0;
