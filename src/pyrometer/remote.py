@@ -100,9 +100,14 @@ def _descendants(pid: int) -> list[int]:
 
 
 def main(pid: int, resume: bool) -> int:
-    from . import _core
     from .render.text import visible
-    signum = _core.CONTROL_SIGNAL
+    try:
+        from . import _core
+        signum = _core.CONTROL_SIGNAL
+    except (ImportError, AttributeError) as e:  # an interpreter pyrometer cannot run on
+        print(f"pyrometer: error: {visible(str(e).splitlines()[0] if str(e) else 'no measuring core')}",
+              file=sys.stderr)
+        return 2
     problem = why_not_profiled(pid, signum)
     if problem is not None:
         print(f"pyrometer: error: {visible(problem)}: nothing sent", file=sys.stderr)
