@@ -14,6 +14,7 @@
 #include "profile/line_stats.h"
 #include "profile/periodic.h"
 #include "ending/ending.h"
+#include "gpu/gpu.h"
 #include "memory/mem_profile.h"
 #include "memory/memhooks_api.h"
 #include "cpython/pyframe.h"
@@ -88,18 +89,19 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
     (void)module;
     static char *keywords[] = {"interval", "virtual_time", "include", "exclude", "own",
                                "only", "exclude_substrings", "profile_all", "memory_window",
-                               "leak_detector", "program", "program_codes", "start_off",
+                               "leak_detector", "program", "program_codes", "gpu", "start_off",
                                "control_file", NULL};
     double interval;
     int virtual_time, profile_all, leak_detector = 1, start_off = 0;
+    int gpu = 0; /* 0: off, 1: when a GPU is found, 2: asked for (--gpu) */
     long long memory_window = 0;
     PyObject *lists[6] = {NULL};
     PyObject *codes = NULL;
     const char *control_file = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "dpOOOOOp|LpOOiz:start", keywords, &interval,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "dpOOOOOp|LpOOiiz:start", keywords, &interval,
                                      &virtual_time, &lists[0], &lists[1], &lists[2], &lists[3],
                                      &lists[4], &profile_all, &memory_window, &leak_detector,
-                                     &lists[5], &codes, &start_off, &control_file)) {
+                                     &lists[5], &codes, &gpu, &start_off, &control_file)) {
         return NULL;
     }
     if (start_off < -1 || start_off > 1) {
@@ -156,6 +158,11 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
         mem_profile_stop();
         return NULL;
     }
+    if (gpu > 0 && gpu_start(gpu > 1) != 0) {
+        sampler_stop();
+        mem_profile_stop();
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -163,6 +170,7 @@ static PyObject *core_stop(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
+    gpu_stop();
     mem_profile_stop();
     sampler_stop();
     Py_RETURN_NONE;
@@ -219,6 +227,23 @@ static PyObject *collect_records(const sampler_totals *units)
 
 static PyObject *collect_all(void);
 
+/* The GPU side's aggregates (gpu.h) added to a collection under "gpu": None
+ * when GPU profiling was not started. */
+static PyObject *with_gpu(PyObject *all)
+{
+    if (all == NULL) {
+        return NULL;
+    }
+    PyObject *gpu = gpu_collect();
+    if (gpu == NULL || PyDict_SetItemString(all, "gpu", gpu) != 0) {
+        Py_XDECREF(gpu);
+        Py_DECREF(all);
+        return NULL;
+    }
+    Py_DECREF(gpu);
+    return all;
+}
+
 static PyObject *core_collect(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -251,7 +276,7 @@ static PyObject *collect_all(void)
         Py_DECREF(unattributed);
         return NULL;
     }
-    return Py_BuildValue(
+    PyObject *all = Py_BuildValue(
         "{s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K,s:K,s:K,s:K}", "memory", memory,
         "records", records,
         "unattributed", unattributed, "start_wall_ns", (unsigned long long)t.start_wall_ns,
@@ -267,6 +292,7 @@ static PyObject *collect_all(void)
                              mem_profile_memory_bytes()),
         "code_objects_seen", (unsigned long long)codes_registered(), "functions_overflowed",
         (unsigned long long)sites_overflowed(), "paused_ns", (unsigned long long)t.paused_ns);
+    return with_gpu(all);
 }
 
 static PyObject *core_periodic_socketpair(PyObject *module, PyObject *unused)
@@ -371,6 +397,7 @@ static PyObject *core_reset(PyObject *module, PyObject *unused)
     line_stats_release();
     awaits_release();
     mem_profile_release();
+    gpu_release();
     codes_release();
     sampler_release();
     filter_release();
@@ -492,7 +519,7 @@ static PyMethodDef core_methods[] = {
      "pyrometer (sigqueue of CONTROL_SIGNAL); the caller checks that it is one."},
     {"start", (PyCFunction)(void (*)(void))core_start, METH_VARARGS | METH_KEYWORDS,
      "start(interval, virtual_time, include, exclude, own, only, exclude_substrings, "
-     "profile_all, memory_window=0, leak_detector=True, program=[], program_codes=[], "
+     "profile_all, memory_window=0, leak_detector=True, program=[], program_codes=[], gpu=0, "
      "start_off=0, control_file=None)\n"
      "Start the CPU sampler with the given file filter."},
     {"stop", core_stop, METH_NOARGS, "Stop the CPU sampler and join its thread."},

@@ -409,3 +409,49 @@ def test_process_table_on_the_web_page_is_text(tmp_path):
         assert page.eval("document.title") != "pwned"
         assert "3 processes" in page.eval("document.getElementById('run-meta').textContent")
         assert page.errors() == []
+
+
+def _start_ticks(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat_line = f.read()
+    return stat_line[stat_line.rfind(b")") + 2:].split()[19].decode()
+
+
+def test_run_directories_of_killed_runs_are_swept(tmp_path, start_pyrometer, run_pyrometer):
+    """A run killed with SIGKILL leaves its private run directory (nothing of
+    pyrometer runs then); the next run removes it, and every other directory
+    whose owner has ended, and leaves alone those whose owner still runs (the
+    same pid with another start time is another process) and those it cannot
+    judge."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = {"XDG_RUNTIME_DIR": str(runtime)}
+    (tmp_path / "sleeper.py").write_text("import time\nopen('started', 'w').close()\ntime.sleep(30)\n")
+    proc = start_pyrometer(["--json", "--outfile", "out.json", "sleeper.py"], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "started").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the sleeper never started"
+            time.sleep(0.02)
+    finally:
+        proc.kill()
+        proc.wait()
+    killed = [p for p in runtime.iterdir() if p.name.startswith("pyrometer-run-")]
+    assert len(killed) == 1, f"the killed run left {killed}"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = runtime / "pyrometer-run-stale"
+    reused_pid = runtime / "pyrometer-preload-reused"
+    alive = runtime / "pyrometer-run-alive"
+    unknown = runtime / "pyrometer-run-unknown"
+    for d, owner in ((stale, f"{gone.pid} 12345"), (reused_pid, f"{os.getpid()} 1"),
+                     (alive, f"{os.getpid()} {_start_ticks(os.getpid())}"), (unknown, None)):
+        d.mkdir(mode=0o700)
+        if owner is not None:
+            (d / ".owner").write_text(owner + "\n")
+    (tmp_path / "prog.py").write_text("print('ran')\n")
+    done = run_pyrometer(["--json", "--outfile", "out.json", "prog.py"], cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    left = sorted(p.name for p in runtime.iterdir())
+    assert left == ["pyrometer-run-alive", "pyrometer-run-unknown"], left

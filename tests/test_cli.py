@@ -167,7 +167,8 @@ def test_exit_status(tmp_path, run_pyrometer):
 
 def test_exit_with_message(tmp_path, run_pyrometer):
     write_program(tmp_path, "import sys\nsys.exit('something went wrong')\n")
-    proc = run_pyrometer(["--json", "--outfile", tmp_path / "p.json", "prog.py"], cwd=tmp_path)
+    # --quiet: the program's standard error alone, as python gives it.
+    proc = run_pyrometer(["--quiet", "--json", "--outfile", tmp_path / "p.json", "prog.py"], cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr == "something went wrong\n"
     assert proc.stderr == run_python(["prog.py"], cwd=tmp_path).stderr
@@ -184,7 +185,7 @@ def test_uncaught_exception_traceback(tmp_path, run_pyrometer):
         outer()
         """)
     out = tmp_path / "p.json"
-    proc = run_pyrometer(["--json", "--outfile", out, "prog.py"], cwd=tmp_path)
+    proc = run_pyrometer(["--quiet", "--json", "--outfile", out, "prog.py"], cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     err = proc.stderr
     assert err.startswith("Traceback (most recent call last):\n"), err
@@ -208,7 +209,7 @@ def test_keyboard_interrupt(tmp_path, run_pyrometer):
                 os.kill(os.getpid(), signal.SIGINT)
         """)
     out = tmp_path / "p.json"
-    proc = run_pyrometer(["--json", "--outfile", out, "prog.py"], cwd=tmp_path)
+    proc = run_pyrometer(["--quiet", "--json", "--outfile", out, "prog.py"], cwd=tmp_path)
     ref = run_python(["prog.py"], cwd=tmp_path)
     assert ref.returncode == -2  # how python itself ends on Ctrl-C
     assert proc.returncode == -2, f"exit status {proc.returncode}, expected death by SIGINT\n{proc.stderr}"
@@ -257,15 +258,6 @@ def test_help_lists_every_option(run_pyrometer, tmp_path):
     threshold = text[text.index("--cpu-percent-threshold"):]
     assert re.search(r"\b1(\.0)?%?\)", threshold[:400]) or re.search(r"default[:=]? ?1\b", threshold[:400]), (
         "--help does not give the threshold default 1")
-
-
-@pytest.mark.parametrize("option", ["--gpu"])
-def test_not_yet_available_options(tmp_path, run_pyrometer, option):
-    write_program(tmp_path, "print('should not run')\n")
-    proc = run_pyrometer([option, "prog.py"], cwd=tmp_path)
-    assert proc.returncode == 2
-    assert "not available yet" in one_line_error(proc)
-    assert "should not run" not in proc.stdout
 
 
 # ---------------------------------------------------------------------------
@@ -443,3 +435,172 @@ def test_json_schema_fields(tmp_path, run_pyrometer):
     for e in f["lines"]:
         assert e["n_cpu_percent_python"] == pytest.approx(100 * e["n_cpu_python_sec"] / total, abs=1e-6)
     assert profile["cpu_samples"] > 10
+
+
+# ---------------------------------------------------------------------------
+# A command line that says what it did
+# ---------------------------------------------------------------------------
+
+CHATTY = BUSY + """
+import sys
+for i in range(3):
+    print(f"program line {i}")
+print("program error line", file=sys.stderr)
+busy(0.2)
+"""
+
+
+def test_json_never_goes_into_the_programs_stdout(tmp_path, groundtruth_dir):
+    """pyrometer --json prog.py > out.txt: out.txt is the program's output alone,
+    the profile is pyrometer-profile.json (and json.load reads it)."""
+    from conftest import program_env  # noqa: PLC0415
+    write_program(tmp_path, CHATTY)
+    with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
+        proc = subprocess.run([sys.executable, "-m", "pyrometer", "--json", "prog.py"], cwd=tmp_path, stdout=out,
+                              stderr=err, stdin=subprocess.DEVNULL, env=program_env(groundtruth_dir),
+                              timeout=TIMEOUT_S)
+    assert proc.returncode == 0, (tmp_path / "err.txt").read_text()
+    assert (tmp_path / "out.txt").read_text() == "program line 0\nprogram line 1\nprogram line 2\n"
+    assert (tmp_path / "err.txt").read_text() == (
+        "program error line\n"
+        "pyrometer: profile written to pyrometer-profile.json (view: pyrometer view pyrometer-profile.json)\n")
+    profile = load_json(tmp_path / "pyrometer-profile.json")
+    assert profile["exit_status"] == 0 and profile["files"]
+
+
+def test_view_reads_standard_input(tmp_path, run_pyrometer, groundtruth_dir):
+    """pyrometer view /dev/stdin < profile.json, from a file and from a pipe (not
+    seekable), and pyrometer view - the same."""
+    from conftest import program_env  # noqa: PLC0415
+    write_program(tmp_path, BUSY + "busy(0.3)  # @hot\n")
+    profile = profile_json(run_pyrometer, tmp_path, [])
+    saved = tmp_path / "p.json"
+    expected = run_pyrometer(["view", saved], cwd=tmp_path)
+    assert expected.returncode == 0 and "# @hot" in expected.stdout, expected
+    env = program_env(groundtruth_dir)
+    for name in ("/dev/stdin", "-"):
+        with open(saved, "rb") as f:  # redirected from a file
+            from_file = subprocess.run([sys.executable, "-m", "pyrometer", "view", name], stdin=f,
+                                       capture_output=True, cwd=tmp_path, env=env, timeout=TIMEOUT_S)
+        # through a pipe, which cannot seek
+        piped = subprocess.run([sys.executable, "-m", "pyrometer", "view", name], input=saved.read_bytes(),
+                               capture_output=True, cwd=tmp_path, env=env, timeout=TIMEOUT_S)
+        for proc in (from_file, piped):
+            assert proc.returncode == 0, proc.stderr
+            assert proc.stdout.decode() == expected.stdout and proc.stderr == b""
+    # JSON back out of view goes to standard output: no program shares it there.
+    again = subprocess.run([sys.executable, "-m", "pyrometer", "view", "-", "--json"], input=saved.read_bytes(),
+                           capture_output=True, cwd=tmp_path, env=env, timeout=TIMEOUT_S)
+    assert json.loads(again.stdout) == profile
+
+
+@pytest.mark.parametrize("mode, args, line", [
+    ("json", ["--json"],
+     "pyrometer: profile written to pyrometer-profile.json (view: pyrometer view pyrometer-profile.json)"),
+    ("json outfile", ["--json", "--outfile", "my profile.json"],
+     "pyrometer: profile written to my profile.json (view: pyrometer view 'my profile.json')"),
+    ("html", ["--html"], "pyrometer: web report written to pyrometer-profile.html (view: open it in a browser)"),
+    ("text outfile", ["--outfile", "r.txt"], "pyrometer: report written to r.txt (view: less -S r.txt)"),
+    ("periodic", ["--json", "--profile-interval", "0.1"],
+     "pyrometer: profile written to pyrometer-profile.json, also every 0.1 s while the program ran "
+     "(view: pyrometer view pyrometer-profile.json)"),
+    ("periodic text", ["--profile-interval", "0.1"],
+     "pyrometer: report written to pyrometer-profile.txt, also every 0.1 s while the program ran "
+     "(view: less -S pyrometer-profile.txt)"),
+    ("device", ["--json", "--outfile", os.devnull], f"pyrometer: profile written to {os.devnull}"),
+], ids=lambda v: v if isinstance(v, str) and " " not in v[:12] else None)
+def test_every_mode_says_where_its_output_went(tmp_path, run_pyrometer, mode, args, line):
+    write_program(tmp_path, CHATTY)
+    proc = run_pyrometer([*args, "prog.py"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "program line 0\nprogram line 1\nprogram line 2\n", "a report went into stdout"
+    # After the program's own standard error, one line.
+    assert proc.stderr == "program error line\n" + line + "\n", proc.stderr
+    quiet = run_pyrometer(["--quiet", *args, "prog.py"], cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == "program error line\n", quiet.stderr
+
+
+def test_text_report_to_stdout_needs_no_line(tmp_path, run_pyrometer):
+    write_program(tmp_path, CHATTY)
+    proc = run_pyrometer(["prog.py"], cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "program error line\n", proc.stderr
+    assert "pyrometer: prog.py" in proc.stdout
+
+
+def test_view_says_where_and_quiet_silences_it(tmp_path, run_pyrometer):
+    write_program(tmp_path, BUSY + "busy(0.2)\n")
+    profile_json(run_pyrometer, tmp_path, [])
+    proc = run_pyrometer(["view", "p.json", "--json", "-o", "again.json"], cwd=tmp_path)
+    assert proc.stderr == "pyrometer: profile written to again.json (view: pyrometer view again.json)\n"
+    proc = run_pyrometer(["view", "p.json", "--html", "--quiet"], cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "" and (tmp_path / "pyrometer-profile.html").exists()
+
+
+def test_version(tmp_path, run_pyrometer):
+    import pyrometer  # noqa: PLC0415
+    proc = run_pyrometer(["--version"], cwd=tmp_path)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"pyrometer {pyrometer.__version__}\n", "")
+
+
+def _help_of(text: str, option: str) -> str:
+    """The help text of one option, its lines joined."""
+    start = re.search(rf"^  {re.escape(option)}\b.*$", text, re.M)
+    assert start, f"{option} not in --help"
+    rest = text[start.start():].splitlines()
+    block = [rest[0]] + [line for line in __import__("itertools").takewhile(
+        lambda line: line.startswith(" " * 10), rest[1:])]
+    return " ".join(" ".join(block).split())
+
+
+def test_help_says_the_truth(tmp_path, run_pyrometer):
+    proc = run_pyrometer(["--help"], cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    text = proc.stdout
+    # A flag's "default" is its variable's (True for --no-leak-detector): never shown.
+    assert "default: True" not in text and "default: False" not in text, text
+    assert "reported by default" in _help_of(text, "--no-leak-detector")
+    # The description promises GPU only beside the option that keeps the promise.
+    description = " ".join(text.split("\n\n")[1].split())
+    assert "GPU" in description and "--gpu" in text and "--no-gpu" in text, description
+    for option in ("--outfile", "--profile-interval", "--profile-only", "--profile-exclude"):
+        assert "default" in _help_of(text, option), f"{option}: {_help_of(text, option)}"
+    assert "pyrometer-profile.json" in _help_of(text, "--json")
+    rate = _help_of(text, "--cpu-sampling-rate")
+    assert "0.0001" in rate and " 1 " in rate + " " and "0.01" in rate, rate
+    assert "--quiet" in text and "--version" in text
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--cpu-sampling-rate", "2"], "--cpu-sampling-rate must be between 0.0001 and 1 seconds, not 2"),
+    (["--cpu-sampling-rate", "0.00005"], "--cpu-sampling-rate must be between 0.0001 and 1 seconds, not 0.00005"),
+    (["--cpu-sampling-rate", "abc"], "--cpu-sampling-rate: expected a number of seconds, not 'abc'"),
+    (["--cpu-percent-threshold", "101"], "--cpu-percent-threshold must be at least 0 and at most 100, not 101"),
+    (["--profile-interval", "0"], "--profile-interval must be greater than 0 and at most 1e+09 seconds, not 0"),
+    (["--allocation-sampling-window", "10"],
+     "--allocation-sampling-window must be between 4096 bytes and 16 GiB (17179869184), not 10"),
+    (["--malloc-threshold", "-1"], "--malloc-threshold must be at least 0 and at most 1e+09 MB, not -1"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_errors_name_the_option_once_and_state_the_limits(tmp_path, run_pyrometer, args, expected):
+    write_program(tmp_path, "print('should not run')\n")
+    proc = run_pyrometer([*args, "prog.py"], cwd=tmp_path)
+    assert proc.returncode == 2
+    line = one_line_error(proc)
+    assert line == "pyrometer: error: " + expected, line
+    assert line.count(args[0]) == 1, line
+
+
+def test_scalene_top_level_names(tmp_path, run_pyrometer):
+    """growth_rate, max_footprint_fname and max_footprint_lineno, as Scalene
+    writes them (scalene view's web page needs growth_rate)."""
+    prog = write_program(tmp_path, """
+        keep = [bytearray(1 << 20) for _ in range(40)]  # @kept
+        for _ in range(40):
+            temporary = bytearray(1 << 20)
+        """)
+    profile = profile_json(run_pyrometer, tmp_path, ["--allocation-sampling-window", "65536"])
+    where = profile["max_footprint_where"]
+    assert where is not None
+    assert profile["max_footprint_fname"] == where["filename"] == str(prog.resolve())
+    assert profile["max_footprint_lineno"] == where["lineno"] >= 1
+    # 40 MB kept of about 80 MB allocated: about half, as a percentage.
+    assert 25 <= profile["growth_rate"] <= 75, profile["growth_rate"]

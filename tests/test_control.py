@@ -188,8 +188,8 @@ def test_api_outside_pyrometer_does_nothing(run_bare):
     (["--on", "--off", "--pid", "123"], "--pid N needs --off (pause) or --on (resume)"),
     (["--on", "prog.py"], "--on needs --pid N"),
     (["--off", "--pid", "123", "prog.py"], "takes no program"),
-    (["--off", "--pid", "x"], "--pid must be a process id"),
-    (["--on", "--pid", "0"], "--pid must be a process id"),
+    (["--off", "--pid", "x"], "--pid: expected a process id"),
+    (["--on", "--pid", "0"], "--pid: expected a process id"),
 ])
 def test_usage_errors(run_pyrometer, tmp_path, args, words):
     proc = run_pyrometer(args, cwd=tmp_path)
@@ -515,3 +515,32 @@ def test_web_page_header_says_how_long_it_was_paused(run_pyrometer, tmp_path):
         options = page.eval("document.getElementById('run-options').textContent")
     assert "(paused " in meta and "not charged)" in meta, meta
     assert "started paused (--off)" in options, options
+
+
+def test_gpu_time_while_paused_is_not_charged(profile_program, fake_nvml_dir):
+    """The GPU (the NVML test double, tests/gpu/fake_nvml.c) is busy 1 s in a
+    profiled stretch and 1 s in a paused one: only the first is charged, to its
+    line, and the device's busy time is that second only."""
+    previous = os.environ.get("LD_LIBRARY_PATH")
+    env = {"LD_LIBRARY_PATH": str(fake_nvml_dir) + (os.pathsep + previous if previous else "")}
+    run = profile_program("""
+        import ctypes, time, pyrometer
+        nv = ctypes.CDLL("libnvidia-ml.so.1")
+        time.sleep(0.5)
+        nv.fake_nvml_busy(0, 1)
+        time.sleep(1.0)  # GPU PROFILED
+        pyrometer.stop()
+        time.sleep(1.0)  # GPU PAUSED
+        nv.fake_nvml_busy(0, 0)
+        pyrometer.start()
+        time.sleep(0.5)  # GPU IDLE
+        """, ["--cpu-only", "--gpu"], env=env)
+    p = run.profile
+    figures = {m: run.line(m).get("n_gpu_sec", 0.0) for m in ("GPU PROFILED", "GPU PAUSED", "GPU IDLE")}
+    info = f"{figures}; gpu_time_sec {p.get('gpu_time_sec')}, paused_sec {p['paused_sec']:.3f}"
+    print(info)
+    assert p["gpu"] is True, info
+    assert figures["GPU PROFILED"] == pytest.approx(1.0, rel=0.15), info
+    assert figures["GPU PAUSED"] < 0.05, info
+    assert figures["GPU IDLE"] < 0.1, info
+    assert p["gpu_time_sec"] == pytest.approx(1.0, rel=0.15), info

@@ -53,7 +53,8 @@ def profiled(run_pyrometer, tmp_path, source, options=(), args=(), name="prog.py
     out = tmp_path / "out.json"
     if out.exists():
         out.unlink()
-    proc = run_pyrometer(["--json", "--outfile", out, *options, prog, *args], cwd=tmp_path)
+    # --quiet: pyrometer's own lines on stderr are only the ones a test looks for.
+    proc = run_pyrometer(["--quiet", "--json", "--outfile", out, *options, prog, *args], cwd=tmp_path)
     return proc, out, prog
 
 
@@ -336,7 +337,8 @@ def test_ctrl_c_twice(tmp_path, start_pyrometer, groundtruth_dir, options):
     (tmp_path / "ready").unlink()
     (tmp_path / "cleaning").unlink()
     p_status, p_stdout, p_stderr = ctrl_c_twice(start_pyrometer, tmp_path,
-                                                ["--json", "--outfile", str(out), *options, str(prog)], prog)
+                                                ["--quiet", "--json", "--outfile", str(out), *options, str(prog)],
+                                                prog)
     assert p_status == status == -signal.SIGINT, p_stderr
     assert p_stdout == stdout == "cleaning up\n"
     # Where each Ctrl-C lands in the busy loop (which line of it) is chance, in
@@ -361,8 +363,8 @@ open("ready", "w").close()
 busy(20)
 """)
     out = tmp_path / "out.json"
-    proc = start_pyrometer(["--json", "--profile-interval", "0.1", "--outfile", str(out), str(prog)], cwd=tmp_path,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_pyrometer(["--quiet", "--json", "--profile-interval", "0.1", "--outfile", str(out), str(prog)],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(proc, tmp_path / "ready")
         os.killpg(proc.pid, signal.SIGINT)

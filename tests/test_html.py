@@ -69,7 +69,9 @@ def report(tmp_path_factory, groundtruth_dir):
     proc = subprocess.run([sys.executable, "-m", "pyrometer", "--html", "--malloc-threshold", "20", "prog.py"],
                           cwd=d, capture_output=True, text=True, env=program_env(groundtruth_dir), timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "" and proc.stderr == "", (proc.stdout, proc.stderr)
+    assert proc.stdout == "", proc.stdout
+    assert proc.stderr == "pyrometer: web report written to pyrometer-profile.html (view: open it in a browser)\n", (
+        proc.stderr)
     page = d / "pyrometer-profile.html"
     assert page.exists(), "--html did not write pyrometer-profile.html"
     return page
@@ -158,6 +160,38 @@ def test_line_columns_bars_and_sparklines(page):
     assert "warm" in alloc["cls"].split() or "hot" in alloc["cls"].split(), alloc
     cold = row_of(page, "@cold")
     assert cold["cls"] == "r" and set(cold["cells"][1:-1]) <= {""}, cold
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+def test_source_in_view_in_a_narrow_window(width, browser, report):
+    """In a window 800 px wide every column is still there, all of them in
+    view with the start of the source beside them (not scrolled off to the
+    right); the column names are short there, their full names unchanged in
+    the page (and the tooltip)."""
+    page = browser.open(report)
+    browser.send("Emulation.setDeviceMetricsOverride",
+                 {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, page.session)
+    page.settle()
+    n = lineno("@hot")
+    geometry = page.eval(f"""(function () {{
+        var row = Array.from(document.querySelectorAll("#F0 .prof.lines .r")).find(function (r) {{
+            return r.children[0].textContent === "{n}"; }});
+        row.scrollIntoView({{block: "center"}});
+        return {{view: document.documentElement.clientWidth,
+                 cells: Array.from(row.children).map(function (c) {{
+                     var b = c.getBoundingClientRect(); return [b.left, b.right, c.className]; }}),
+                 shown: Array.from(document.querySelectorAll("#F0 .prof.lines .h > span")).map(function (h) {{
+                     return getComputedStyle(h, "::before").content; }})}}; }})()""")
+    view, cells = geometry["view"], geometry["cells"]
+    assert view <= width
+    assert "Memory Python" in headers(page) and "Copy MB/s" in headers(page), headers(page)
+    *figures, (src_left, _, cls) = cells
+    assert cls == "src"
+    for left, right, _ in figures:
+        assert right <= view + 0.5, f"a figure column is out of view at {width} px: {cells}"
+    assert src_left + 200 <= view, f"the source starts at {src_left} px of {view}: out of view"
+    if width == 800:
+        assert '"Py"' in geometry["shown"], geometry["shown"]
 
 
 def test_hover_shows_figures(page):

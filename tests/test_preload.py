@@ -42,7 +42,7 @@ def test_library_under_a_path_with_a_space_or_a_colon(tmp_path, where, groundtru
     # A temporary directory LD_PRELOAD could not carry either: the link goes elsewhere.
     tmpdir = tmp_path / "temp dir"
     tmpdir.mkdir()
-    proc = subprocess.run([sys.executable, "-c", FROM_INSTALL, str(install), "--json", "--outfile", out,
+    proc = subprocess.run([sys.executable, "-c", FROM_INSTALL, str(install), "--quiet", "--json", "--outfile", out,
                            "prog.py", seen], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           env=program_env(groundtruth_dir, {"TMPDIR": str(tmpdir)}), stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr

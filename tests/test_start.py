@@ -184,7 +184,7 @@ def test_stdlib_module_reports_its_package(tmp_path, run_pyrometer):
     data = tmp_path / "data.json"
     data.write_text(json.dumps([{"a": i, "b": [str(i)] * 5, "c": {"d": None}} for i in range(150_000)]))
     out = tmp_path / "profile.json"
-    proc = run_pyrometer(["--cpu-only", "--json", "--outfile", out, "-m", "json.tool", data, os.devnull],
+    proc = run_pyrometer(["--quiet", "--cpu-only", "--json", "--outfile", out, "-m", "json.tool", data, os.devnull],
                          cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     ref = python(["-m", "json.tool", data, os.devnull], cwd=tmp_path)

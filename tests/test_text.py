@@ -50,13 +50,60 @@ def test_lines_fit_the_width(width):
     assert "…" in out
 
 
-def test_narrow_terminal_keeps_the_source():
-    out = text.render(make_profile(1, 20), width=80)
-    header = next(line for line in out.splitlines() if line.startswith("Line"))
-    assert "source" in header and "Copy MB/s" not in header
-    assert "too narrow for the" in out
-    wide = text.render(make_profile(1, 20), width=200)
-    assert "Copy MB/s" in wide and "too narrow" not in wide
+def _figures(profile: dict, waits: bool, awaits: bool) -> dict[int, list[str]]:
+    """What each line of the first file must show, cell by cell: every figure,
+    whatever the width (a timeline's sparkline is as long as the layout makes
+    it: its share, the figure, is compared)."""
+    (f,) = [next(iter(profile["files"].values()))]
+    expected = {}
+    for e in f["lines"]:
+        cells = text._time_cells(e, waits, awaits) + (text._memory_cells(e) if profile["memory"] else [])
+        expected[e["lineno"]] = [c.split(" ")[-1] if isinstance(c, text._Timeline) else c for c in cells]
+    return expected
+
+
+def _shown_figures(out: str, lineno: int) -> list[str]:
+    row = next(line for line in out.splitlines() if re.match(rf"\s*{lineno}\s*│", line))
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    return [c.split(" ")[-1] if "%" in c and " " in c else c for c in cells]
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 200])
+@pytest.mark.parametrize("extra", ["memory", "memory+wait", "memory+wait+await", "cpu-only"])
+def test_every_column_at_every_width(width, extra):
+    """An 80-column terminal (and a 60-column one) shows every figure column:
+    the source is what gives way, never a figure; every line fits."""
+    profile = make_profile(1, 30, seed=3, memory=extra != "cpu-only")
+    waits, awaits = "wait" in extra, "await" in extra
+    if waits:
+        profile["cpu_time_sec"]["gil_wait"] = 5.0
+    if awaits:
+        profile["await_time_sec"] = 3.0
+    out = text.render(profile, width=width)
+    for line in out.splitlines():
+        assert columns(line) <= width, f"{columns(line)} columns > {width}: {line!r}"
+    expected = _figures(profile, waits, awaits)
+    for lineno, cells in expected.items():
+        assert _shown_figures(out, lineno) == cells, (width, extra, lineno, out)
+    if extra != "cpu-only":
+        assert "too narrow" not in out
+        assert ("Copy MB/s" in out) if width >= 132 else ("Copy" in out and "MB/s" in out)
+    # The source is still there, cut where it must be.
+    assert "def " in out and "= " in out
+
+
+def test_header_and_notices_wrap_not_cut():
+    profile = make_profile(1, 10)
+    profile["notices"] = ["a notice long enough to need three lines at eighty columns, " * 3 + "END"]
+    for width in (60, 80):
+        out = text.render(profile, width=width)
+        head = out.split("\n\n")[0]
+        assert "…" not in head, head
+        words = " ".join(head.split())
+        assert "exit status 0" in words and "notice: a notice long" in words and "columns, END" in words, head
+        assert "--allocation-sampling-window 1048576" in words, head
+        for line in head.splitlines():
+            assert columns(line) <= width, line
 
 
 def test_header_says_what_how_long_which_options_how_many_samples():

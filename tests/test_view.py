@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -77,7 +78,8 @@ def test_view_json_round_trip(saved, tmp_path, run_pyrometer):
 
 def test_view_html_default_file_and_outfile(saved, tmp_path, run_pyrometer):
     proc = run_pyrometer(["view", saved, "--html"], cwd=tmp_path)
-    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc
+    assert proc.returncode == 0 and proc.stdout == "", proc
+    assert proc.stderr == "pyrometer: web report written to pyrometer-profile.html (view: open it in a browser)\n"
     page = (tmp_path / "pyrometer-profile.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "# hot line" in page
     proc = run_pyrometer(["view", saved, "--html", "-o", tmp_path / "x.html"], cwd=tmp_path)
@@ -100,7 +102,10 @@ def test_view_web_without_a_browser_prints_the_path(saved, tmp_path, run_pyromet
     env = {k: "" for k in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")}
     proc = run_pyrometer(["view", saved, "--web"], cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
-    assert str((tmp_path / "pyrometer-profile.html").resolve()) in proc.stdout, proc.stdout
+    # Said on standard error, where pyrometer's words go: standard output is the report's or the program's.
+    assert proc.stdout == ""
+    assert str((tmp_path / "pyrometer-profile.html").resolve()) in proc.stderr, proc.stderr
+    assert "no browser" in proc.stderr
 
 
 def test_web_while_profiling_without_a_browser(tmp_path, run_pyrometer):
@@ -108,8 +113,8 @@ def test_web_while_profiling_without_a_browser(tmp_path, run_pyrometer):
     env = {k: "" for k in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")}
     proc = run_pyrometer(["--web", "prog.py"], cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("ran\n")
-    assert "pyrometer-profile.html" in proc.stdout and (tmp_path / "pyrometer-profile.html").exists()
+    assert proc.stdout == "ran\n", "pyrometer wrote into the program's standard output"
+    assert "pyrometer-profile.html" in proc.stderr and (tmp_path / "pyrometer-profile.html").exists()
 
 
 def _write(tmp_path: Path, content: str | bytes, name: str = "bad.json") -> Path:
@@ -286,3 +291,24 @@ def test_view_takes_fields_of_a_newer_pyrometer_and_fills_in_an_older_ones(tmp_p
     assert _first_file(again)["functions"] == [] and _first_file(again)["lines"][1]["newer_entry_field"] == [1, 2]
     for fmt in ([], ["--html"]):
         assert run_pyrometer(["view", path, *fmt], cwd=tmp_path).returncode == 0
+
+
+def test_scalene_names_checked_and_given_to_older_profiles():
+    """max_footprint_fname/_lineno say what max_footprint_where says: an older
+    profile without them gets them, one where they disagree is refused;
+    growth_rate must be a number."""
+    from pyrometer import model  # noqa: PLC0415
+    older = make_profile(1, 10)
+    for name in ("growth_rate", "max_footprint_fname", "max_footprint_lineno"):
+        older.pop(name, None)
+    where = older["max_footprint_where"]
+    checked = model.check(json.loads(json.dumps(older)))
+    assert (checked["max_footprint_fname"], checked["max_footprint_lineno"]) == (where["filename"], where["lineno"])
+    assert "growth_rate" not in checked  # not made up where the profile cannot tell it
+    for name, value, message in (("max_footprint_fname", "/elsewhere.py", "max_footprint_fname is '/elsewhere.py'"),
+                                 ("max_footprint_lineno", where["lineno"] + 1, "max_footprint_lineno is"),
+                                 ("max_footprint_lineno", 0, "max_footprint_lineno is out of range"),
+                                 ("growth_rate", "12", "growth_rate has the wrong type")):
+        bad = dict(json.loads(json.dumps(older)), **{name: value})
+        with pytest.raises(model.ProfileError, match=re.escape(message)):
+            model.check(bad)

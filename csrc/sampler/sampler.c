@@ -9,6 +9,7 @@
 #include "../common/table.h"
 #include "../profile/codes.h"
 #include "../profile/line_stats.h"
+#include "../profile/line_timeline.h"
 #include "../profile/periodic.h"
 #include "../memory/mem_profile.h"
 #include "../memory/pyalloc.h"
@@ -118,6 +119,23 @@ static struct {
 static uint64_t delta(uint64_t now, uint64_t before)
 {
     return now > before ? now - before : 0;
+}
+
+/* CPU used by the profiler's other threads (the GPU thread), which have no
+ * Python state: each adds its own as it goes (sampler_add_helper_cpu), so that
+ * it is the profiler's, not the program's native time of threads without
+ * Python state. */
+static _Atomic uint64_t helper_cpu_total_ns;
+static uint64_t helper_cpu_at_start_ns, last_helper_cpu_ns; /* GIL held */
+
+void sampler_add_helper_cpu(uint64_t ns)
+{
+    atomic_fetch_add(&helper_cpu_total_ns, ns);
+}
+
+static uint64_t helper_cpu_since_start(void)
+{
+    return delta(atomic_load(&helper_cpu_total_ns), helper_cpu_at_start_ns);
 }
 
 /* Where a thread's time goes: the nearest reported frame on its stack, and the
@@ -446,7 +464,9 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
     uint64_t window = delta(now, S.last_wall_ns);
     uint64_t process_used = delta(process_cpu, S.last_process_cpu_ns);
     uint64_t sampler_used = delta(sampler_cpu, S.last_sampler_cpu_ns);
-    uint64_t program_used = delta(process_used, sampler_used);
+    uint64_t helper_cpu = atomic_load(&helper_cpu_total_ns);
+    uint64_t program_used = delta(process_used, sampler_used + delta(helper_cpu, last_helper_cpu_ns));
+    last_helper_cpu_ns = helper_cpu;
     double core_fraction = 0.0;
     if (window > 0) {
         core_fraction = (double)program_used / ((double)window * (double)S.n_cpus);
@@ -544,6 +564,17 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
             if (at->main_runq_ns != CLOCK_UNAVAILABLE && at->main_runq_ns <= t->last_runq_ns) {
                 t->last_runq_ns = at->main_runq_ns;
             }
+        }
+    }
+
+    /* Which line the main thread stood on, and when, for measurements that
+     * arrive late with their own time (the GPU's windows: line_timeline.h). */
+    if (line_timeline_enabled()) {
+        if (mode == SNAPSHOT_REBASE) {
+            line_timeline_note(line_timeline_now_ns(), LINE_TIMELINE_PAUSED, 0); /* since the pause */
+        } else {
+            line_timeline_note(line_timeline_now_ns(), main_location.ok ? main_location.site : SITE_NONE,
+                               main_location.lineno);
         }
     }
 
@@ -1057,6 +1088,7 @@ int sampler_start(const sampler_options *options)
     S.last_process_cpu_ns = S.totals.process_cpu_ns = clock_process_cpu_ns();
     S.last_sampler_cpu_ns = 0;
     S.earlier_samplers_cpu_ns = 0;
+    helper_cpu_at_start_ns = last_helper_cpu_ns = atomic_load(&helper_cpu_total_ns);
     S.untracked_carry = 0;
     S.main_tid = pyframe_thread_tid(S.main_ts);
     control_set_main_thread(S.main_tid);
@@ -1120,7 +1152,7 @@ void sampler_stop(void)
         S.paused = 0;
     }
     S.totals.process_cpu_ns = delta(clock_process_cpu_ns(), S.totals.process_cpu_ns);
-    S.totals.sampler_cpu_ns = S.earlier_samplers_cpu_ns + S.last_sampler_cpu_ns;
+    S.totals.sampler_cpu_ns = S.earlier_samplers_cpu_ns + S.last_sampler_cpu_ns + helper_cpu_since_start();
 }
 
 int sampler_running(void)
@@ -1139,7 +1171,7 @@ void sampler_get_totals(sampler_totals *out)
          * stop (os._exit, exec, a termination signal, a child's end) needs the
          * CPU used so far. */
         out->process_cpu_ns = delta(clock_process_cpu_ns(), S.totals.process_cpu_ns);
-        out->sampler_cpu_ns = S.earlier_samplers_cpu_ns + S.last_sampler_cpu_ns;
+        out->sampler_cpu_ns = S.earlier_samplers_cpu_ns + S.last_sampler_cpu_ns + helper_cpu_since_start();
     }
     if (S.active && S.paused) {
         out->paused_ns += delta(end, S.paused_since_ns);

@@ -32,7 +32,7 @@ typedef struct {
     uint64_t main_snapshots;     /* of which answered by the main thread */
     uint64_t threads_seen;       /* distinct Python threads sampled */
     uint64_t process_cpu_ns;     /* CPU of the whole process over the run */
-    uint64_t sampler_cpu_ns;     /* CPU the sampler thread itself used */
+    uint64_t sampler_cpu_ns;     /* CPU the sampler thread itself used, and the profiler's other threads */
     uint64_t untracked_native_ns;/* CPU of threads without Python state, charged as native */
     double mean_interval_ns;     /* achieved time between samples */
     double unit_ns;              /* length of one estimated unit (see cpu_sums) */
@@ -61,5 +61,8 @@ void sampler_apply_control(void);
 void sampler_get_totals(sampler_totals *out);
 /* Per-thread bookkeeping and counters; the line records stay in line_stats. */
 void sampler_release(void);
+/* From the profiler's other threads (no Python state; any thread, no GIL):
+ * ns more of their CPU, which is the profiler's, not the program's. */
+void sampler_add_helper_cpu(uint64_t ns);
 
 #endif

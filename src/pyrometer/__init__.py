@@ -1,5 +1,21 @@
 """pyrometer: a high-precision, low-overhead CPU, GPU and memory profiler for Python."""
 
-__version__ = "0.1.0"
+from .focus import profile  # @profile: a no-op decorator unless pyrometer runs the program
+from .control import profiling, start, stop  # regions: docs/how-it-works.md, "Pause and resume"
 
-from .control import profiling, start, stop  # noqa: E402  (regions: docs/how-it-works.md, "Pause and resume")
+__version__ = "0.1.0"
+__all__ = ["profile", "profile_this", "load_ipython_extension", "start", "stop", "profiling"]
+
+
+def profile_this(func, *args, **kwargs):
+    """Profile func(*args, **kwargs) in this process; returns (result, profile).
+    See pyrometer.inprocess.profile_this."""
+    from .inprocess import profile_this
+    return profile_this(func, *args, **kwargs)
+
+
+def load_ipython_extension(ipython):
+    """%load_ext pyrometer: the %pyrometer and %%pyrometer magics (pyrometer.jupyter).
+    Imported only then, so that `import pyrometer` does not import IPython."""
+    from .jupyter import load_ipython_extension
+    load_ipython_extension(ipython)

@@ -119,7 +119,9 @@ class RunDirectory:
     current: "RunDirectory | None" = None
 
     def __init__(self, settings: dict[str, Any]):
+        preload.sweep_stale()  # what runs that were killed left behind
         self.path = tempfile.mkdtemp(prefix="pyrometer-run-", dir=preload.private_parent())  # mode 0700
+        preload.mark_owner(self.path)
         self.owner = os.getpid()
         boot = os.path.join(self.path, _BOOT)
         os.mkdir(boot, 0o700)
@@ -328,14 +330,22 @@ class ChildSession:
         _core.start(interval=s["interval"], virtual_time=s["virtual_time"], include=self.include,
                     exclude=exclude, own=own, only=s["only"], exclude_substrings=s["exclude_substrings"],
                     profile_all=s["profile_all"], memory_window=window, leak_detector=s["leak_detector"],
-                    program=s.get("program", []),
+                    program=s.get("program", []), gpu=self._gpu(),
                     start_off=int(s.get("start_off", False)) if start_off is None else start_off,
                     control_file=os.path.join(s["run_dir"], CONTROL_FILE))
         _core.ending_install(self._on_termination_signal)
+        from . import focus
+        focus.install_builtin()  # a profiled child is the program too: its @profile counts
         self.endings = Endings(self.write, _core.ending_signal, _core.ending_reinstall, _core.ending_die)
         self.endings.install()
         ChildSession.current = self
         _write_json(self._path("s"), self._record())
+
+    def _gpu(self) -> int:
+        """A child started afresh (exec, spawn) profiles its own GPU use; a forked
+        one does not: the parent's GPU library state (its locks, its threads)
+        is not usable after a fork, and CUDA is not either."""
+        return 0 if self.started_by == "fork" else self.settings.get("gpu", 0)
 
     def _record(self) -> dict[str, Any]:
         return {"pid": self.pid, "ppid": self.ppid, "command": list(getattr(sys, "orig_argv", sys.argv)),
@@ -369,9 +379,9 @@ class ChildSession:
                 self.writing = None
 
     def _write(self, status: int | None, ended_by: str) -> bool:
-        from . import _core
+        from . import _core, focus
         wall = time.perf_counter() - self.t0
-        raw = _core.collect()
+        raw = focus.collect_into(_core.collect())
         spawned, reaped = _Family.records()
         memory = raw.get("memory")
         record = self._record()
@@ -526,7 +536,16 @@ class Merger:
         for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
             self._add_cpu((filename, lineno, qualname, firstlineno), cpu)
         self.unattributed = list(raw["unattributed"])
+        # @profile's functions, of every process: a child may decorate its own.
+        self.focus: dict[tuple, int] = {}
+        self._add_focus(raw)
         self.memory = raw.get("memory")
+        self.gpu_lines: dict[tuple, list] = {}
+        gpu = raw.get("gpu")
+        if gpu is not None and gpu["status"] == "ok":
+            for filename, lineno, qualname, firstlineno, *sums in gpu["lines"]:
+                self.gpu_lines[(filename, lineno, qualname, firstlineno)] = list(sums)
+            raw["gpu"] = dict(gpu, devices=[dict(d) for d in gpu["devices"]])
         self.mem_lines: dict[tuple, dict[str, Any]] = {}
         if self.memory:
             for r in self.memory["lines"]:
@@ -539,6 +558,11 @@ class Merger:
         else:
             for i, v in enumerate(cpu):
                 sums[i] += v
+
+    def _add_focus(self, raw: dict[str, Any]) -> None:
+        for filename, qualname, first, last in raw.get("profiled_functions", []):
+            key = (str(filename), str(qualname), int(first))
+            self.focus[key] = max(self.focus.get(key, 0), int(last))
 
     def _add_memory_line(self, r: dict[str, Any], offset: float) -> None:
         key = (r["filename"], r["lineno"], r["function"], r["function_lineno"])
@@ -557,12 +581,14 @@ class Merger:
     def add(self, child: dict[str, Any]) -> None:
         raw = child["raw"]
         offset = child.get("start_time", self.start_time) - self.start_time
+        self._add_focus(raw)  # first: a child of another shape fails here, before any sum
         for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
             self._add_cpu((filename, lineno, qualname, firstlineno), cpu)
         for i, v in enumerate(raw["unattributed"]):
             self.unattributed[i] += v
         for name in _SCALARS_SUMMED:
             self.raw[name] = self.raw.get(name, 0) + raw.get(name, 0)
+        self._add_gpu(raw.get("gpu"))
         memory = raw.get("memory")
         if memory and self.memory:
             for r in memory["lines"]:
@@ -578,10 +604,52 @@ class Merger:
             if not memory.get("python_memory_profiled", True):
                 self.memory["python_memory_profiled"] = False
 
+    def _add_gpu(self, gpu: dict[str, Any] | None) -> None:
+        """A child's GPU aggregates (each process samples its own GPU use):
+        busy time and memory samples add up per line; a device's figures add up
+        by its name; the run's peak is the largest of any one process."""
+        if gpu is None:
+            return
+        mine = self.raw.get("gpu")
+        if mine is None or (mine["status"] != "ok" and gpu["status"] == "ok"):
+            self.raw["gpu"] = mine = dict(gpu, lines=[], devices=[], notices=list(mine["notices"]) if mine else [],
+                                          unattributed_busy_ns=0.0, peak_memory_bytes=0)
+        if gpu["status"] != "ok":
+            return
+        for filename, lineno, qualname, firstlineno, busy, memory_sum, samples, peak in gpu["lines"]:
+            key = (filename, lineno, qualname, firstlineno)
+            sums = self.gpu_lines.get(key)
+            if sums is None:
+                self.gpu_lines[key] = [busy, memory_sum, samples, peak]
+            else:
+                sums[0] += busy
+                sums[1] += memory_sum
+                sums[2] += samples
+                sums[3] = max(sums[3], peak)
+        names = {d["name"]: d for d in mine["devices"]}
+        for d in gpu["devices"]:
+            have = names.get(d["name"])
+            if have is None:
+                mine["devices"].append(dict(d))
+                names[d["name"]] = mine["devices"][-1]
+            else:
+                have["busy_ns"] += d["busy_ns"]
+                have["samples"] += d["samples"]
+                have["peak_memory_bytes"] = max(have["peak_memory_bytes"], d["peak_memory_bytes"])
+                have["shared"] = have["shared"] or d["shared"]
+                if d["source"] == "process":
+                    have["source"] = "process"
+        mine["unattributed_busy_ns"] += gpu["unattributed_busy_ns"]
+        mine["peak_memory_bytes"] = max(mine["peak_memory_bytes"], gpu["peak_memory_bytes"])
+        mine["notices"] = list(dict.fromkeys([*mine["notices"], *gpu["notices"]]))
+
     def result(self) -> dict[str, Any]:
         raw = dict(self.raw)
+        if raw.get("gpu") is not None and raw["gpu"]["status"] == "ok":
+            raw["gpu"] = dict(raw["gpu"], lines=[(*key, *sums) for key, sums in self.gpu_lines.items()])
         raw["records"] = [(*key, sums) for key, sums in self.records.items()]
         raw["unattributed"] = tuple(self.unattributed)
+        raw["profiled_functions"] = [[*key, last] for key, last in self.focus.items()]
         if self.memory:
             raw["memory"] = dict(self.memory, lines=list(self.mem_lines.values()))
         return raw

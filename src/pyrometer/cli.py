@@ -32,35 +32,72 @@ def _report_stream():
     return None
 
 
-def report_path(fmt: str, outfile: str | None, periodic: bool = False) -> str | None:
-    """Where the report goes: --outfile, else the web page's default file, else
-    (text and JSON) standard output, except for periodic reports, which need a
-    file to replace."""
+def report_path(fmt: str, outfile: str | None, periodic: bool = False,
+                stdout_shared: bool = True) -> str | None:
+    """Where the report goes: --outfile; else a default file for the web page,
+    for periodic reports (which need a file to replace) and for JSON while a
+    program runs (stdout_shared): the program's own standard output is no place
+    for a file that json.load must read, and whether the program writes to it
+    cannot be known before it has run; else (the text report, and JSON from
+    pyrometer view) standard output."""
     if outfile is not None:
         return outfile
-    if fmt == "html" or periodic:
-        return "pyrometer-profile." + {"html": "html", "json": "json", "text": "txt"}[fmt]
+    if fmt == "html" or periodic or (fmt == "json" and stdout_shared):
+        return DEFAULT_FILES[fmt]
     return None
 
 
-def write_report(profile: dict, fmt: str, path: str | None, web: bool = False) -> None:
+DEFAULT_FILES = {"html": "pyrometer-profile.html", "json": "pyrometer-profile.json", "text": "pyrometer-profile.txt"}
+
+
+def write_report(profile: dict, fmt: str, path: str | None, web: bool = False) -> bool | None:
+    """The report, rendered and written to path (None: standard output).  For
+    --web, whether a browser was opened; None otherwise."""
     from .render import json_out, report, text
     if path is None:
         stream = _report_stream()
         to_terminal = (stream or sys.stderr).isatty()
+        # A terminal's width is respected; a file or a pipe gets the lines whole
+        # (a pager or an editor shows them as wide as it likes).
         rendered = report(profile, fmt, color=to_terminal and "NO_COLOR" not in os.environ,
                           width=text.terminal_width() if to_terminal else 1 << 20)
         if stream is not None:
             stream.write(rendered)
             stream.flush()
-        return
+        return None
     json_out.write_report(path, report(profile, fmt))
-    if web:
-        _open_page(path)
+    return _open_page(path) if web else None
 
 
-def _open_page(path: str) -> None:
-    """--web: the browser, or the path when there is none; never an error."""
+def where_written(fmt: str, shown: str, path: str, *, opened: bool | None = None,
+                  interval: float | None = None) -> str:
+    """The one line that says where a report written to a file went and how to
+    look at it.  shown: the path as the user gave it (relative to the directory
+    pyrometer was started in, which is the shell's, whatever the program did
+    with its own); path: the same, absolute."""
+    import shlex
+    from .render.json_out import written_in_place
+    from .render.text import visible
+    what = {"json": "profile", "html": "web report", "text": "report"}[fmt]
+    line = f"pyrometer: {what} written to {visible(shown)}"
+    if interval is not None:
+        line += f", also every {interval:g} s while the program ran"
+    if written_in_place(path):
+        return line  # a FIFO or a device (/dev/stdout, /dev/null): nothing to look at again
+    quoted = visible(shlex.quote(shown))
+    if fmt == "json":
+        return line + f" (view: pyrometer view {quoted})"
+    if fmt == "text":
+        return line + f" (view: less -S {quoted})"
+    if opened:
+        return line + " and opened in a browser"
+    if opened is False:
+        return line + f" (no browser to open it here: the page is {visible(path)})"
+    return line + " (view: open it in a browser)"
+
+
+def _open_page(path: str) -> bool:
+    """--web: whether a browser was opened; never an error."""
     from .preload import environment_without_memhooks
     from .render import html
     # The browser must not inherit the memory library.
@@ -69,11 +106,22 @@ def _open_page(path: str) -> None:
     if "pyrometer.children" in sys.modules:  # nor is it one of the program's children
         sys.modules["pyrometer.children"].restore_environment(os.environ)
     os.environ.update(clean)
-    if not html.open_in_browser(path):
-        stream = _report_stream()
-        if stream is not None:
-            stream.write(f"pyrometer: no browser to open; the report is {os.path.abspath(path)}\n")
+    return bool(html.open_in_browser(path))
+
+
+def say(line: str) -> None:
+    """One line for the user on the real standard error: the program may have
+    replaced sys.stderr with an object of its own (which must not get
+    pyrometer's words), or closed it."""
+    for stream in (sys.__stderr__, sys.stderr):
+        if stream is None or getattr(stream, "closed", False):
+            continue
+        try:
+            stream.write(line + "\n")
             stream.flush()
+            return
+        except (OSError, ValueError):
+            continue
 
 
 def _interpreter_problem(force_version: bool) -> str | None:
@@ -120,6 +168,7 @@ def _profile(options: Options) -> int:
     launcher.prepare(target)
     fmt = options.format
     path = report_path(fmt, options.outfile, periodic=options.profile_interval is not None)
+    shown = path  # as the user gave it, for the line that says where it went
     if path is not None:
         problem = _unwritable(path)
         if problem is not None:
@@ -200,10 +249,12 @@ def _profile(options: Options) -> int:
         try:
             # Only a run that ended by itself opens a browser: not one about to be
             # replaced or to die of a signal.
-            write_report(profile, fmt, path, web=options.web and ended_by == "exit")
+            opened = write_report(profile, fmt, path, web=options.web and ended_by == "exit")
         except OSError as e:
             _error(f"cannot write the report: {e}", 1)
             return False
+        if path is not None and not options.quiet:
+            say(where_written(fmt, shown, path, opened=opened, interval=options.profile_interval))
         return True
 
     def on_termination_signal(signum: int) -> bool:
@@ -317,10 +368,11 @@ def _view(argv: list[str]) -> int:
     from . import model
     parser = _ViewParser(
         prog="pyrometer view",
-        usage="pyrometer view PROFILE.json [--cli | --json | --html [-o FILE] | --web] [--reduced-profile]",
+        usage="pyrometer view PROFILE.json [--cli | --json | --html | --web] [-o FILE] [--reduced-profile] [--quiet]",
         description="Render a profile saved with pyrometer --json, also one made on another machine "
                     "(the source lines come from the profile).")
-    parser.add_argument("profile", metavar="PROFILE.json", help="the saved profile")
+    parser.add_argument("profile", metavar="PROFILE.json",
+                        help="the saved profile; - (or /dev/stdin) reads it from standard input")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--cli", action="store_true", help="the annotated text report (the default)")
     what.add_argument("--json", action="store_true", help="the profile as JSON again (with --reduced-profile: reduced)")
@@ -330,21 +382,27 @@ def _view(argv: list[str]) -> int:
     parser.add_argument("-o", "--outfile", metavar="FILE", default=None, help="write the report to FILE")
     parser.add_argument("--reduced-profile", action="store_true",
                         help="show only lines at or above the thresholds")
+    parser.add_argument("--quiet", action="store_true",
+                        help="do not say on standard error where the report was written")
     try:
         ns = parser.parse_args(argv)
     except UsageError as e:
         return _error(str(e))
     fmt = "json" if ns.json else "html" if (ns.html or ns.web) else "text"
-    path = report_path(fmt, ns.outfile)
+    # No program shares the standard output here: JSON may go there.
+    path = report_path(fmt, ns.outfile, stdout_shared=False)
     if path is not None:
         problem = _unwritable(path)
         if problem is not None:
             return _error(problem)
     try:
-        profile = model.load(ns.profile)
+        # "-": standard input, like /dev/stdin (both are read to their end,
+        # never seeked: a pipe works).
+        profile = (model.loads(sys.stdin.buffer.read(), "standard input") if ns.profile == "-"
+                   else model.load(ns.profile))
         if ns.reduced_profile:
             profile = model.reduced(profile)
-        write_report(profile, fmt, path, web=ns.web)
+        opened = write_report(profile, fmt, path, web=ns.web)
     except model.ProfileError as e:
         return _error(str(e))
     except OSError as e:
@@ -352,6 +410,8 @@ def _view(argv: list[str]) -> int:
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         # check() let through something a renderer cannot use: still one line.
         return _error(f"{ns.profile} is damaged: {type(e).__name__}: {e}")
+    if path is not None and not ns.quiet:
+        say(where_written(fmt, path, os.path.abspath(path), opened=opened))
     return 0
 
 
@@ -361,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         argv = argv[1:]
     elif argv and argv[0] == "view":
         return _view(argv[1:])
+    elif argv and argv[0] == "kernel":
+        from .kernel import command  # Jupyter kernels with memory profiling
+        return command(argv[1:])
     try:
         options = parse(argv)
     except UsageError as e:

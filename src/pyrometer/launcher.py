@@ -303,6 +303,10 @@ def _path0(target: Target) -> str:
 
 def run(target: Target, start, stop) -> Outcome:
     """Run the program between start() and stop() and return how it ended."""
+    from . import focus
+    # @profile, for the program only.  Left in place after the run: a daemon
+    # thread of the program may still decorate while the report is written.
+    focus.install_builtin()
     sys.argv = list(target.argv)
     if getattr(sys.flags, "safe_path", False):
         # python -P (3.11+) puts nothing before the standard library, except the

@@ -163,6 +163,64 @@ class _Memory:
 _NO_MEMORY = _Memory()
 
 
+class _Gpu:
+    """GPU samples of one line or function (csrc/gpu/gpu.h): busy device-time,
+    and the process's GPU memory at the polls that found the program there."""
+    __slots__ = ("busy", "memory_sum", "memory_samples", "peak")
+
+    def __init__(self) -> None:
+        self.busy = self.memory_sum = 0.0
+        self.memory_samples = self.peak = 0
+
+    def add(self, busy_ns: float, memory_sum: float, memory_samples: int, peak: int) -> None:
+        self.busy += busy_ns * NS
+        self.memory_sum += memory_sum
+        self.memory_samples += memory_samples
+        self.peak = max(self.peak, peak)
+
+    def fields(self, total_busy: float) -> dict[str, Any]:
+        return {
+            # Scalene's meaning: this line's share of the run's GPU busy time.
+            "n_gpu_percent": min(100.0, self.busy * 100.0 / total_busy) if total_busy > 0 else 0.0,
+            "n_gpu_sec": self.busy,
+            "n_gpu_avg_memory_mb": self.memory_sum / self.memory_samples / MB if self.memory_samples else 0.0,
+            "n_gpu_peak_memory_mb": self.peak / MB,
+        }
+
+
+_NO_GPU = _Gpu()
+
+
+def _gpu_run(gpu: dict[str, Any] | None, options: dict[str, Any]) -> tuple[bool, dict[str, Any], list[str]]:
+    """Whether the profile has GPU data, the top-level GPU fields, and the
+    notices about the GPU (one line when it was asked for and is missing, or
+    when the library failed)."""
+    if gpu is None:
+        return False, {"gpu_status": "off"}, []
+    status, why = gpu["status"], gpu.get("why", "")
+    notices = list(gpu.get("notices", []))
+    if status != "ok" or not gpu["devices"]:
+        reason = why or "the GPU library was still starting when the program ended"
+        if gpu.get("explicit") or status == "failed":
+            notices.insert(0, f"GPU not profiled: {reason}")
+        return False, {"gpu_status": reason}, notices
+    devices = gpu["devices"]
+    busy = sum(d["busy_ns"] for d in devices) * NS
+    by_process = any(d["source"] == "process" for d in devices)
+    return True, {
+        "gpu_status": "profiled",
+        "gpu_device": ", ".join(d["name"] for d in devices),
+        "gpu_utilization_source": "process" if by_process else "device",
+        "gpu_time_sec": busy,
+        "gpu_unattributed_sec": gpu["unattributed_busy_ns"] * NS,
+        "gpu_peak_memory_mb": gpu["peak_memory_bytes"] / MB,
+        "gpu_devices": [{"name": d["name"], "busy_sec": d["busy_ns"] * NS,
+                         "peak_memory_mb": d["peak_memory_bytes"] / MB,
+                         "utilization_source": d["source"], "shared": d["shared"],
+                         "samples": d["samples"]} for d in devices],
+    }, notices
+
+
 def time_share(entry: dict[str, Any]) -> float:
     """A line's or function's share of the run's time, in percent, of every kind."""
     return (entry["n_cpu_percent_python"] + entry["n_cpu_percent_c"] + entry["n_sys_percent"]
@@ -170,7 +228,8 @@ def time_share(entry: dict[str, Any]) -> float:
 
 
 def _significant(entry: dict[str, Any], threshold: float, malloc_threshold: float | None = None) -> bool:
-    cpu = time_share(entry) >= threshold or entry.get("n_await_percent", 0.0) >= threshold
+    cpu = (time_share(entry) >= threshold or entry.get("n_await_percent", 0.0) >= threshold
+           or entry.get("n_gpu_percent", 0.0) >= threshold)
     return cpu or (malloc_threshold is not None and entry.get("n_malloc_mb", 0.0) >= malloc_threshold)
 
 
@@ -202,6 +261,19 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         activity += r["alloc_bytes"] + r["free_bytes"]
         lines[r["filename"]]  # a file with memory samples only is still reported
 
+    gpu_used, gpu_top, gpu_notices = _gpu_run(raw.get("gpu"), options)
+    gpu_lines: dict[str, dict[int, _Gpu]] = defaultdict(lambda: defaultdict(_Gpu))
+    gpu_functions: dict[str, dict[tuple[str, int], _Gpu]] = defaultdict(lambda: defaultdict(_Gpu))
+    gpu_total = 0.0
+    if gpu_used:
+        for filename, lineno, qualname, firstlineno, *sums in raw["gpu"]["lines"]:
+            gpu_lines[filename][lineno].add(*sums)
+            gpu_functions[filename][(qualname, firstlineno)].add(*sums)
+            lines[filename]  # a file with GPU samples only is still reported
+        # The denominator of GPU percentages: all busy time charged, to lines or not.
+        gpu_total = sum(g.busy for per in gpu_lines.values() for g in per.values()) \
+            + raw["gpu"]["unattributed_busy_ns"] * NS
+
     unattributed = _Sums()
     unattributed.add(raw["unattributed"])
     every_line = _Sums()
@@ -220,17 +292,26 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     reduced = options["reduced_profile"]
     footprint_grew = bool(memory) and memory["footprint_bytes"] >= memory["window_bytes"]
     leak_detector = bool(memory) and memory["leak_detector"]
+    focus = Focus(raw.get("profiled_functions", []))
 
     files: dict[str, Any] = {}
     for filename in sorted(lines):
+        if not focus.covers_file(filename):
+            continue
         per_line = lines[filename]
         per_line_mem = mem_lines.get(filename, {})
         source = _source_lines(filename, sources)
         line_entries = []
         leaks = {}
-        for lineno in _lines_to_report(len(source), set(per_line) | set(per_line_mem)):
+        shown = focus.lines_of(filename)
+        per_line_gpu = gpu_lines.get(filename, {})
+        for lineno in _lines_to_report(len(source), set(per_line) | set(per_line_mem) | set(per_line_gpu)):
+            if not shown(lineno):
+                continue
             entry = {"lineno": lineno, "line": source[lineno - 1] if lineno <= len(source) else ""}
             entry.update((per_line.get(lineno) or _Sums()).fields(denominator, await_total))
+            if gpu_used:
+                entry.update(per_line_gpu.get(lineno, _NO_GPU).fields(gpu_total))
             if memory:
                 m = per_line_mem.get(lineno, _NO_MEMORY)
                 entry.update(m.fields(activity, elapsed))
@@ -243,17 +324,25 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             if not reduced or _significant(entry, threshold, malloc_threshold):
                 line_entries.append(entry)
         function_entries = []
-        keys = set(functions[filename]) | set(mem_functions.get(filename, {}))
+        # A decorated function is listed even when all its time is in code
+        # defined inside it (a comprehension, on 3.11): the table names it.
+        keys = (set(functions[filename]) | set(mem_functions.get(filename, {})) | set(gpu_functions.get(filename, {}))
+                | focus.functions_in(filename))
         for qualname, firstlineno in sorted(keys, key=lambda k: (k[1], k[0])):
+            if not shown(firstlineno):  # a decorated function, or one defined inside it
+                continue
             entry = {"lineno": firstlineno, "line": qualname}
             entry.update(functions[filename].get((qualname, firstlineno), _Sums()).fields(denominator, await_total))
+            if gpu_used:
+                entry.update(gpu_functions.get(filename, {}).get((qualname, firstlineno), _NO_GPU).fields(gpu_total))
             if memory:
                 entry.update(mem_functions[filename].get((qualname, firstlineno), _NO_MEMORY).fields(activity, elapsed))
             if not reduced or _significant(entry, threshold, malloc_threshold):
                 function_entries.append(entry)
         file_total = _Sums()
-        for s in per_line.values():
-            file_total.merge(s)
+        for lineno, s in per_line.items():
+            if shown(lineno):
+                file_total.merge(s)
         files[filename] = {
             "percent_cpu_time": file_total.total * 100.0 / denominator if denominator else 0.0,
             "cpu_time_sec": file_total.total,
@@ -308,14 +397,78 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             "await_sec": unattributed.await_,
         },
         "memory": bool(memory),
-        "gpu": False,
+        "gpu": gpu_used,
+        **gpu_top,
         "process_count": process_count if process_count is not None else len(processes or []) or 1,
         "children_merge_sec": raw.get("merge_ns", 0) * NS,
         "processes": processes or [],
-        "notices": [*(notices or []), *_notices(memory, raw["functions_overflowed"])],
-        **(_run_memory(memory, mem_lines, elapsed) if memory else {}),
+        "notices": [*(notices or []), *_notices(memory, raw["functions_overflowed"]), *gpu_notices, *focus.notices(
+            lambda f, first, last: any(first <= n <= last for n in (*lines.get(f, ()), *mem_lines.get(f, ()))))],
+        **(_run_memory(memory, focus.memory_lines(mem_lines), elapsed) if memory else {}),
+        "profiled_functions": focus.fields(),
         "files": files,
     }
+
+
+class Focus:
+    """@profile (focus.py): when the program decorated any function, the report
+    holds only the decorated functions: every line from a function's first
+    (its first decorator's) to its last, code defined inside it included (a
+    nested function, lambda or comprehension is written on the function's
+    lines, and a line's figures cannot be split between code objects), and in
+    the function tables the decorated functions and those defined inside them.
+    The run's totals (the header, the denominator of every percentage, the
+    peak) stay the whole run's.  The one place this is decided: every renderer,
+    and `pyrometer view` of a saved profile, shows what build() kept."""
+
+    def __init__(self, profiled: list):
+        self.sites = sorted({(str(f), str(q), int(first), max(int(first), int(last)))
+                             for f, q, first, last in profiled}, key=lambda s: (s[0], s[2], s[1]))
+        self.spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for filename, _, first, last in self.sites:
+            self.spans[filename].append((first, last))
+
+    def covers_file(self, filename: str) -> bool:
+        return not self.sites or filename in self.spans
+
+    def lines_of(self, filename: str):
+        """Whether a line of this file is shown."""
+        if not self.sites:
+            return lambda lineno: True
+        spans = self.spans.get(filename, ())
+        return lambda lineno: any(first <= lineno <= last for first, last in spans)
+
+    def memory_lines(self, mem_lines: dict) -> dict:
+        if not self.sites:
+            return mem_lines
+        out = {}
+        for f, per in mem_lines.items():
+            shown = self.lines_of(f)
+            out[f] = {n: m for n, m in per.items() if shown(n)}
+        return out
+
+    def fields(self) -> list[dict[str, Any]]:
+        return [{"filename": f, "function": q, "lineno": first, "end_lineno": last}
+                for f, q, first, last in self.sites]
+
+    def functions_in(self, filename: str) -> set[tuple[str, int]]:
+        return {(q, first) for f, q, first, _ in self.sites if f == filename}
+
+    def notices(self, measured) -> list[str]:
+        """measured(filename, first line, last line): whether anything was
+        measured on those lines (before --reduced-profile's thresholds)."""
+        if not self.sites:
+            return []
+        n = len(self.sites)
+        out = [f"@profile: only the {n} decorated function{'s' if n != 1 else ''} (and the code written "
+               "inside them) are shown; the totals above are the whole run's"]
+        missing = [(f, q, first) for f, q, first, last in self.sites if not measured(f, first, last)]
+        if missing:
+            named = ", ".join(f"{q} ({display_name(f)}:{first})" for f, q, first in missing[:3])
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            out.append(f"@profile: nothing was measured in {named}{more}: too brief to be sampled, or "
+                       "not in a file pyrometer reports (--profile-all, --profile-only)")
+        return out
 
 
 SITES_MAX = 100_000  # csrc/profile/sites.h
@@ -346,9 +499,17 @@ def _run_memory(memory: dict[str, Any], mem_lines: dict, elapsed: float) -> dict
     top = sorted(((m.alloc, filename, lineno, m) for filename, per in mem_lines.items()
                   for lineno, m in per.items()), key=lambda x: -x[0])[:10]
     where = memory["max_footprint_where"]
+    allocated = (sum(m.alloc for per in mem_lines.values() for m in per.values())
+                 + memory["native_thread_alloc_bytes"] + memory["unattributed_alloc_bytes"])
     return {
         "max_footprint_mb": max(memory["max_footprint_bytes"], 0) / MB,
         "max_footprint_where": {"filename": where[0], "lineno": where[1]} if where else None,
+        # The same facts under Scalene's names, for tools that read Scalene's
+        # JSON (scalene view): growth_rate is net growth as a percentage of all
+        # bytes allocated, not a rate in time (growth_rate_mb_s is that).
+        "max_footprint_fname": where[0] if where else None,
+        "max_footprint_lineno": where[1] if where and where[1] > 0 else None,
+        "growth_rate": 100.0 * memory["footprint_bytes"] / allocated if allocated > 0 else 0.0,
         "max_footprint_time_sec": memory["max_footprint_time_sec"],
         "footprint_mb": memory["footprint_bytes"] / MB,
         "growth_rate_mb_s": memory["footprint_bytes"] / MB / elapsed if elapsed > 0 else 0.0,
@@ -519,6 +680,7 @@ _OPTIONS = _Object({
     "leak_detector": (_BOOL, _OPTIONAL),
     "profile_interval": (_Null(_NONNEG), _OPTIONAL),
     "children": (_BOOL, _OPTIONAL),
+    "gpu": (_Null(_BOOL), _OPTIONAL),
     "off": (_BOOL, _OPTIONAL),
 })
 
@@ -539,7 +701,9 @@ _TIME_ENTRY = _Object({
     "n_cpu_wait_sec": (_NONNEG, 0.0),
     "n_await_sec": (_NONNEG, 0.0),
     "n_samples": (_COUNT, 0),
-    "n_gpu_percent": (_NONNEG, _OPTIONAL),
+    "n_gpu_percent": (_number(0.0, 100.0), _OPTIONAL),
+    "n_gpu_sec": (_NONNEG, _OPTIONAL),
+    "n_gpu_avg_memory_mb": (_NONNEG, _OPTIONAL),
     "n_gpu_peak_memory_mb": (_NONNEG, _OPTIONAL),
 })
 # With memory profiled, entries also have these (an entry lacking them gets zeros).
@@ -629,6 +793,15 @@ _RUN = _Object({
                      _OPTIONAL),
     "memory": (_BOOL, False),
     "gpu": (_BOOL, False),
+    "gpu_status": (_STR, _OPTIONAL),
+    "gpu_device": (_STR, _OPTIONAL),
+    "gpu_utilization_source": (_STR, _OPTIONAL),  # "device" or "process": checked by check()
+    "gpu_time_sec": (_NONNEG, _OPTIONAL),
+    "gpu_unattributed_sec": (_NONNEG, _OPTIONAL),
+    "gpu_peak_memory_mb": (_NONNEG, _OPTIONAL),
+    "gpu_devices": (_List(_Object({"name": (_STR, _REQUIRED), "busy_sec": (_NONNEG, _REQUIRED),
+                                   "peak_memory_mb": (_NONNEG, 0.0), "utilization_source": (_STR, "device"),
+                                   "shared": (_BOOL, False), "samples": (_COUNT, 0)})), _OPTIONAL),
     "notices": (_List(_STR), []),
     "files": (_Leaf((dict,), "an object"), _REQUIRED),  # each file: _FILE_*, checked by check()
 })
@@ -640,6 +813,11 @@ _MEMORY_TOP = _Object({
     "max_footprint_time_sec": (_NONNEG, 0.0),
     "footprint_mb": (_ANY_NUMBER, 0.0),
     "growth_rate_mb_s": (_ANY_NUMBER, _REQUIRED),
+    # Scalene's names (checked against max_footprint_where by check()); older
+    # profiles lack them.
+    "growth_rate": (_ANY_NUMBER, _OPTIONAL),
+    "max_footprint_fname": (_Null(_STR), _OPTIONAL),
+    "max_footprint_lineno": (_Null(_whole(1, _LINENO_MAX)), _OPTIONAL),
     "samples": (_TIMELINE, _REQUIRED),
     "top_allocations": (_List(_Object({"filename": (_STR, _REQUIRED), "lineno": (_LINENO, _REQUIRED),
                                        "n_malloc_mb": (_NONNEG, _REQUIRED),
@@ -672,6 +850,10 @@ _RUN.fields.update({
     "process_count": (_COUNT, 1),
     "children_merge_sec": (_NONNEG, 0.0),
     "processes": (_List(_PROCESS), []),
+    # @profile's functions (Focus): the files' entries hold only their lines.
+    "profiled_functions": (_List(_Object({"filename": (_STR, _REQUIRED), "function": (_STR, _REQUIRED),
+                                          "lineno": (_LINENO, _REQUIRED), "end_lineno": (_LINENO, _REQUIRED)})),
+                           []),
 })
 _TOP_WITH_MEMORY = _Object({**_RUN.fields, **_MEMORY_TOP.fields})
 _TOP_CPU_ONLY = _Object({**_RUN.fields, **_optional(_MEMORY_TOP)})
@@ -845,6 +1027,21 @@ def _check_entries(entries: list, kind: _Object, where: str) -> None:
         _check_value(e, kind, f"{where}[{i}]")
 
 
+def _check_scalene_footprint_names(profile: dict[str, Any], where: str) -> None:
+    """max_footprint_fname and _lineno say again what max_footprint_where says
+    (Scalene's names for it): where both are there they must agree, and a
+    profile without them (an older pyrometer's) gets them from it."""
+    peak = profile.get("max_footprint_where")
+    expected = {"max_footprint_fname": peak["filename"] if peak else None,
+                "max_footprint_lineno": peak["lineno"] if peak and peak["lineno"] > 0 else None}
+    for name, value in expected.items():
+        if name not in profile:
+            profile[name] = value
+        elif profile[name] != value:
+            raise ProfileError(f"{where}{name} is {_shown(profile[name])}, but max_footprint_where "
+                               f"says {_shown(value)}")
+
+
 def load(path: str) -> dict[str, Any]:
     """A saved profile, checked: ProfileError says what is wrong with it."""
     try:
@@ -897,6 +1094,11 @@ def check(profile: Any, path: str = "the profile") -> dict[str, Any]:
     if profile["paused_sec"] > profile["elapsed_time_sec"] * 1.01 + 0.01:
         raise ProfileError(f"{where}paused_sec ({profile['paused_sec']:g}) is more than the run's "
                            f"elapsed_time_sec ({profile['elapsed_time_sec']:g})")
+    if memory:
+        _check_scalene_footprint_names(profile, where)
+    source = profile.get("gpu_utilization_source")
+    if source is not None and source not in ("device", "process"):
+        raise ProfileError(f"{where}gpu_utilization_source is {_shown(source)}: it must be \"device\" or \"process\"")
     file_kind = _FILE_WITH_MEMORY if memory else _FILE_CPU_ONLY
     for name, f in profile["files"].items():
         _check_value(f, file_kind, f"{where}files[{_shown_name(name)}]")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 from typing import Any
 
 
@@ -30,11 +31,13 @@ class Options:
     cpu_sampling_rate: float = 0.01
     reduced_profile: bool = False
     memory: bool = True
+    gpu: bool | None = None  # None: when a GPU is found (not with --cpu-only)
     malloc_threshold: float = 100.0
     allocation_sampling_window: int = 1 << 20
     leak_detector: bool = True
     children: bool = True
     force_version: bool = False
+    quiet: bool = False
     off: bool = False  # start paused (pyrometer.start() or --on --pid resumes)
     on: bool = False   # with pid: resume that program
     pid: int | None = None  # pause (--off) or resume (--on) that running program
@@ -59,6 +62,7 @@ class Options:
             "cpu_sampling_rate": self.cpu_sampling_rate,
             "reduced_profile": self.reduced_profile,
             "memory": self.memory,
+            "gpu": self.gpu,
             "malloc_threshold": self.malloc_threshold,
             "allocation_sampling_window": self.allocation_sampling_window,
             "leak_detector": self.leak_detector and self.memory,
@@ -71,35 +75,50 @@ class Options:
 # Options that later work will implement: accepted by the parser so that a user
 # gets a clear "not available yet" instead of "unrecognized arguments".
 NOT_YET = {
-    "--gpu": "GPU profiling",
-    "--no-gpu": "GPU profiling",
 }
 NOT_YET_WITH_VALUE: set[str] = set()
 
 
-def _float_in(name: str, low: float, high: float, low_open: bool = True):
+def _float_in(low: float, high: float, unit: str, low_open: bool = True):
+    """A number within [low, high] (low excluded when low_open).  The messages
+    name no option: argparse puts the option's name in front (_Parser.error)."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, not {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected a number{unit}, not {text!r}") from None
         too_low = value <= low if low_open else value < low
         if math.isnan(value) or too_low or value > high:
             bound = f"greater than {low:g}" if low_open else f"at least {low:g}"
-            raise argparse.ArgumentTypeError(
-                f"{name} must be {bound} and at most {high:g}, not {text}")
+            raise argparse.ArgumentTypeError(f"must be {bound} and at most {high:g}{unit}, not {text}")
         return value
     return parse
+
+
+# The CPU sampler's limits: below 0.1 ms between samples the sampler's own work
+# becomes a visible share of the program's time; above 1 s a run of a few
+# seconds gets too few samples to say anything.
+CPU_SAMPLING_RATE_MIN, CPU_SAMPLING_RATE_MAX = 1e-4, 1.0
+
+
+def _sampling_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
+    if math.isnan(value) or not CPU_SAMPLING_RATE_MIN <= value <= CPU_SAMPLING_RATE_MAX:
+        raise argparse.ArgumentTypeError(f"must be between {CPU_SAMPLING_RATE_MIN:g} and "
+                                         f"{CPU_SAMPLING_RATE_MAX:g} seconds, not {text}")
+    return value
 
 
 def _window(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--allocation-sampling-window must be a whole number of bytes, not {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes, not {text!r}") from None
     if value < 4096 or value > (1 << 34):
-        raise argparse.ArgumentTypeError(
-            f"--allocation-sampling-window must be between 4096 bytes and 16 GiB, not {text}")
+        raise argparse.ArgumentTypeError(f"must be between 4096 bytes and 16 GiB (17179869184), not {text}")
     return value
 
 
@@ -107,37 +126,57 @@ def _pid(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--pid must be a process id, not {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a process id, not {text!r}") from None
     if value <= 0 or value >= 1 << 31:
-        raise argparse.ArgumentTypeError(f"--pid must be a process id (a positive number), not {text}")
+        raise argparse.ArgumentTypeError(f"expected a process id (a positive number), not {text}")
     return value
 
 
 def _substrings(text: str) -> list[str]:
     parts = [p for p in text.split(",") if p]
     if not parts:
-        raise argparse.ArgumentTypeError("expected one or more comma-separated substrings")
+        raise argparse.ArgumentTypeError(f"expected one or more comma-separated substrings, not {text!r}")
     return parts
+
+
+# argparse's "argument --x: message", which a message that names the option
+# again would make "argument --x: --x must be...".
+_ARGUMENT_MESSAGE = re.compile(r"argument ([^:]+): (.*)", re.DOTALL)
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit status 2
+        named = _ARGUMENT_MESSAGE.fullmatch(message)
+        if named:
+            option, what = named.groups()
+            option = option.split("/")[-1]  # "-o/--outfile": the long name
+            message = f"{option} {what}" if what.startswith("must ") else f"{option}: {what}"
         raise UsageError(message)
 
 
 class _HelpFormatter(argparse.HelpFormatter):
-    """Shows a default only where it says something: not for flags (False), for
-    options that are off (None) or for empty lists, nor where the help names it."""
+    """Shows an option's default where it says something.  Never for a flag: its
+    "default" is the value of the flag's variable (--no-leak-detector's is True,
+    the detector being on), which reads as if the flag itself were on; a flag's
+    help says what is the default in words.  Not where the help names the
+    default itself, nor for options that are off (None) or empty lists."""
+
+    def _split_lines(self, text, width):
+        # Not at hyphens: a file name (pyrometer-profile.json) or an option
+        # (--profile-interval) broken across lines cannot be copied.
+        import textwrap
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if (action.default not in (None, False, [], argparse.SUPPRESS)
+        if (action.nargs != 0 and action.default not in (None, False, [], argparse.SUPPRESS)
                 and "default" not in text):
             text += " (default: %(default)s)"
         return text
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
     p = _Parser(
         prog="pyrometer",
         usage="pyrometer [run] [options] (prog.py | dir | app.pyz | -m module | -c code | -) [args...]",
@@ -145,28 +184,35 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
         add_help=True,
     )
+    p.add_argument("--version", action="version", version=f"pyrometer {__version__}")
     out = p.add_argument_group("output")
     out.add_argument("--outfile", metavar="FILE", default=None,
-                     help="write the report to FILE instead of standard output")
-    out.add_argument("--json", action="store_true", help="write the profile as JSON")
-    out.add_argument("--cli", action="store_true", help="write the report as annotated text")
+                     help="write the report to FILE (default: standard output for the text "
+                          "report, pyrometer-profile.json for --json, pyrometer-profile.html "
+                          "for --html and --web)")
+    out.add_argument("--json", action="store_true",
+                     help="write the profile as JSON, to --outfile or pyrometer-profile.json "
+                          "(never into the program's standard output)")
+    out.add_argument("--cli", action="store_true", help="write the report as annotated text (the default)")
     out.add_argument("--html", action="store_true",
-                     help="write the report as one self-contained web page (to --outfile, "
-                          "default pyrometer-profile.html)")
+                     help="write the report as one self-contained web page, to --outfile or "
+                          "pyrometer-profile.html")
     out.add_argument("--web", action="store_true",
                      help="write the web page like --html and open it in a browser when there is one")
     out.add_argument("--profile-interval", metavar="SECONDS", default=None,
-                     type=_float_in("--profile-interval", 0.0, 1e9),
-                     help="also write the report every SECONDS while the program runs (to --outfile, "
-                          "default pyrometer-profile.{txt,json,html})")
+                     type=_float_in(0.0, 1e9, " seconds"),
+                     help="also write the report every SECONDS while the program runs, to --outfile "
+                          "or pyrometer-profile.txt, .json or .html (default: off, one report at the end)")
     out.add_argument("--reduced-profile", action="store_true",
                      help="show only lines at or above the thresholds")
     out.add_argument("--malloc-threshold", metavar="MB", default=100.0,
-                     type=_float_in("--malloc-threshold", 0.0, 1e9, low_open=False),
+                     type=_float_in(0.0, 1e9, " MB", low_open=False),
                      help="megabytes allocated on a line for it to count as significant for memory")
     out.add_argument("--cpu-percent-threshold", metavar="PCT", default=1.0,
-                     type=_float_in("--cpu-percent-threshold", 0.0, 100.0, low_open=False),
-                     help="percent of run time at which a line counts as significant")
+                     type=_float_in(0.0, 100.0, "", low_open=False),
+                     help="percent of run time at which a line counts as significant (0 to 100)")
+    out.add_argument("--quiet", action="store_true",
+                     help="do not say on standard error where the report was written")
     what = p.add_argument_group("what to profile")
     what.add_argument("-m", dest="module", metavar="MODULE", default=None,
                       help="run a library module as the program, like python -m; "
@@ -174,28 +220,38 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("-c", dest="command", metavar="CODE", default=None,
                       help="run CODE as the program, like python -c; what follows is its argv")
     what.add_argument("--cpu-only", action="store_true",
-                      help="profile CPU time only (no memory, copy or GPU profiling)")
+                      help="profile CPU time only (no memory, copy or leak profiling)")
     what.add_argument("--memory", dest="memory_on", action="store_true",
-                      help="profile memory, copy volume and leaks (on unless --cpu-only)")
+                      help="profile memory, copy volume and leaks (the default, unless --cpu-only)")
     what.add_argument("--no-memory", dest="memory_off", action="store_true",
                       help="do not profile memory")
+    what.add_argument("--gpu", dest="gpu_on", action="store_true",
+                      help="profile GPU utilisation and GPU memory per line (NVIDIA, through NVML); "
+                           "the default when an NVIDIA GPU is found, unless --cpu-only")
+    what.add_argument("--no-gpu", dest="gpu_off", action="store_true",
+                      help="do not profile the GPU")
     what.add_argument("--no-leak-detector", dest="leak_detector", action="store_false",
-                      help="with memory profiling: do not report leaks")
+                      help="with memory profiling: do not report leaks (leaks are reported by default)")
     what.add_argument("--no-children", dest="children", action="store_false",
                       help="profile the first process only, not its child processes (fork, "
-                           "multiprocessing, subprocess of Python), which are profiled and merged otherwise")
+                           "multiprocessing, subprocess of Python), which are profiled and merged "
+                           "by default")
     what.add_argument("--profile-all", action="store_true",
-                      help="report all files, including the standard library and site-packages")
+                      help="report all files, including the standard library and site-packages "
+                           "(default: the program's own files)")
     what.add_argument("--profile-only", metavar="SUBSTRINGS", type=_substrings, default=[],
-                      help="report only files whose path contains one of these comma-separated substrings")
+                      help="report only files whose path contains one of these comma-separated "
+                           "substrings (default: every file that is reported otherwise)")
     what.add_argument("--profile-exclude", metavar="SUBSTRINGS", type=_substrings, default=[],
-                      help="never report files whose path contains one of these comma-separated substrings")
+                      help="never report files whose path contains one of these comma-separated "
+                           "substrings (default: none excluded)")
     how = p.add_argument_group("sampling")
-    how.add_argument("--cpu-sampling-rate", metavar="SECONDS", default=0.01,
-                     type=_float_in("--cpu-sampling-rate", 0.0, 1.0),
-                     help="mean time between CPU samples, in seconds (min 0.0001)")
+    how.add_argument("--cpu-sampling-rate", metavar="SECONDS", default=0.01, type=_sampling_rate,
+                     help=f"mean time between CPU samples, in seconds, from {CPU_SAMPLING_RATE_MIN:g} "
+                          f"to {CPU_SAMPLING_RATE_MAX:g}")
     how.add_argument("--allocation-sampling-window", metavar="BYTES", default=1 << 20, type=_window,
-                     help="net bytes a thread allocates (or frees, or copies) between memory samples")
+                     help="net bytes a thread allocates (or frees, or copies) between memory samples, "
+                          "from 4096 to 17179869184 (16 GiB)")
     how.add_argument("--use-virtual-time", action="store_true",
                      help="count CPU time only: no time sleeping, waiting or blocked in I/O")
     how.add_argument("--force-version", action="store_true",
@@ -210,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     control.add_argument("--pid", metavar="N", type=_pid, default=None,
                          help="the process of a program that runs under pyrometer, and its child "
                               "processes, to pause (--off) or resume (--on)")
-    later = p.add_argument_group("not available yet (accepted, then refused with a message)")
+    later = p.add_argument_group("not available yet (accepted, then refused with a message)") if NOT_YET else None
     for flag in NOT_YET:
         if flag in NOT_YET_WITH_VALUE:
             later.add_argument(flag, metavar="N", default=None, dest=flag.strip("-").replace("-", "_"),
@@ -223,6 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
                 "input. Everything after it is passed to the program unchanged. Use -- to end "
                 "pyrometer's options explicitly.")
     return p
+
+
+def option_actions(dests: set[str]) -> list[argparse.Action]:
+    """The command's own definitions (flags, type and limits, default, help) of
+    the options whose destinations are given: for a parser that takes a subset
+    of them (the notebook magics, jupyter.py), so that each option is defined
+    once."""
+    return [a for a in build_parser()._actions if a.dest in dests]
 
 
 def _split(parser: argparse.ArgumentParser,
@@ -240,7 +304,7 @@ def _split(parser: argparse.ArgumentParser,
         for flag, what in (("-m", "a module name"), ("-c", "the code to run")):
             if word == flag:
                 if i + 1 >= len(argv):
-                    raise UsageError(f"argument {flag}: expected {what}")
+                    raise UsageError(f"{flag}: expected {what}")
                 named, rest = argv[i + 1], argv[i + 2:]
             elif word.startswith(flag) and not word.startswith("--"):
                 named, rest = word[2:], argv[i + 1:]  # -mmod, -ccode: as python takes them
@@ -272,10 +336,10 @@ def parse(argv: list[str]) -> Options:
     if ns.on:
         raise UsageError("--on needs --pid N: it resumes a running program (a run is profiled from "
                          "its start unless --off)")
-    if ns.cpu_sampling_rate < 1e-4:
-        raise UsageError(f"argument --cpu-sampling-rate: must be at least 0.0001, not {ns.cpu_sampling_rate:g}")
     if ns.memory_on and (ns.memory_off or ns.cpu_only):
         raise UsageError("--memory contradicts " + ("--no-memory" if ns.memory_off else "--cpu-only"))
+    if ns.gpu_on and ns.gpu_off:
+        raise UsageError("--gpu contradicts --no-gpu")
     formats = [flag for flag, on in (("--json", ns.json), ("--cli", ns.cli), ("--html", ns.html),
                                      ("--web", ns.web)) if on]
     if len(formats) > 1 and set(formats) != {"--html", "--web"}:
@@ -285,6 +349,7 @@ def parse(argv: list[str]) -> Options:
                          "zip archive with a __main__.py, a module (-m mod), code (-c code) or - "
                          "for a script on standard input")
     opts = Options(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(Options)
-                      if f.name not in ("program", "module", "command", "memory")}, module=module,
-                   command=command, program=program, memory=not (ns.cpu_only or ns.memory_off))
+                      if f.name not in ("program", "module", "command", "memory", "gpu")}, module=module,
+                   command=command, program=program, memory=not (ns.cpu_only or ns.memory_off),
+                   gpu=True if ns.gpu_on else False if (ns.gpu_off or ns.cpu_only) else None)
     return opts

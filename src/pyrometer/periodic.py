@@ -80,8 +80,8 @@ class PeriodicWriter:
     def _payload(self) -> bytes:
         """Called by the C core, GIL held, memory counting paused: must not release
         the GIL (no I/O) and must not raise."""
-        from . import _core
-        return marshal.dumps({**self.job, "raw": _core.collect(),
+        from . import _core, focus
+        return marshal.dumps({**self.job, "raw": focus.collect_into(_core.collect()),
                               "elapsed": time.perf_counter() - self.t0})
 
     def stop(self) -> None:

@@ -87,6 +87,64 @@ def private_parent() -> str | None:
     return None
 
 
+# Each private directory names the process that owns it (pid and start time,
+# which tell it from a later process given the same pid) in this file, so that
+# a directory left by a run that was killed (SIGKILL, a crash of the
+# interpreter: nothing of pyrometer runs then) is removed by the next run.
+_OWNER_FILE = ".owner"
+_PRIVATE_PREFIXES = ("pyrometer-run-", "pyrometer-preload-")
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field
+    22), or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read()
+    except OSError:
+        return None
+    fields = stat_line[stat_line.rfind(b")") + 2:].split()  # the name may hold spaces and ")"
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def mark_owner(directory: str) -> None:
+    """Names this process as the owner of directory (see _OWNER_FILE)."""
+    pid = os.getpid()
+    try:
+        with open(os.path.join(directory, _OWNER_FILE), "w") as f:
+            f.write(f"{pid} {_start_time(pid)}\n")
+    except OSError:
+        pass
+
+
+def sweep_stale() -> int:
+    """Removes the private directories whose owner is gone; how many.  Only in
+    private_parent() (this user's own directory: nobody else can put one
+    there), and only those with an owner file whose process no longer runs."""
+    parent = private_parent()
+    if parent is None:
+        return 0
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        if not name.startswith(_PRIVATE_PREFIXES):
+            continue
+        path = os.path.join(parent, name)
+        try:
+            with open(os.path.join(path, _OWNER_FILE)) as f:
+                pid_text, started = f.read().split()
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            continue  # being made right now, or not ours to judge
+        if pid > 0 and _start_time(pid) != started:
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
 def _splits(path: str) -> bool:
     return any(c in path for c in _PRELOAD_SEPARATORS)
 
@@ -104,6 +162,7 @@ def _private_link(library: str) -> tuple[str | None, str]:
         except OSError as e:
             problem = f"cannot make a directory in {parent}: {e.strerror or e}"
             continue
+        mark_owner(directory)  # the same process after the exec: same pid, same start time
         link = os.path.join(directory, MEMHOOKS_LIBRARY)
         try:
             os.symlink(library, link)

@@ -8,7 +8,7 @@ import sys
 import sysconfig
 import time
 
-from . import _core
+from . import _core, focus
 from .options import Options
 
 OWN_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
@@ -37,6 +37,12 @@ def _installation_directories() -> list[str]:
         out.add(_with_sep(os.path.abspath(d)))
         out.add(_with_sep(os.path.realpath(d)))
     return sorted(out)
+
+
+def gpu_mode(gpu: bool | None) -> int:
+    """The core's gpu setting: 0 off (--no-gpu, --cpu-only), 1 when a GPU is
+    found (the default), 2 asked for (--gpu: its absence is then a notice)."""
+    return 0 if gpu is False else 2 if gpu else 1
 
 
 class Session:
@@ -71,6 +77,7 @@ class Session:
             "leak_detector": o.leak_detector,
             "program": self.program_prefixes,  # -m's package, a script wherever it lives: children's too
             "start_off": o.off,
+            "gpu": gpu_mode(o.gpu),
         }
 
     def start(self) -> None:
@@ -92,6 +99,7 @@ class Session:
             leak_detector=s["leak_detector"],
             program=s["program"],
             program_codes=self.program_codes,
+            gpu=s["gpu"],
             start_off=int(s["start_off"]),
             control_file=self.control_file,
         )
@@ -106,4 +114,4 @@ class Session:
         return time.perf_counter() - self.t0 if _core.running() else self.elapsed
 
     def collect(self) -> dict:
-        return _core.collect()
+        return focus.collect_into(_core.collect())

@@ -33,8 +33,8 @@ MEMORY_FIELDS = ["n_malloc_mb", "n_python_fraction", "n_peak_mb", "n_growth_mb",
                  "n_usage_fraction", "n_copy_mb_s"]
 # Coroutines' await time; shipped only when the program had any.
 AWAIT_FIELDS = ["n_await_percent", "n_await_sec"]
-# Scalene's names for the GPU columns; present once GPU profiling exists.
-GPU_FIELDS = ["n_gpu_percent", "n_gpu_peak_memory_mb"]
+# Scalene's names for the GPU columns; shipped only when a GPU was profiled.
+GPU_FIELDS = ["n_gpu_percent", "n_gpu_peak_memory_mb", "n_gpu_avg_memory_mb", "n_gpu_sec"]
 
 # A line's memory timeline is drawn about 60 pixels wide: more points than this
 # only add bytes to the page.

@@ -3,6 +3,7 @@ a function summary.  Reads only the finished profile (pyrometer.model)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import textwrap
@@ -121,17 +122,53 @@ def _mb(value: float) -> str:
     return f"{value:.0f}M" if value < 10000 else f"{value / 1024:.0f}G"
 
 
+class _Timeline(str):
+    """The timeline / % cell: a sparkline and the line's share of allocation
+    activity.  A str (its widest form, which sizes the column in the widest
+    layout) that a narrow layout renders again with a shorter sparkline."""
+
+    def __new__(cls, values: list[float], usage: float):
+        cell = super().__new__(cls, cls._form(values, usage, SPARK_WIDTH))
+        cell.values, cell.usage = values, usage
+        return cell
+
+    @staticmethod
+    def _form(values: list[float], usage: float, spark: int) -> str:
+        return f"{sparkline(values, spark)} {usage:.0f}%"
+
+    def at(self, spark: int) -> str:
+        return self._form(self.values, self.usage, spark)
+
+
+# The memory timeline of a line, in characters: in the widest layout, and in the
+# narrowest (_LAYOUTS).
+SPARK_WIDTH, SPARK_NARROW = 8, 4
+
+
 def _memory_cells(entry: dict[str, Any]) -> list[str]:
     if entry.get("n_malloc_mb", 0.0) < 0.5 and entry.get("n_copy_mb_s", 0.0) < 0.5:
         return ["", "", "", ""]
-    spark = sparkline([mb for _, mb in entry["memory_samples"]], 8)
     usage = entry["n_usage_fraction"] * 100
     return [
         f"{entry['n_python_fraction'] * 100:.0f}%" if entry["n_malloc_mb"] >= 0.5 else "",
         _mb(entry["n_peak_mb"]),
-        f"{spark} {usage:.0f}%" if entry["n_malloc_mb"] >= 0.5 else "",
+        _Timeline([mb for _, mb in entry["memory_samples"]], usage) if entry["n_malloc_mb"] >= 0.5 else "",
         f"{entry['n_copy_mb_s']:.0f}" if entry["n_copy_mb_s"] >= 0.5 else "",
     ]
+
+
+def _gpu_cells(entry: dict[str, Any]) -> list[str]:
+    """GPU: the line's share of the run's GPU busy time; GPU memory: the most
+    this process held on the GPU while it ran."""
+    peak = entry.get("n_gpu_peak_memory_mb", 0.0)
+    return [_pct(entry.get("n_gpu_percent", 0.0)), _mb(peak) if peak >= 0.5 else ""]
+
+
+def _gpu_header(profile: dict[str, Any]) -> str:
+    whose = ("this process's share of shared GPUs" if profile.get("gpu_utilization_source") == "process"
+             else "whole-device utilisation")
+    return (f"GPU: {profile.get('gpu_device', '?')} · busy {profile.get('gpu_time_sec', 0.0):.3f} s "
+            f"({whose}) · peak GPU memory {profile.get('gpu_peak_memory_mb', 0.0):.1f} MB")
 
 
 def _pct(value: float) -> str:
@@ -174,36 +211,121 @@ class _Painter:
         return "".join(styles) + text + RESET
 
 
-# Below this many columns left for the source, a narrow terminal loses the
-# memory columns one by one (copy first, Python share last) rather than the code.
-MIN_SOURCE = 32
+# How a table fits the terminal.  Every figure column is always shown (a
+# figure dropped for want of room is a figure the reader never learns was
+# there); what gives way is the room around the figures and the source.  Each
+# layout is tried in turn and the first that fits is used:
+#   wide     column names on one row, " │ " between columns, the source beside;
+#   compact  names on two rows ("Time" over "Python"), "│" between columns,
+#            a shorter sparkline;
+#   tight    names abbreviated ("Py", "nat"), with a legend under the table;
+#   stacked  as tight, the source on a line of its own under its figures.
+# The source is cut to what is left (with an ellipsis), never the figures.
+# At 80 columns, memory on, that is compact (tight when the wait column is
+# shown); at 60, tight or stacked.
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    name: str
+    two_rows: bool       # names on two rows
+    pad: str             # before each figure
+    after: str           # after each figure
+    before_source: str
+    min_source: int      # columns the source needs beside the figures; 0: on a line of its own
+    spark: int           # sparkline characters
+    abbreviate: bool     # short names, and a legend
+
+
+_LAYOUTS = (
+    _Layout("wide", False, "", " │ ", "", 32, SPARK_WIDTH, False),
+    _Layout("compact", True, " ", "│", " ", 24, SPARK_NARROW, False),
+    _Layout("tight", True, "", "│", " ", 12, SPARK_NARROW, True),
+    _Layout("stacked", True, "", "│", " ", 0, SPARK_NARROW, True),
+)
+
+# The tight layout's names, and the legend that spells them out.
+_SHORT = {"Python": "Py", "native": "nat", "system": "sys", "await": "awt", "Memory": "Mem",
+          "timeline": "tl", "parent": "ppid"}
+_LEGEND = {short: name for name, short in _SHORT.items()}
+
+# A stacked row's source is indented this much under its figures.
+_STACKED_INDENT = "    "
+
+
+def _name_rows(name: str, layout: _Layout) -> tuple[str, str]:
+    """A column's name as (top row, bottom row): split at its first space in
+    the two-row layouts ("Time Python" -> "Time" over "Python")."""
+    if not layout.two_rows:
+        return "", name
+    top, _, bottom = name.partition(" ") if " " in name else ("", "", name)
+    if layout.abbreviate:
+        top, bottom = _SHORT.get(top, top), _SHORT.get(bottom, bottom)
+    return top, bottom
+
+
+def _cell(value: str, layout: _Layout) -> str:
+    return value.at(layout.spark) if isinstance(value, _Timeline) else value
 
 
 def _table(rows: list[list[str]], header: list[str], right: int, width: int,
-           styles: list[tuple[str, ...]], paint: _Painter, droppable: tuple[int, ...] = (),
-           note: bool = True) -> list[str]:
-    """Columns 0..right-1 right-aligned, the last column (source/name) cut to width."""
-    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i])
-              for i in range(right)]
-    keep = list(range(right))
-    dropped = []
-    for column in droppable:
-        if sum(widths[i] + 3 for i in keep) + MIN_SOURCE <= width:
+           styles: list[tuple[str, ...]], paint: _Painter, said: set[str] | None = None) -> list[str]:
+    """Columns 0..right-1 right-aligned figures, the last column (source, name
+    or command) cut to what the width leaves: in the first of _LAYOUTS that fits.
+    said: the abbreviations a legend of this report has spelled out already."""
+    for layout in _LAYOUTS:
+        names = [_name_rows(h, layout) for h in header[:right]]
+        cells = [[_cell(r[i], layout) for i in range(right)] for r in rows]
+        widths = [max(len(top), len(bottom), *(len(c[i]) for c in cells)) for i, (top, bottom) in
+                  enumerate(names)]
+        figures = sum(widths) + (len(layout.pad) + len(layout.after)) * right
+        if figures + len(layout.before_source) + layout.min_source <= width:
             break
-        keep.remove(column)
-        dropped.append(header[column])
+    # The last layout is used even where it does not fit: only a terminal
+    # narrower than terminal_width() allows could get there.
 
-    def line(cells: list[str]) -> str:
-        left = " │ ".join(cells[i].rjust(widths[i]) for i in keep)
-        return cut(f"{left} │ {cells[right]}", width)
-    out = [paint(line(header), BOLD)]
-    out.append("─" * min(width, len(line(header))))
-    for r, s in zip(rows, styles):
-        out.append(paint(line(r), *s))
-    if dropped and note:
-        out.append(paint(cut(f"(too narrow for the {', '.join(reversed(dropped))} column"
-                             f"{'s' if len(dropped) > 1 else ''}: widen the terminal, or use --html)", width), DIM))
+    def left(values: list[str]) -> str:
+        return "".join(layout.pad + values[i].rjust(widths[i]) + layout.after for i in range(right))
+
+    def line(values: list[str], source: str) -> list[str]:
+        if layout is not _LAYOUTS[0]:
+            # Where the source has little room, its indentation takes half as
+            # much: nesting still shows, and more of the code does.
+            body = source.lstrip(" ")
+            source = " " * ((len(source) - len(body) + 1) // 2) + body
+        if layout.min_source:
+            return [cut(left(values) + layout.before_source + source, width)]
+        figures_line = left(values).rstrip(" ")
+        return [figures_line, cut(_STACKED_INDENT + source, width)] if source else [figures_line]
+
+    out = []
+    if layout.two_rows:
+        out.append(paint(left([top for top, _ in names]).rstrip("│ "), BOLD))
+    out.extend(paint(text, BOLD) for text in line([bottom for _, bottom in names], header[right]))
+    ruled = len(left([""] * right).rstrip(" ")) + (
+        len(layout.before_source) + len(header[right]) if layout.min_source else 0)
+    out.append("─" * min(width, ruled))
+    for cells_, row, s in zip(cells, rows, styles):
+        out.extend(paint(text, *s) for text in line(cells_, row[right]))
+    if layout.abbreviate:
+        said = set() if said is None else said
+        used = [w for w in _LEGEND if any(w in pair for pair in names)]
+        if not said.issuperset(used):
+            said.update(used)
+            out.extend(paint(text, DIM) for text in _wrapped(
+                "(" + ", ".join(f"{w}: {_LEGEND[w]}" for w in used) + "; a wider terminal shows "
+                "the names in full)", width))
     return out
+
+
+def _wrapped(text: str, width: int, indent: str = "  ") -> list[str]:
+    """text on as many lines as the width needs, broken at spaces (the next
+    lines indented), each line cut only where one word is wider than the
+    terminal.  Headers and notes are wrapped, never cut: what they say is
+    read in full."""
+    if len(text) <= width and text.isascii():
+        return [text]
+    # A word wider than the terminal (a long path) is broken, not cut.
+    lines = textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+    return [cut(line, width) for line in lines]
 
 
 def _options_words(profile: dict[str, Any]) -> str:
@@ -282,73 +404,85 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
     title = f"pyrometer: {profile['program']}"
     if profile["args"]:
         title += " " + " ".join(profile["args"])
-    out.append(paint(cut(visible(title), width), BOLD))
+    said: set[str] = set()  # abbreviations a table's legend has spelled out
+
+    def add(text: str, *styles: str) -> None:
+        out.extend(paint(line, *styles) for line in _wrapped(text, width))
+
+    add(visible(title), BOLD)
     threads = profile["threads"]
-    out.append(cut(
+    add(
         f"elapsed {profile['elapsed_time_sec']:.3f} s"
         + (f" (paused {profile['paused_sec']:.3f} s, not charged)" if profile.get("paused_sec", 0.0) >= 0.0005 else "")
         + f" · {samples} sample{'s' if samples != 1 else ''}"
         + (f" (every {profile['sampling_interval_sec'] * 1e3:.2f} ms on average)" if samples else "")
         + f" · {threads} thread{'s' if threads != 1 else ''}"
         + (f" · {profile['process_count']} processes" if profile.get("process_count", 1) > 1 else "")
-        + ("" if profile.get("exit_status") is None else f" · exit status {profile['exit_status']}"), width))
+        + ("" if profile.get("exit_status") is None else f" · exit status {profile['exit_status']}"))
     waits = "".join(f" · {label} {cpu[key]:.3f} s" for key, label in (("gil_wait", "GIL wait"),
                                                                         ("cpu_wait", "CPU wait"))
                     if cpu.get(key, 0.0) >= 0.0005)
-    out.append(cut(f"Python {cpu['python']:.3f} s · native {cpu['native']:.3f} s · "
-                   f"system {cpu['system']:.3f} s{waits}", width))
+    add(f"Python {cpu['python']:.3f} s · native {cpu['native']:.3f} s · system {cpu['system']:.3f} s{waits}")
     if _shows_awaits(profile):
-        out.append(cut(f"coroutines suspended at awaits {profile['await_time_sec']:.3f} s (task time: the await "
-                       f"column's total) · event loop idle {profile.get('event_loop_idle_sec', 0.0):.3f} s "
-                       "(in no percentage)", width))
-    out.append(cut("options: " + _options_words(profile), width))
+        add(f"coroutines suspended at awaits {profile['await_time_sec']:.3f} s (task time: the await "
+            f"column's total) · event loop idle {profile.get('event_loop_idle_sec', 0.0):.3f} s "
+            "(in no percentage)")
+    add("options: " + _options_words(profile))
     for notice in profile.get("notices", []):
-        out.append(paint(visible("notice: " + str(notice)), BOLD))
+        add(visible("notice: " + str(notice)), BOLD)
     if profile.get("exit_status", 0) is None and profile.get("ended_by") is None:
-        out.append(cut("A snapshot taken while the program was still running (--profile-interval).", width))
+        add("A snapshot taken while the program was still running (--profile-interval).")
     brief = samples == 0
     if brief:
         rate = profile["options"]["cpu_sampling_rate"]
-        out.extend(paint(line, YELLOW) for line in textwrap.wrap(
+        add(
             f"The program ran too briefly to be sampled ({profile['elapsed_time_sec']:.3f} s, one sample "
             f"every {rate * 1e3:g} ms on average): no time could be attributed to its lines"
             + (" (what memory sampling saw is below)." if profile.get("memory") else ".")
-            + " A lower --cpu-sampling-rate or a longer run gives a profile.", width))
+            + " A lower --cpu-sampling-rate or a longer run gives a profile.", YELLOW)
     elif samples < FEW_SAMPLES:
-        out.extend(paint(line, YELLOW) for line in textwrap.wrap(
-            f"Only {samples} samples were taken: the percentages below are rough.", width))
+        add(f"Only {samples} samples were taken: the percentages below are rough.", YELLOW)
+    if profile.get("gpu"):
+        add(_gpu_header(profile))
     memory = profile.get("memory", False)
     malloc_threshold = profile["options"].get("malloc_threshold") if memory else None
     if memory:
         spark = sparkline([mb for _, mb in profile["samples"]], 40)
         where = profile["max_footprint_where"]
         at = f" at {display_name(where['filename'])}:{where['lineno']}" if where else ""
-        out.append(cut(f"memory: peak {profile['max_footprint_mb']:.1f} MB{at} · "
-                       f"growth {profile['growth_rate_mb_s']:.1f} MB/s · footprint {spark}", width))
+        add(f"memory: peak {profile['max_footprint_mb']:.1f} MB{at} · "
+            f"growth {profile['growth_rate_mb_s']:.1f} MB/s · footprint {spark}")
         native = profile["native_threads"]
         if native["malloc_mb"] >= 0.5:
-            out.append(cut(f"threads without Python frames allocated {native['malloc_mb']:.0f} MB (native)", width))
+            add(f"threads without Python frames allocated {native['malloc_mb']:.0f} MB (native)")
     shown = 0
+    # With @profile, the files left are the ones the program asked for: shown
+    # whatever their share, as the web page shows every file.
+    focused = bool(profile.get("profiled_functions"))
     for filename, f in sorted(profile["files"].items(), key=lambda kv: -kv[1]["percent_cpu_time"]):
         if brief:  # show whatever was recorded at all
             if not any(_share(e) > 0 or e.get("n_malloc_mb", 0.0) >= 0.5 for e in f["lines"]):
                 continue
-        elif f["percent_cpu_time"] < threshold and not any(
+        elif not focused and f["percent_cpu_time"] < threshold and not any(
                 significant(e, threshold, malloc_threshold) for e in f["lines"]):
             continue
         shown += 1
         out.append("")
-        out.append(paint(cut(visible(f"{display_name(filename)}: % of time = {f['percent_cpu_time']:.1f}% "
-                                    f"({f['cpu_time_sec']:.3f} s) out of {profile['total_time_sec']:.3f} s"), width),
-                         BOLD))
+        add(visible(f"{display_name(filename)}: % of time = {f['percent_cpu_time']:.1f}% "
+                    f"({f['cpu_time_sec']:.3f} s) out of {profile['total_time_sec']:.3f} s"), BOLD)
         show_waits = _shows_waits(profile)
         show_awaits = _shows_awaits(profile)
         header = (["Line", "Time Python", "native", "system"] + (["wait"] if show_waits else [])
                   + (["await"] if show_awaits else []))
+        gpu = bool(profile.get("gpu"))
+        if gpu:
+            header += ["GPU", "GPU memory"]
         if memory:
             header += ["Memory Python", "peak", "timeline / %", "Copy MB/s"]
-        cells = ((lambda e: [*_time_cells(e, show_waits, show_awaits), *_memory_cells(e)]) if memory
-                 else (lambda e: _time_cells(e, show_waits, show_awaits)))
+
+        def cells(e: dict[str, Any]) -> list:
+            return [*_time_cells(e, show_waits, show_awaits), *(_gpu_cells(e) if gpu else ()),
+                    *(_memory_cells(e) if memory else ())]
         rows, styles = [], []
         for e in f["lines"]:
             share = _share(e)
@@ -357,32 +491,28 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
             rows.append([str(e["lineno"]), *cells(e), visible(e["line"])])
             heavy = malloc_threshold is not None and e.get("n_malloc_mb", 0.0) >= malloc_threshold
             styles.append((BOLD, RED) if share >= hot else (YELLOW,) if share >= threshold or heavy else ())
-        first_memory = 4 + show_waits + show_awaits
-        droppable = tuple(range(first_memory + 3, first_memory - 1, -1)) if memory else ()
-        out.extend(_table(rows, header + ["source"], len(header), width, styles, paint, droppable))
+        out.extend(_table(rows, header + ["source"], len(header), width, styles, paint, said))
         funcs = [e for e in f["functions"] if _share(e) >= 0.5 or e.get("n_await_percent", 0.0) >= 0.5
-                 or e.get("n_malloc_mb", 0.0) >= 0.5]
+                 or e.get("n_malloc_mb", 0.0) >= 0.5 or e.get("n_gpu_percent", 0.0) >= 0.5]
         if funcs:
             out.append("")
             rows = [[str(e["lineno"]), *cells(e), visible(e["line"])] for e in funcs]
             styles = [(BOLD, RED) if _share(e) >= hot else () for e in funcs]
-            out.extend(_table(rows, header + ["function summary"], len(header), width, styles, paint, droppable,
-                              note=False))
+            out.extend(_table(rows, header + ["function summary"], len(header), width, styles, paint, said))
         for lineno, leak in sorted(f.get("leaks", {}).items(), key=lambda kv: -kv[1]["velocity_mb_s"]):
-            out.append(paint(cut(f"possible leak at line {lineno}: {leak['growth_mb']:.1f} MB not freed, "
-                                 f"{leak['velocity_mb_s']:.2f} MB/s (likelihood {leak['likelihood'] * 100:.1f}%)",
-                                 width), BOLD, RED))
+            add(f"possible leak at line {lineno}: {leak['growth_mb']:.1f} MB not freed, "
+                f"{leak['velocity_mb_s']:.2f} MB/s (likelihood {leak['likelihood'] * 100:.1f}%)", BOLD, RED)
     if memory and profile["top_allocations"]:
         out.append("")
         out.append(paint("Top allocating lines", BOLD))
         for t in profile["top_allocations"][:5]:
-            out.append(cut(visible(f"  {display_name(t['filename'])}:{t['lineno']}: {t['n_malloc_mb']:.0f} MB "
-                                  f"({t['n_python_fraction'] * 100:.0f}% Python)"), width))
+            add(visible(f"  {display_name(t['filename'])}:{t['lineno']}: {t['n_malloc_mb']:.0f} MB "
+                        f"({t['n_python_fraction'] * 100:.0f}% Python)"))
     if profile.get("process_count", 1) > 1:
         out.extend(_processes(profile, width, paint))
     if shown == 0 and profile["cpu_samples"] > 0:
         out.append("")
-        out.append(cut(f"No file of the program reached {threshold:g}% of the run time "
-                       "(try --profile-all to include libraries).", width))
+        add(f"No file of the program reached {threshold:g}% of the run time "
+            "(try --profile-all to include libraries).")
     out.append("")
     return "\n".join(out)

@@ -119,42 +119,50 @@
       (wt * f).toFixed(2) + '%"></i></div>';
   }
   function waitShare(E, k) { return E.get(k, "n_gil_wait_percent") + E.get(k, "n_cpu_wait_percent"); }
-  function field(name, label, format, width) {
-    return { id: name, label: label, width: width, key: function (E, k) { return E.get(k, name); },
+  // width: a column's width; narrow and short: its width and its name in a
+  // window too narrow for the wide columns to leave the source in view (the
+  // media query in report.css picks them; the full name stays in the tooltip).
+  function field(name, label, format, width, narrow, short) {
+    return { id: name, label: label, width: width, narrow: narrow, short: short,
+             key: function (E, k) { return E.get(k, name); },
              cell: function (E, k) { return format(E.get(k, name)); } };
   }
   function allocated(E, k) { return E.get(k, "n_malloc_mb") >= 0.5; }
 
   var TIME_COLS = [
-    field("n_cpu_percent_python", "Time Python", pct, "100px"),
-    field("n_cpu_percent_c", "native", pct, "64px"),
-    field("n_sys_percent", "system", pct, "68px"),
-    { id: "wait", label: "wait", title: "waiting for the GIL or for a CPU", width: "56px",
+    field("n_cpu_percent_python", "Time Python", pct, "100px", "50px", "Py"),
+    field("n_cpu_percent_c", "native", pct, "64px", "46px", "nat"),
+    field("n_sys_percent", "system", pct, "68px", "46px", "sys"),
+    { id: "wait", label: "wait", title: "waiting for the GIL or for a CPU", width: "56px", narrow: "46px",
       key: waitShare, cell: function (E, k) { return pct(waitShare(E, k)); } },
     { id: "time", label: "time", title: "total time (the bar: Python, native, system, wait)", width: "96px",
+      narrow: "54px",
       key: function (E, k) { return E.share(k); }, cell: barHtml },
   ];
   var AWAIT_COLS = AWAITS ? [
-    { id: "n_await_percent", label: "await", width: "60px",
+    { id: "n_await_percent", label: "await", width: "60px", narrow: "50px", short: "awt",
       title: "share of all the time coroutines spent suspended at an await (not of the run time)",
       key: function (E, k) { return E.get(k, "n_await_percent"); },
       cell: function (E, k) { return pct(E.get(k, "n_await_percent")); } },
   ] : [];
-  var GPU_COLS = GPU ? [field("n_gpu_percent", "GPU", pct, "52px"),
-                        field("n_gpu_peak_memory_mb", "GPU memory", mb, "90px")] : [];
+  var GPU_COLS = GPU ? [field("n_gpu_percent", "GPU", pct, "52px", "46px"),
+                        field("n_gpu_peak_memory_mb", "GPU memory", mb, "90px", "52px", "GPU MB")] : [];
   var MEMORY_COLS = MEMORY ? [
-    { id: "n_python_fraction", label: "Memory Python", width: "126px",
+    { id: "n_python_fraction", label: "Memory Python", width: "126px", narrow: "60px", short: "mem Py",
       key: function (E, k) { return allocated(E, k) ? E.get(k, "n_python_fraction") : -1; },
       cell: function (E, k) { return allocated(E, k) ? pct(E.get(k, "n_python_fraction") * 100) : ""; } },
-    field("n_peak_mb", "peak", mb, "70px"),
-    { id: "timeline", label: "timeline", title: "MB allocated (the sparkline: net memory over time)", width: "80px", key: function (E, k) { return E.get(k, "n_malloc_mb"); }, cell: sparkSvg },
-    { id: "n_usage_fraction", label: "%", title: "share of all allocation activity", width: "44px", key: function (E, k) { return E.get(k, "n_usage_fraction"); },
+    field("n_peak_mb", "peak", mb, "70px", "56px"),
+    { id: "timeline", label: "timeline", title: "MB allocated (the sparkline: net memory over time)", width: "80px",
+      narrow: "46px", short: "tl", key: function (E, k) { return E.get(k, "n_malloc_mb"); }, cell: sparkSvg },
+    { id: "n_usage_fraction", label: "%", title: "share of all allocation activity", width: "44px", narrow: "44px", key: function (E, k) { return E.get(k, "n_usage_fraction"); },
       cell: function (E, k) { return allocated(E, k) ? pct(E.get(k, "n_usage_fraction") * 100) : ""; } },
-    field("n_copy_mb_s", "Copy MB/s", function (v) { return v >= 0.5 ? String(Math.round(v)) : ""; }, "92px"),
+    field("n_copy_mb_s", "Copy MB/s", function (v) { return v >= 0.5 ? String(Math.round(v)) : ""; }, "92px",
+          "50px", "copy"),
   ] : [];
   var LINE_COL = { id: "lineno", label: "Line", cls: "n", asc: true,
                    key: function (E, k) { return E.ln(k); }, cell: function (E, k) { return esc(E.ln(k)); } };
   var SOURCE_COL = { id: "source", label: "source", cls: "src", asc: true, width: "minmax(40ch, max-content)",
+                     narrow: "minmax(24ch, max-content)",
                      key: function (E, k) { return E.text[k]; }, cell: function (E, k) { return esc(E.text[k]); } };
   var FUNCTION_COL = { id: "function", label: "function", cls: "fn", asc: true, width: "minmax(16ch, 40ch)",
                        key: function (E, k) { return E.text[k]; },
@@ -197,10 +205,14 @@
     this.el.style.setProperty("--cols", cols.map(function (c) {
       return c.id === "lineno" ? "max(60px, calc(" + digits + "ch + 14px))" : c.width;
     }).join(" "));
+    this.el.style.setProperty("--cols-narrow", cols.map(function (c) {
+      return c.id === "lineno" ? "max(40px, calc(" + digits + "ch + 14px))" : c.narrow || c.width;
+    }).join(" "));
     var head = '<div class="h" role="row">';
     for (var i = 0; i < cols.length; i++) {
       head += '<span role="columnheader" data-c="' + i + '" class="' + (cols[i].cls || "") + '" title="sort by ' +
-        esc(cols[i].title || cols[i].label) + '">' + esc(cols[i].label) + "</span>";
+        esc(cols[i].title || cols[i].label) + '"' + (cols[i].short ? ' data-short="' + esc(cols[i].short) + '"' : "") +
+        ">" + esc(cols[i].label) + "</span>";
     }
     this.el.innerHTML = head + '</div><div class="rows"></div>';
     this.rows = this.el.lastChild;
@@ -306,7 +318,8 @@
     parts.push(MEMORY ? "CPU + memory (sampling window " +
       Math.round(num(S.allocation_sampling_window_bytes, OPT.allocation_sampling_window) / 1024) + " KiB)" :
       "CPU only");
-    if (GPU) parts.push("GPU");
+    if (GPU) parts.push("GPU: " + String(S.gpu_device || "?") + (S.gpu_utilization_source === "process" ?
+      " (this process's share)" : "") + ", busy " + num(S.gpu_time_sec, 0).toFixed(2) + " s");
     parts.push("sampling every " + (num(OPT.cpu_sampling_rate, 0.01) * 1000).toFixed(1) + " ms");
     parts.push("threshold " + THRESHOLD + "%");
     if (MEMORY) parts.push("malloc threshold " + MALLOC_THRESHOLD + " MB");

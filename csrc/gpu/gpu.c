@@ -1,0 +1,666 @@
+#include "gpu.h"
+#include "../common/table.h"
+#include "../memory/memhooks_api.h"
+#include "../profile/line_timeline.h"
+#include "../profile/sites.h"
+#include "../sampler/clock.h"
+#include "../sampler/sampler.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define GPU_DEVICES_MAX 16
+#define NOTICES_MAX 8
+#define NOTICE_SIZE 256
+#define NAME_SIZE 96
+/* Samples handled in one call; NVML keeps about 100 a device. */
+#define BATCH_MAX 256
+/* A window's length is the time since the device's previous sample; a gap out
+ * of this range (the first sample, samples the driver dropped, a process that
+ * was idle and had no samples) takes the device's usual period instead. */
+#define WINDOW_MIN_US 50000ULL
+#define WINDOW_MAX_US 300000ULL
+#define WINDOW_DEFAULT_US 200000ULL
+/* A sample whose window is not yet covered by CPU snapshots waits (NVML is
+ * asked again from the same lastSeen) at most this long. */
+#define DEFER_MAX_US 1000000ULL
+/* A device whose calls fail this many polls in a row is given up. */
+#define FAILURES_MAX 5
+/* How long gpu_stop waits for the GPU thread: a backend call can be slow
+ * (nvmlInit takes up to a second on a cold driver) but never this slow unless
+ * it hangs. */
+#define JOIN_WAIT_S 5
+
+/* A line's GPU aggregates: busy device-time, and the process's GPU memory as
+ * sampled at the polls that found the program on this line. */
+typedef struct {
+    double busy_ns;
+    double memory_sum_bytes;
+    uint64_t memory_samples;
+    uint64_t memory_peak_bytes;
+} gpu_line;
+
+typedef struct {
+    char name[NAME_SIZE];
+    uint64_t last_seen_us;  /* the newest sample charged: NVML's lastSeen */
+    uint64_t prev_end_us;   /* that sample's end, which opens the next window */
+    uint64_t period_us;     /* the usual time between samples */
+    int shared;             /* other processes use it: this process's share only */
+    int process_unsupported;/* per-process samples cannot be had: the device's are used */
+    int self_listed;        /* this process was in its list of compute processes */
+    int failures;           /* polls in a row whose utilisation call failed */
+    int given_up;           /* no more utilisation polls */
+    int memory_failures;    /* the same for the memory call */
+    int memory_given_up;
+    int used_process;       /* samples of this process's share were charged */
+    int used_device;        /* samples of the whole device were charged */
+    double busy_ns;
+    uint64_t memory_peak_bytes;
+    uint64_t samples;
+} gpu_device;
+
+enum gpu_phase {
+    PHASE_OFF,         /* not started */
+    PHASE_STARTING,    /* the thread is loading the backend */
+    PHASE_RUNNING,     /* devices found, polling */
+    PHASE_ABSENT,      /* no library or no device */
+    PHASE_FAILED,      /* the library failed to start */
+    PHASE_ENDED,       /* stopped after running */
+};
+
+static struct {
+    const gpu_backend *backend;
+    atomic_int phase;
+    atomic_int running;   /* the thread keeps polling while set */
+    atomic_int abandoned; /* gpu_stop gave up waiting: the thread must touch nothing */
+    int explicit_request;
+    int thread_started;
+    pthread_t thread;
+    pthread_mutex_t wake_lock;
+    pthread_cond_t wake;
+    pid_t pid;
+    uint64_t start_ns; /* CLOCK_REALTIME at gpu_start */
+
+    /* Written by the GPU thread under lock; read under it by gpu_collect. */
+    pthread_mutex_t lock;
+    table lines; /* (site, line) -> gpu_line */
+    int device_count;
+    gpu_device devices[GPU_DEVICES_MAX];
+    double unattributed_busy_ns; /* busy time in windows no CPU snapshot covered */
+    uint64_t memory_peak_bytes;  /* the process's, summed over devices, at any poll */
+    int notice_count;
+    char notices[NOTICES_MAX][NOTICE_SIZE];
+    char why[NOTICE_SIZE]; /* PHASE_ABSENT or PHASE_FAILED: the reason */
+} G = {.wake_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* ---- the GPU thread (no GIL, no CPython) ------------------------------------ */
+
+/* Caller holds G.lock. */
+static void notice_unlocked(const char *text)
+{
+    if (G.notice_count < NOTICES_MAX) {
+        snprintf(G.notices[G.notice_count++], NOTICE_SIZE, "%s", text);
+    }
+}
+
+static void notice(const char *text)
+{
+    pthread_mutex_lock(&G.lock);
+    notice_unlocked(text);
+    pthread_mutex_unlock(&G.lock);
+}
+
+/* Caller holds G.lock.  NULL when the table cannot grow: the time is then
+ * counted as unattributed. */
+static gpu_line *line_at_unlocked(uint32_t site, int32_t lineno)
+{
+    int created;
+    table_key key = {site, (uint64_t)(uint32_t)lineno};
+    return table_upsert(&G.lines, key, &created);
+}
+
+/* Entries copied out of the line timeline for one window (GPU thread only). */
+static line_timeline_entry window_entries[LINE_TIMELINE_SLOTS];
+
+/* Spreads a sample's busy time over the lines that ran in its window
+ * (window_us ending at end_us): each timeline interval inside the window gets
+ * percent% of the time it overlaps the window.  Within one window the busy
+ * time cannot be placed more precisely than that: the GPU says only how much
+ * of the window was busy, not when. */
+static void charge_window(gpu_device *dev, uint64_t end_us, uint64_t window_us, unsigned percent)
+{
+    uint64_t end = end_us * 1000ULL, start = (end_us - window_us) * 1000ULL;
+    double share = (double)percent / 100.0;
+    size_t n = line_timeline_read(start, window_entries, LINE_TIMELINE_SLOTS);
+    double covered = 0.0, paused = 0.0;
+    pthread_mutex_lock(&G.lock);
+    for (size_t i = 1; i < n; i++) {
+        uint64_t a = window_entries[i - 1].t_ns, b = window_entries[i].t_ns;
+        a = a < start ? start : a;
+        b = b > end ? end : b;
+        if (b <= a) {
+            continue;
+        }
+        if (window_entries[i].site == LINE_TIMELINE_PAUSED) {
+            paused += (double)(b - a); /* profiling was paused (csrc/control): charged nowhere */
+            continue;
+        }
+        double busy = share * (double)(b - a);
+        covered += (double)(b - a);
+        if (window_entries[i].site == SITE_NONE) {
+            G.unattributed_busy_ns += busy;
+            continue;
+        }
+        gpu_line *line = line_at_unlocked(window_entries[i].site, window_entries[i].lineno);
+        if (line != NULL) {
+            line->busy_ns += busy;
+        } else {
+            G.unattributed_busy_ns += busy;
+        }
+    }
+    double whole = ((double)(end - start) - paused) * share;
+    double uncovered = whole - covered * share;
+    if (uncovered > 0.0) {
+        G.unattributed_busy_ns += uncovered;
+    }
+    dev->busy_ns += whole;
+    dev->samples++;
+    pthread_mutex_unlock(&G.lock);
+}
+
+/* Memory readings wait until a CPU snapshot has passed their time, then go to
+ * the line of the snapshot nearest to them.  Charged to the newest snapshot
+ * at the time of reading instead, a reading taken just after the program
+ * moved to a new line went to the line before: in the phase test, one of the
+ * ten readings of a line holding 4 GiB for 1 s (10% of its average) landed on
+ * the line that ran before it. */
+#define MEMORY_PENDING_MAX 256
+
+static struct {
+    uint64_t t_ns[MEMORY_PENDING_MAX];
+    uint64_t bytes[MEMORY_PENDING_MAX];
+    size_t count;
+} pending_memory;
+
+static void charge_memory_at(uint32_t site, int32_t lineno, uint64_t bytes)
+{
+    if (site == SITE_NONE || site == LINE_TIMELINE_PAUSED) {
+        return;
+    }
+    pthread_mutex_lock(&G.lock);
+    gpu_line *line = line_at_unlocked(site, lineno);
+    if (line != NULL) {
+        line->memory_sum_bytes += (double)bytes;
+        line->memory_samples++;
+        if (bytes > line->memory_peak_bytes) {
+            line->memory_peak_bytes = bytes;
+        }
+    }
+    pthread_mutex_unlock(&G.lock);
+}
+
+/* Charges the readings that a snapshot has passed; final: the rest are
+ * dropped (no line ran after them that the profile knows of). */
+static void charge_pending_memory(int final)
+{
+    line_timeline_entry around[2];
+    size_t kept = 0;
+    for (size_t i = 0; i < pending_memory.count; i++) {
+        uint64_t t = pending_memory.t_ns[i];
+        size_t n = line_timeline_read(t, around, 2);
+        const line_timeline_entry *after = n == 0 ? NULL : around[0].t_ns >= t ? &around[0]
+                                                      : n == 2 ? &around[1] : NULL;
+        /* Of the snapshots on either side of the reading, the nearer one:
+         * where the program was when the memory was read is known no better
+         * than that. */
+        const line_timeline_entry *before = n == 2 && around[0].t_ns < t ? &around[0] : NULL;
+        if (after != NULL && after->site == LINE_TIMELINE_PAUSED) {
+            continue; /* read while profiling was paused (csrc/control): charged nowhere */
+        }
+        if (after != NULL && before != NULL && t - before->t_ns < after->t_ns - t) {
+            after = before;
+        }
+        if (after != NULL) {
+            charge_memory_at(after->site, after->lineno, pending_memory.bytes[i]);
+        } else if (!final) {
+            pending_memory.t_ns[kept] = t;
+            pending_memory.bytes[kept++] = pending_memory.bytes[i];
+        }
+    }
+    pending_memory.count = kept;
+}
+
+/* The process's GPU memory at t_ns (summed over devices). */
+static void note_memory(uint64_t t_ns, uint64_t bytes)
+{
+    pthread_mutex_lock(&G.lock);
+    if (bytes > G.memory_peak_bytes) {
+        G.memory_peak_bytes = bytes;
+    }
+    pthread_mutex_unlock(&G.lock);
+    if (pending_memory.count == MEMORY_PENDING_MAX) {
+        return; /* no snapshot for 5 s: the program is stopped; this reading is dropped */
+    }
+    pending_memory.t_ns[pending_memory.count] = t_ns;
+    pending_memory.bytes[pending_memory.count++] = bytes;
+}
+
+/* A call failed: after FAILURES_MAX polls in a row, that call is given up
+ * (the other, utilisation or memory, goes on while it works). */
+static void device_failed(gpu_device *dev, int *failures, int *given_up, const char *what, const char *why)
+{
+    if (++*failures < FAILURES_MAX) {
+        return;
+    }
+    *given_up = 1;
+    char text[NOTICE_SIZE];
+    snprintf(text, sizeof text, "GPU %s: %s sampling stopped after %d failed polls (%s)", dev->name, what,
+             FAILURES_MAX, why);
+    notice(text);
+}
+
+static gpu_busy_sample batch[BATCH_MAX];
+
+/* Charges the device's new samples; final: the last poll, which charges what
+ * the timeline covers so far instead of waiting for more snapshots. */
+static void poll_utilisation(int index, gpu_device *dev, uint64_t now_us, int final)
+{
+    char why[NOTICE_SIZE] = "";
+    enum gpu_source source = dev->shared && !dev->process_unsupported ? GPU_SOURCE_PROCESS : GPU_SOURCE_DEVICE;
+    size_t count = 0;
+    int rc = G.backend->busy_samples(index, source, G.pid, dev->last_seen_us, batch, BATCH_MAX, &count, why,
+                                     sizeof why);
+    if (rc == GPU_UNSUPPORTED && source == GPU_SOURCE_PROCESS) {
+        dev->process_unsupported = 1;
+        char text[NOTICE_SIZE];
+        snprintf(text, sizeof text,
+                 "GPU %s is shared with other processes, but their shares cannot be told apart (%s): "
+                 "the whole device's utilisation is charged", dev->name, why);
+        notice(text);
+        return; /* the next poll asks for the device's samples */
+    }
+    if (rc == GPU_NOTHING_NEW) {
+        dev->failures = 0;
+        return;
+    }
+    if (rc != GPU_OK) {
+        device_failed(dev, &dev->failures, &dev->given_up, "utilisation", why);
+        return;
+    }
+    dev->failures = 0;
+    line_timeline_entry latest;
+    uint64_t covered_to_us = line_timeline_latest(&latest) ? latest.t_ns / 1000ULL : 0;
+    for (size_t i = 0; i < count; i++) {
+        const gpu_busy_sample *s = &batch[i];
+        if (s->end_us <= dev->last_seen_us) {
+            continue;
+        }
+        if (!final && s->end_us > covered_to_us && now_us < s->end_us + DEFER_MAX_US) {
+            break; /* the snapshots have not reached the window's end yet */
+        }
+        uint64_t gap = dev->prev_end_us ? s->end_us - dev->prev_end_us : 0;
+        uint64_t window = dev->period_us;
+        if (gap >= WINDOW_MIN_US && gap <= WINDOW_MAX_US) {
+            window = gap;
+            /* The device's period, for the windows whose gap says nothing. */
+            dev->period_us = (dev->period_us * 7 + gap) / 8;
+        }
+        if (s->end_us * 1000ULL > G.start_ns) {
+            /* A window reaching back before the start: only the part after it
+             * can be charged (the timeline starts there); the rest counts as
+             * unattributed, as the device did work then. */
+            charge_window(dev, s->end_us, window, s->percent);
+            if (source == GPU_SOURCE_PROCESS) {
+                dev->used_process = 1;
+            } else {
+                dev->used_device = 1;
+            }
+        }
+        dev->prev_end_us = s->end_us;
+        dev->last_seen_us = s->end_us;
+    }
+}
+
+/* One tick: the process's memory (a cheap call, ~30 us with NVML), and, when
+ * with_utilisation, the utilisation samples (~1.7 ms a device). */
+static void poll_once(int final, int with_utilisation)
+{
+    uint64_t now_us = line_timeline_now_ns() / 1000ULL;
+    uint64_t memory = 0;
+    int memory_known = 0;
+    for (int i = 0; i < G.device_count; i++) {
+        gpu_device *dev = &G.devices[i];
+        gpu_process_usage usage;
+        char why[NOTICE_SIZE] = "";
+        int rc = dev->memory_given_up ? GPU_UNSUPPORTED
+                                      : G.backend->process_usage(i, G.pid, &usage, why, sizeof why);
+        if (rc == GPU_FAILED) {
+            device_failed(dev, &dev->memory_failures, &dev->memory_given_up, "memory", why);
+        } else if (rc == GPU_UNSUPPORTED && !dev->memory_given_up) {
+            dev->memory_given_up = 1; /* not a failure: this device does not say */
+        }
+        if (rc == GPU_OK) {
+            dev->memory_failures = 0;
+            memory += usage.memory_bytes;
+            memory_known = 1;
+            pthread_mutex_lock(&G.lock);
+            if (usage.memory_bytes > dev->memory_peak_bytes) {
+                dev->memory_peak_bytes = usage.memory_bytes;
+            }
+            pthread_mutex_unlock(&G.lock);
+            dev->self_listed |= usage.listed;
+            if (usage.others && !dev->shared) {
+                /* From now on this process's share (sticky: switching back and
+                 * forth would charge a window twice or not at all). */
+                dev->shared = 1;
+            }
+        }
+        if (with_utilisation && !dev->given_up) {
+            poll_utilisation(i, dev, now_us, final);
+        }
+    }
+    if (memory_known) {
+        note_memory(line_timeline_now_ns(), memory);
+    }
+    charge_pending_memory(final);
+}
+
+/* This thread's CPU is the profiler's: handed to the sampler, which leaves it
+ * out of the program's (its threads without Python state) and reports it as
+ * the profiler's own. */
+static uint64_t own_cpu_reported_ns;
+
+static void report_own_cpu(void)
+{
+    uint64_t cpu = clock_self_cpu_ns();
+    if (cpu != CLOCK_UNAVAILABLE && cpu > own_cpu_reported_ns) {
+        sampler_add_helper_cpu(cpu - own_cpu_reported_ns);
+        own_cpu_reported_ns = cpu;
+    }
+}
+
+/* Sleeps for ns unless gpu_stop wakes it; returns whether to keep going. */
+static int wait_for_next_poll(uint64_t ns)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t until = (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec + ns;
+    struct timespec deadline = {(time_t)(until / 1000000000ULL), (long)(until % 1000000000ULL)};
+    pthread_mutex_lock(&G.wake_lock);
+    while (atomic_load(&G.running)) {
+        if (pthread_cond_timedwait(&G.wake, &G.wake_lock, &deadline) == ETIMEDOUT) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&G.wake_lock);
+    return atomic_load(&G.running);
+}
+
+static void *gpu_main(void *unused)
+{
+    (void)unused;
+    /* What the vendor library allocates on this thread is the profiler's, not
+     * the program's: the memory library counts nothing while busy is raised. */
+    memhooks_api api;
+    memhooks_thread *self = memhooks_api_find(&api) == 0 ? api.thread() : NULL;
+    if (self != NULL) {
+        self->busy++;
+    }
+    own_cpu_reported_ns = 0; /* a new thread's clock starts at 0 */
+    char why[NOTICE_SIZE] = "";
+    int n = G.backend->open(why, sizeof why);
+    if (atomic_load(&G.abandoned)) {
+        return NULL;
+    }
+    report_own_cpu();
+    if (n <= 0) {
+        pthread_mutex_lock(&G.lock);
+        snprintf(G.why, sizeof G.why, "%s", why[0] ? why : "no GPU found");
+        pthread_mutex_unlock(&G.lock);
+        atomic_store(&G.phase, n < 0 ? PHASE_FAILED : PHASE_ABSENT);
+        return NULL;
+    }
+    pthread_mutex_lock(&G.lock);
+    G.device_count = n > GPU_DEVICES_MAX ? GPU_DEVICES_MAX : n;
+    for (int i = 0; i < G.device_count; i++) {
+        gpu_device *dev = &G.devices[i];
+        memset(dev, 0, sizeof *dev);
+        G.backend->device_name(i, dev->name, sizeof dev->name);
+        /* Samples from before the start open the first window, uncharged. */
+        dev->last_seen_us = G.start_ns / 1000ULL - DEFER_MAX_US;
+        dev->period_us = WINDOW_DEFAULT_US;
+    }
+    pthread_mutex_unlock(&G.lock);
+    atomic_store(&G.phase, PHASE_RUNNING);
+    for (unsigned tick = 1; wait_for_next_poll(GPU_MEMORY_POLL_NS); tick++) {
+        poll_once(0, tick % (GPU_POLL_NS / GPU_MEMORY_POLL_NS) == 0);
+        report_own_cpu();
+    }
+    if (!atomic_load(&G.abandoned)) {
+        poll_once(1, 1);
+        G.backend->close();
+        report_own_cpu();
+    }
+    atomic_store(&G.phase, PHASE_ENDED);
+    if (self != NULL) {
+        self->busy--;
+    }
+    return NULL;
+}
+
+/* ---- the Python boundary (GIL held) ----------------------------------------- */
+
+/* In a forked child the GPU thread is gone, and NVML's state (locks its own
+ * threads held at the fork) cannot be trusted: the child does not profile the
+ * GPU (children.py starts forked children without it). */
+static void forget_in_child(void)
+{
+    atomic_store(&G.running, 0);
+    G.thread_started = 0;
+    line_timeline_enable(0); /* nobody reads it here */
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    G.wake_lock = fresh;
+    G.lock = fresh;
+    if (atomic_load(&G.phase) == PHASE_STARTING || atomic_load(&G.phase) == PHASE_RUNNING) {
+        atomic_store(&G.phase, PHASE_ENDED);
+    }
+}
+
+int gpu_start(int explicit_request)
+{
+    static int atfork_registered;
+    if (G.thread_started) {
+        PyErr_SetString(PyExc_RuntimeError, "GPU profiling is already running");
+        return -1;
+    }
+    if (!atfork_registered) {
+        if (pthread_atfork(NULL, NULL, forget_in_child) != 0) {
+            PyErr_SetString(PyExc_OSError, "cannot register the GPU side's fork handler");
+            return -1;
+        }
+        atfork_registered = 1;
+    }
+    if (G.lines.slots == NULL && table_init(&G.lines, sizeof(gpu_line), 64) != 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    G.backend = &gpu_nvml_backend;
+    G.explicit_request = explicit_request;
+    G.pid = getpid();
+    G.start_ns = line_timeline_now_ns();
+    G.device_count = 0;
+    G.notice_count = 0;
+    G.why[0] = '\0';
+    G.unattributed_busy_ns = 0.0;
+    G.memory_peak_bytes = 0;
+    pending_memory.count = 0;
+    atomic_store(&G.abandoned, 0);
+    line_timeline_clear();
+    line_timeline_enable(1);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&G.wake, &attr);
+    pthread_condattr_destroy(&attr);
+    atomic_store(&G.phase, PHASE_STARTING);
+    atomic_store(&G.running, 1);
+    /* Signals meant for the program are never delivered to this thread, and
+     * it never interrupts the program's system calls. */
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    int rc = pthread_create(&G.thread, NULL, gpu_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    if (rc != 0) {
+        atomic_store(&G.running, 0);
+        atomic_store(&G.phase, PHASE_OFF);
+        line_timeline_enable(0);
+        pthread_cond_destroy(&G.wake);
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    G.thread_started = 1;
+    return 0;
+}
+
+void gpu_stop(void)
+{
+    if (!G.thread_started) {
+        return;
+    }
+    G.thread_started = 0;
+    pthread_mutex_lock(&G.wake_lock);
+    atomic_store(&G.running, 0);
+    pthread_cond_signal(&G.wake);
+    pthread_mutex_unlock(&G.wake_lock);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline); /* pthread_timedjoin_np's clock */
+    deadline.tv_sec += JOIN_WAIT_S;
+    rc = pthread_timedjoin_np(G.thread, NULL, &deadline);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        /* A backend call that does not return: the program must still end.
+         * The thread is left behind, told to touch nothing when it wakes; its
+         * condition variable and tables are never freed. */
+        atomic_store(&G.abandoned, 1);
+        pthread_detach(G.thread);
+        pthread_mutex_lock(&G.lock);
+        notice_unlocked("the GPU library did not answer within 5 s: GPU figures end there");
+        pthread_mutex_unlock(&G.lock);
+    } else {
+        pthread_cond_destroy(&G.wake);
+    }
+    line_timeline_enable(0);
+}
+
+static PyObject *device_dict(const gpu_device *dev)
+{
+    const char *source = dev->used_process ? "process" : "device";
+    return Py_BuildValue("{s:s,s:d,s:K,s:K,s:s,s:O}", "name", dev->name, "busy_ns", dev->busy_ns,
+                         "peak_memory_bytes", (unsigned long long)dev->memory_peak_bytes, "samples",
+                         (unsigned long long)dev->samples, "source", source, "shared",
+                         dev->shared ? Py_True : Py_False);
+}
+
+static PyObject *collect_unlocked(void)
+{
+    int phase = atomic_load(&G.phase);
+    if (phase == PHASE_OFF) {
+        Py_RETURN_NONE;
+    }
+    const char *status = phase == PHASE_STARTING ? "starting"
+                         : phase == PHASE_ABSENT   ? "absent"
+                         : phase == PHASE_FAILED   ? "failed"
+                                                   : "ok";
+    PyObject *devices = PyList_New(0), *lines = PyList_New(0), *notices = PyList_New(0);
+    if (devices == NULL || lines == NULL || notices == NULL) {
+        goto fail;
+    }
+    for (int i = 0; i < G.device_count; i++) {
+        PyObject *d = device_dict(&G.devices[i]);
+        if (d == NULL || PyList_Append(devices, d) != 0) {
+            Py_XDECREF(d);
+            goto fail;
+        }
+        Py_DECREF(d);
+        if (G.devices[i].shared && !G.devices[i].self_listed && G.devices[i].used_process) {
+            char text[NOTICE_SIZE];
+            snprintf(text, sizeof text,
+                     "GPU %s: other processes use it and this one never appeared in its process list "
+                     "(a PID namespace?): this process's share may read as 0", G.devices[i].name);
+            PyObject *s = PyUnicode_FromString(text);
+            if (s == NULL || PyList_Append(notices, s) != 0) {
+                Py_XDECREF(s);
+                goto fail;
+            }
+            Py_DECREF(s);
+        }
+    }
+    for (int i = 0; i < G.notice_count; i++) {
+        PyObject *s = PyUnicode_DecodeUTF8(G.notices[i], (Py_ssize_t)strlen(G.notices[i]), "replace");
+        if (s == NULL || PyList_Append(notices, s) != 0) {
+            Py_XDECREF(s);
+            goto fail;
+        }
+        Py_DECREF(s);
+    }
+    size_t cursor = 0;
+    table_key key;
+    gpu_line *line;
+    while (G.lines.slots != NULL && (line = table_next(&G.lines, &cursor, &key)) != NULL) {
+        const site *where = sites_get((uint32_t)key.k1);
+        if (where == NULL) {
+            continue;
+        }
+        PyObject *item = Py_BuildValue("(OiOiddKK)", where->filename, (int)(int32_t)(uint32_t)key.k2,
+                                       where->qualname, where->firstlineno, line->busy_ns,
+                                       line->memory_sum_bytes, (unsigned long long)line->memory_samples,
+                                       (unsigned long long)line->memory_peak_bytes);
+        if (item == NULL || PyList_Append(lines, item) != 0) {
+            Py_XDECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+    }
+    return Py_BuildValue("{s:s,s:s,s:s,s:O,s:N,s:N,s:N,s:d,s:K}", "backend", G.backend->name, "status", status,
+                         "why", G.why, "explicit", G.explicit_request ? Py_True : Py_False, "devices", devices,
+                         "lines", lines, "notices", notices, "unattributed_busy_ns", G.unattributed_busy_ns,
+                         "peak_memory_bytes", (unsigned long long)G.memory_peak_bytes);
+fail:
+    Py_XDECREF(devices);
+    Py_XDECREF(lines);
+    Py_XDECREF(notices);
+    return NULL;
+}
+
+PyObject *gpu_collect(void)
+{
+    /* The lock is held while Python objects are made: the GPU thread only
+     * waits (it never needs the GIL), so this cannot deadlock. */
+    pthread_mutex_lock(&G.lock);
+    PyObject *result = collect_unlocked();
+    pthread_mutex_unlock(&G.lock);
+    return result;
+}
+
+void gpu_release(void)
+{
+    if (G.thread_started || atomic_load(&G.abandoned)) {
+        return; /* a thread may still write them */
+    }
+    if (G.lines.slots != NULL) {
+        table_release(&G.lines);
+    }
+    atomic_store(&G.phase, PHASE_OFF);
+    G.device_count = 0;
+    G.notice_count = 0;
+}

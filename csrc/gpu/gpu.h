@@ -1,0 +1,103 @@
+/* gpu: GPU busy time and GPU memory per line, measured from inside the process.
+ *
+ * A GPU thread (plain C: it never holds the GIL and never calls CPython) loads a
+ * vendor backend, then polls it every GPU_POLL_NS (memory: GPU_MEMORY_POLL_NS).  A backend reports
+ * utilisation as timestamped samples, each the busy share of a window (~200 ms
+ * for NVML) that ended at its timestamp and is published tens of milliseconds
+ * after it: each sample's busy time (share x window) is spread over the lines
+ * the program's main thread ran *during* that window, read back from the CPU
+ * snapshots' line_timeline (csrc/profile/line_timeline.h), in proportion to the
+ * time each covers.  The process's own GPU memory is read at each poll and
+ * charged to the line of the snapshot nearest in time (average and peak per
+ * line).
+ *
+ * Backends (one file each, behind gpu_backend below): nvml.c, utilisation
+ * windows from NVML.  The seam for a kernel-exact tier (CUPTI's activity
+ * records, each kernel's device time charged to the line that launched it) is
+ * the same: a backend whose samples are kernels (window = the kernel's start
+ * and end, share = 100%) and whose launching line it reports itself; not built.
+ *
+ * Nothing here is fatal: no library, no device, a failed call each end in "no
+ * GPU data" with a reason (gpu_collect's "why"), never an exception mid-run.
+ */
+#ifndef PYROMETER_GPU_H
+#define PYROMETER_GPU_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define GPU_POLL_NS 100000000ULL       /* utilisation: 100 ms, half a window */
+#define GPU_MEMORY_POLL_NS 20000000ULL  /* memory: 20 ms (a cheap call), so that a line
+                                         * holding memory 1 s gets 50 readings */
+
+/* ---- the subsystem (GIL held for each of these) ---------------------------- */
+
+/* Starts the GPU thread; loading the library and finding devices happen on it
+ * (NVML's init can take a while).  0, or -1 with an exception set (out of
+ * threads).  explicit: the user asked for --gpu (a missing library is then a
+ * notice, not a silent absence). */
+int gpu_start(int explicit_request);
+/* Stops and joins the GPU thread (GIL released while waiting; at most a few
+ * seconds: a backend call that never returns leaves its thread behind). */
+void gpu_stop(void);
+/* None when GPU profiling was not started; else a dict (see module.c's
+ * collect docs and model.py: devices, per-line records, notices). */
+PyObject *gpu_collect(void);
+/* Forgets every aggregate (the GPU thread is stopped). */
+void gpu_release(void);
+
+/* ---- the backend interface ------------------------------------------------- */
+
+/* One utilisation reading: the share (0-100) of the window ending at end_us
+ * (CLOCK_REALTIME microseconds) in which the device, or this process on it,
+ * was busy. */
+typedef struct {
+    uint64_t end_us;
+    unsigned percent;
+} gpu_busy_sample;
+
+/* Whose busy time a sample measures. */
+enum gpu_source {
+    GPU_SOURCE_DEVICE,  /* the whole device: right when this process is its only user */
+    GPU_SOURCE_PROCESS, /* this process's own share (a device shared with others) */
+};
+
+/* This process's use of a device at one poll. */
+typedef struct {
+    uint64_t memory_bytes; /* device memory this process holds */
+    int listed;            /* the process is in the device's list of compute processes */
+    int others;            /* other processes are */
+} gpu_process_usage;
+
+enum gpu_status {
+    GPU_OK = 0,
+    GPU_NOTHING_NEW = 1,   /* no sample newer than asked */
+    GPU_UNSUPPORTED = -2,  /* the device cannot tell this (e.g. per-process samples) */
+    GPU_FAILED = -1,       /* the call failed: why says how */
+};
+
+/* Every function runs on the GPU thread only, one call at a time: a backend
+ * needs no locking of its own. */
+typedef struct {
+    const char *name; /* "NVML" */
+    /* Loads the vendor library and finds the devices: their number; 0 when
+     * there is nothing to profile (no library, no device), -1 when the library
+     * failed; why filled in for both. */
+    int (*open)(char *why, size_t why_size);
+    void (*device_name)(int device, char *out, size_t size);
+    /* GPU_OK or GPU_FAILED/GPU_UNSUPPORTED (why filled in). */
+    int (*process_usage)(int device, pid_t pid, gpu_process_usage *out, char *why, size_t why_size);
+    /* Samples newer than since_us, oldest first, at most max (*count set);
+     * source GPU_SOURCE_PROCESS: pid's own.  GPU_OK, GPU_NOTHING_NEW, or an
+     * error (why filled in). */
+    int (*busy_samples)(int device, enum gpu_source source, pid_t pid, uint64_t since_us,
+                        gpu_busy_sample *out, size_t max, size_t *count, char *why, size_t why_size);
+    void (*close)(void);
+} gpu_backend;
+
+extern const gpu_backend gpu_nvml_backend;
+
+#endif

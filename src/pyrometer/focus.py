@@ -1,0 +1,129 @@
+"""@profile: the functions a program marks to narrow its report to them.
+
+While pyrometer runs a program, `profile` is a builtin (install_builtin, from
+the launcher and in every profiled child process) and `from pyrometer import
+profile` gives the same decorator; without pyrometer the import gives a
+decorator that does nothing.  Decorating never changes the program: the
+decorator returns what it was given, the very object, and only notes the site
+of the code it decorates: (file name, qualified name, first line), the key the
+measuring core gives every function (csrc/profile/sites.h), and the last line
+of its source.  The notes go into the raw aggregates (collect_into) and the
+profile model keeps only those functions' lines (model.build).
+
+Nothing here may import the measuring core: a program run without pyrometer
+imports this module through `from pyrometer import profile`.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+# site -> last line of its source: (co_filename, qualified name, co_firstlineno)
+# as the core keys functions (3.10 code objects carry no qualified name: the
+# core uses co_name there, and so does site()).  A plain dict: assignment and
+# list(items()) are atomic under the GIL, so threads may decorate while the
+# sampler's periodic payload reads it.  Kept across the core's reset(): a child
+# made by fork has its parent's decorated functions, which run in it too.
+_sites: dict[tuple[str, str, int], int] = {}
+_active = False
+
+# A chain of __wrapped__ longer than this is a cycle or a mistake: stop there.
+_UNWRAP_MAX = 100
+
+
+def profile(obj: Any) -> Any:
+    """Marks a function (or the methods of a class) for the report, while
+    pyrometer profiles the program; returns obj itself, unchanged."""
+    if _active:
+        try:
+            _mark(obj, 0)
+        except Exception:
+            pass  # marking is a note for the report: it must never break the program
+    return obj
+
+
+def _mark(obj: Any, depth: int) -> None:
+    if depth > 2:  # a class's method's wrapper's function: deep enough
+        return
+    if isinstance(obj, (staticmethod, classmethod, types.MethodType)):
+        # Either order of @profile and @staticmethod/@classmethod, and bound methods.
+        _mark(obj.__func__, depth)
+    elif isinstance(obj, property):
+        for f in (obj.fget, obj.fset, obj.fdel):
+            if f is not None:
+                _mark(f, depth + 1)
+    elif isinstance(obj, type):
+        for member in list(vars(obj).values()):
+            if isinstance(member, (types.FunctionType, staticmethod, classmethod, property)):
+                _mark(member, depth + 1)
+    else:
+        code = _innermost_code(obj)
+        if code is not None:
+            key = site(code)
+            if key not in _sites:  # a function decorated each time it is made: measured once
+                _sites[key] = _last_line(code)
+
+
+def _innermost_code(obj: Any) -> types.CodeType | None:
+    """The code of the function the user wrote: under a functools.wraps wrapper
+    (@profile above @lru_cache or a decorator of the program's own), the
+    wrapped function, whose lines are the ones the user marked."""
+    code = None
+    for _ in range(_UNWRAP_MAX):
+        c = getattr(obj, "__code__", None)
+        if isinstance(c, types.CodeType):
+            code = c
+        inner = getattr(obj, "__wrapped__", None)
+        if inner is None or inner is obj:
+            break
+        obj = inner
+    return code
+
+
+def site(code: types.CodeType) -> tuple[str, str, int]:
+    """A code object's site, as the measuring core keys it."""
+    return (code.co_filename, getattr(code, "co_qualname", code.co_name), code.co_firstlineno)
+
+
+def _last_line(code: types.CodeType) -> int:
+    """The last source line of a function, nested code included: the end of
+    its last instruction's source span (3.11+: a closing bracket on a line of
+    its own is the function's), else the last line with an instruction."""
+    last = code.co_firstlineno
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        if sys.version_info >= (3, 11):
+            for _, end, _, _ in c.co_positions():
+                if end is not None and end > last:
+                    last = end
+        else:
+            for _, _, line in c.co_lines():
+                if line is not None and line > last:
+                    last = line
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return last
+
+
+def activate() -> None:
+    """From now on, @profile notes what it decorates (this process is profiled)."""
+    global _active
+    _active = True
+
+
+def install_builtin() -> None:
+    """`profile` as a builtin, for the profiled program: a program's own global
+    `profile` (cProfile's, line_profiler's, `profile = 3`) hides it as any
+    global hides a builtin, so such a program keeps its own."""
+    import builtins
+    activate()
+    builtins.profile = profile
+
+
+def collect_into(raw: dict[str, Any]) -> dict[str, Any]:
+    """The raw aggregates with the decorated functions:
+    [[filename, qualname, first line, last line], ...]."""
+    raw["profiled_functions"] = [[f, q, first, last] for (f, q, first), last in list(_sites.items())]
+    return raw

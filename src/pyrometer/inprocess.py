@@ -1,0 +1,187 @@
+"""Profiling a region of the running process, with no `pyrometer` command around
+it: `profile_this(func, *args, **kwargs)` from any program, and the notebook
+magics (jupyter.py).
+
+The measuring core is the one the command uses (profiler.Session); what differs
+is what the process has.  CPU is always there.  Memory needs the preloaded
+library (libpyrometer_memhooks.so), which only a process started with it in
+LD_PRELOAD has: a program run by `pyrometer`, or a kernel installed with
+`pyrometer kernel install` (kernel.py).  Elsewhere the profile is CPU-only and
+says so.  Python's allocator hooks alone cannot stand in for the library: they
+read block sizes through its map of pymalloc's arenas, which it builds by seeing
+every arena mapped since the process began (csrc/memhooks/pymalloc_arenas.h), so
+a process that did not start with it has no map to read.
+
+What is "the program" here: the code the caller names (the function's code,
+a notebook cell), every cell of the notebook, and the files under the
+program's directory (the script's, else the current one), never the
+installation's (the standard library, site-packages: IPython, ipykernel)."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import time
+import types
+from typing import Any, Callable, NamedTuple
+
+from .options import Options
+
+NO_MEMORY_LIBRARY = ("memory was not profiled: this process was not started with pyrometer's memory "
+                     "library preloaded; run it under `pyrometer` or, in Jupyter, in a kernel installed "
+                     "with `pyrometer kernel install`")
+
+
+class ProfileResult(NamedTuple):
+    """What profile_this returns: the function's result and the profile (the
+    document every renderer reads: pyrometer.render.report(profile, "text"))."""
+    result: Any
+    profile: dict[str, Any]
+
+
+class CannotProfile(RuntimeError):
+    """This interpreter cannot be profiled (pyrometer's core refuses it); the
+    message says why, in one line."""
+
+
+class AlreadyProfiling(RuntimeError):
+    """The measuring core is already running in this process (a program run by
+    the pyrometer command, or a profile in progress): one at a time."""
+
+
+def memory_available() -> bool:
+    """Whether this process has the memory library preloaded and loaded."""
+    from . import _core
+    return bool(_core.memory_available())
+
+
+def _code_tree(code: types.CodeType) -> list[types.CodeType]:
+    out = [code]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out.extend(_code_tree(const))
+    return out
+
+
+def _program_directory() -> str:
+    """Where the user's own files are: the running script's directory, as python
+    puts it first on sys.path, else the current directory: in an interactive
+    interpreter, and where __main__ is not the user's (ipykernel_launcher, our
+    own kernel launcher, a tool's entry point in site-packages)."""
+    from .profiler import OWN_DIRECTORY, _installation_directories
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or not os.path.isfile(path) or _ipython_shell() is not None:
+        return os.getcwd()
+    directory = os.path.dirname(os.path.realpath(path))
+    theirs = [*_installation_directories(), *(os.path.join(d, "") for d in (OWN_DIRECTORY, os.path.realpath(OWN_DIRECTORY)))]
+    return os.getcwd() if any((directory + os.sep).startswith(d) for d in theirs) else directory
+
+
+def _ipython_shell():
+    """The running IPython shell (a notebook's kernel, terminal IPython), if any;
+    IPython is never imported here."""
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
+def program_sources(prefixes: list[str]) -> dict[str, str]:
+    """The text of the pseudo-files among prefixes (a notebook's cells), which no
+    file holds: IPython keeps each cell in linecache under its name."""
+    out = {}
+    for filename, entry in list(linecache.cache.items()):
+        if any(filename.startswith(p) for p in prefixes) and len(entry) >= 3 and entry[2]:
+            out[filename] = "".join(entry[2])
+    return out
+
+
+class InProcessRun:
+    """One profiled region: start(), the code, finish().  The magics drive it
+    around a cell; profile_this around a call."""
+
+    def __init__(self, options: Options, program: str, *, program_prefixes: list[str] = (),
+                 program_codes: list[types.CodeType] = (), notices: list[str] = (),
+                 no_memory_notice: str = NO_MEMORY_LIBRARY):
+        from .cli import _interpreter_problem  # the command's own words
+        problem = _interpreter_problem(force_version=False)
+        if problem is not None:
+            raise CannotProfile(problem)
+        from .profiler import Session
+        self.options = options
+        self.program = program
+        self.notices = list(notices)
+        self.program_prefixes = list(program_prefixes)
+        if options.memory and not memory_available():
+            options.memory = False
+            self.notices.append(no_memory_notice)
+        # The codes stay referenced here for the run: the filter knows them by
+        # address, which must not be reused meanwhile.
+        self.session = Session(options, _program_directory(), self.program_prefixes, list(program_codes))
+
+    def start(self) -> None:
+        from . import _core
+        if _core.running():
+            raise AlreadyProfiling("pyrometer is already profiling this process (a program run by the "
+                                   "pyrometer command is profiled from start to end)")
+        self.session.start()
+
+    def finish(self, error: BaseException | None = None) -> dict[str, Any]:
+        """Stop and build the profile; error: what the code raised, if anything."""
+        from . import model
+        self.session.stop()
+        raw = self.session.collect()
+        notices = list(self.notices)
+        if error is not None:
+            notices.append(f"the code raised {type(error).__name__}: {error}"[:300])
+        return model.build(raw, program=self.program, argv=[self.program], options=self.options.as_profile_options(),
+                           elapsed=self.session.elapsed, start_time=self.session.start_time, exit_status=None,
+                           ended_by="exit", notices=notices, sources=program_sources(self.program_prefixes),
+                           processes=[self._process(raw)], process_count=1)
+
+    def _process(self, raw: dict[str, Any]) -> dict[str, Any]:
+        memory = raw.get("memory")
+        return {"pid": os.getpid(), "ppid": os.getppid(), "command": list(getattr(sys, "orig_argv", sys.argv)),
+                "started_by": "in-process", "profiled": True, "wall_sec": self.session.elapsed,
+                "cpu_sec": raw["process_cpu_ns"] * 1e-9,
+                "peak_mb": max(memory["max_footprint_bytes"], 0) / 1048576.0 if memory else None,
+                "exit_status": None, "ended_by": "exit", "note": None}
+
+
+def default_options(**changes: Any) -> Options:
+    """The command's defaults for an in-process run: no child processes (there is
+    no run directory to merge them from)."""
+    options = Options(children=False)
+    for name, value in changes.items():
+        setattr(options, name, value)
+    return options
+
+
+def profile_this(func: Callable[..., Any], *args: Any, **kwargs: Any) -> ProfileResult:
+    """Call func(*args, **kwargs) under the profiler in this process and return
+    ProfileResult(result, profile).  Memory is profiled only where the memory
+    library was preloaded (a program run by `pyrometer`, whose own profile
+    covers the whole run already, so this raises AlreadyProfiling there; a
+    `pyrometer kernel`); elsewhere the profile is CPU-only, with a notice that
+    says so.  If func raises, the profiling stops and the exception propagates.
+
+    Render the profile with pyrometer.render.report(profile, "text" | "html" | "json")."""
+    code = getattr(func, "__code__", None)
+    prefixes, codes = [], []
+    if isinstance(code, types.CodeType):
+        codes = _code_tree(code)
+        if os.path.isabs(code.co_filename):
+            prefixes.append(code.co_filename)  # the function's file is the program's, wherever it is
+    shell = _ipython_shell()
+    if shell is not None:  # in a notebook or IPython, every cell run so far is the program's too
+        from .jupyter import program_cells
+        prefixes += program_cells(shell)
+    name = getattr(func, "__qualname__", None) or repr(func)
+    run = InProcessRun(default_options(), f"profile_this({name})", program_prefixes=prefixes, program_codes=codes)
+    run.start()
+    try:
+        result = func(*args, **kwargs)
+    except BaseException:
+        run.session.stop()
+        raise
+    return ProfileResult(result, run.finish())
