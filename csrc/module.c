@@ -8,6 +8,7 @@
 #include <Python.h>
 
 #include "asyncio/awaits.h"
+#include "control/control.h"
 #include "profile/codes.h"
 #include "profile/filter.h"
 #include "profile/line_stats.h"
@@ -19,6 +20,7 @@
 #include "cpython/pyframe.h"
 #include "sampler/sampler.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -87,17 +89,23 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
     (void)module;
     static char *keywords[] = {"interval", "virtual_time", "include", "exclude", "own",
                                "only", "exclude_substrings", "profile_all", "memory_window",
-                               "leak_detector", "program", "program_codes", "gpu", NULL};
+                               "leak_detector", "program", "program_codes", "gpu", "start_off",
+                               "control_file", NULL};
     double interval;
-    int virtual_time, profile_all, leak_detector = 1;
+    int virtual_time, profile_all, leak_detector = 1, start_off = 0;
     int gpu = 0; /* 0: off, 1: when a GPU is found, 2: asked for (--gpu) */
     long long memory_window = 0;
     PyObject *lists[6] = {NULL};
     PyObject *codes = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "dpOOOOOp|LpOOi:start", keywords, &interval,
+    const char *control_file = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "dpOOOOOp|LpOOiiz:start", keywords, &interval,
                                      &virtual_time, &lists[0], &lists[1], &lists[2], &lists[3],
                                      &lists[4], &profile_all, &memory_window, &leak_detector,
-                                     &lists[5], &codes, &gpu)) {
+                                     &lists[5], &codes, &gpu, &start_off, &control_file)) {
+        return NULL;
+    }
+    if (start_off < -1 || start_off > 1) {
+        PyErr_SetString(PyExc_ValueError, "start_off must be 1 (paused), 0 (profiling) or -1 (as inherited)");
         return NULL;
     }
     if (memory_window < 0) {
@@ -139,6 +147,10 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     sampler_options options = {(uint64_t)(interval * 1e9), virtual_time};
+    if (control_begin(start_off, control_file) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return NULL;
+    }
     if (memory_window > 0 && mem_profile_start((int64_t)memory_window, leak_detector) != 0) {
         return NULL;
     }
@@ -265,7 +277,7 @@ static PyObject *collect_all(void)
         return NULL;
     }
     PyObject *all = Py_BuildValue(
-        "{s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K,s:K,s:K}", "memory", memory,
+        "{s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K,s:K,s:K,s:K}", "memory", memory,
         "records", records,
         "unattributed", unattributed, "start_wall_ns", (unsigned long long)t.start_wall_ns,
         "stop_wall_ns", (unsigned long long)t.stop_wall_ns, "snapshots",
@@ -279,7 +291,7 @@ static PyObject *collect_all(void)
         (unsigned long long)(t.memory_bytes + codes_memory_bytes() + line_stats_memory_bytes() +
                              mem_profile_memory_bytes()),
         "code_objects_seen", (unsigned long long)codes_registered(), "functions_overflowed",
-        (unsigned long long)sites_overflowed());
+        (unsigned long long)sites_overflowed(), "paused_ns", (unsigned long long)t.paused_ns);
     return with_gpu(all);
 }
 
@@ -460,10 +472,55 @@ static PyObject *core_running(PyObject *module, PyObject *unused)
     return PyBool_FromLong(sampler_running());
 }
 
+/* The program's own start()/stop() (pyrometer.control): the new count. */
+static PyObject *core_control_count(PyObject *module, PyObject *up)
+{
+    (void)module;
+    int n = PyObject_IsTrue(up);
+    if (n < 0) {
+        return NULL;
+    }
+    int count = n ? control_count_up() : control_count_down();
+    sampler_apply_control();
+    return PyLong_FromLong(count);
+}
+
+static PyObject *core_control_paused(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(control_paused());
+}
+
+static PyObject *core_control_send(PyObject *module, PyObject *args)
+{
+    (void)module;
+    int pid, on;
+    if (!PyArg_ParseTuple(args, "ip:control_send", &pid, &on)) {
+        return NULL;
+    }
+    if (pid <= 0) {
+        PyErr_SetString(PyExc_ValueError, "pid must be positive");
+        return NULL;
+    }
+    if (control_send(pid, on ? CONTROL_ON : CONTROL_OFF) != 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef core_methods[] = {
+    {"control_count", core_control_count, METH_O,
+     "control_count(up)\nThe program's own start() (up true) or stop(): pauses or resumes to "
+     "match (csrc/control/control.h); returns the new count."},
+    {"control_paused", core_control_paused, METH_NOARGS, "Whether profiling is paused now."},
+    {"control_send", core_control_send, METH_VARARGS,
+     "control_send(pid, on)\nSend a resume (on true) or pause command to a process profiled by "
+     "pyrometer (sigqueue of CONTROL_SIGNAL); the caller checks that it is one."},
     {"start", (PyCFunction)(void (*)(void))core_start, METH_VARARGS | METH_KEYWORDS,
      "start(interval, virtual_time, include, exclude, own, only, exclude_substrings, "
-     "profile_all, memory_window=0, leak_detector=True, program=[], program_codes=[], gpu=0)\n"
+     "profile_all, memory_window=0, leak_detector=True, program=[], program_codes=[], gpu=0, "
+     "start_off=0, control_file=None)\n"
      "Start the CPU sampler with the given file filter."},
     {"stop", core_stop, METH_NOARGS, "Stop the CPU sampler and join its thread."},
     {"collect", core_collect, METH_NOARGS, "The aggregates measured so far, as plain data."},
@@ -507,7 +564,8 @@ static int core_exec(PyObject *module)
 #endif
     if (PyModule_AddStringConstant(module, "TESTED_VERSIONS", PYROMETER_TESTED_VERSIONS) != 0 ||
         PyModule_AddStringConstant(module, "FRAME_LAYOUT", pyframe_layout) != 0 ||
-        PyModule_AddIntConstant(module, "VERSION_TESTED", tested) != 0) {
+        PyModule_AddIntConstant(module, "VERSION_TESTED", tested) != 0 ||
+        PyModule_AddIntConstant(module, "CONTROL_SIGNAL", control_signal_number()) != 0) {
         return -1;
     }
     return 0;

@@ -260,15 +260,6 @@ def test_help_lists_every_option(run_pyrometer, tmp_path):
         "--help does not give the threshold default 1")
 
 
-@pytest.mark.parametrize("option", ["--off"])
-def test_not_yet_available_options(tmp_path, run_pyrometer, option):
-    write_program(tmp_path, "print('should not run')\n")
-    proc = run_pyrometer([option, "prog.py"], cwd=tmp_path)
-    assert proc.returncode == 2
-    assert "not available yet" in one_line_error(proc)
-    assert "should not run" not in proc.stdout
-
-
 # ---------------------------------------------------------------------------
 # fork
 # ---------------------------------------------------------------------------

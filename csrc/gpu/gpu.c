@@ -138,13 +138,17 @@ static void charge_window(gpu_device *dev, uint64_t end_us, uint64_t window_us, 
     uint64_t end = end_us * 1000ULL, start = (end_us - window_us) * 1000ULL;
     double share = (double)percent / 100.0;
     size_t n = line_timeline_read(start, window_entries, LINE_TIMELINE_SLOTS);
-    double covered = 0.0;
+    double covered = 0.0, paused = 0.0;
     pthread_mutex_lock(&G.lock);
     for (size_t i = 1; i < n; i++) {
         uint64_t a = window_entries[i - 1].t_ns, b = window_entries[i].t_ns;
         a = a < start ? start : a;
         b = b > end ? end : b;
         if (b <= a) {
+            continue;
+        }
+        if (window_entries[i].site == LINE_TIMELINE_PAUSED) {
+            paused += (double)(b - a); /* profiling was paused (csrc/control): charged nowhere */
             continue;
         }
         double busy = share * (double)(b - a);
@@ -160,7 +164,7 @@ static void charge_window(gpu_device *dev, uint64_t end_us, uint64_t window_us, 
             G.unattributed_busy_ns += busy;
         }
     }
-    double whole = (double)(end - start) * share;
+    double whole = ((double)(end - start) - paused) * share;
     double uncovered = whole - covered * share;
     if (uncovered > 0.0) {
         G.unattributed_busy_ns += uncovered;
@@ -186,7 +190,7 @@ static struct {
 
 static void charge_memory_at(uint32_t site, int32_t lineno, uint64_t bytes)
 {
-    if (site == SITE_NONE) {
+    if (site == SITE_NONE || site == LINE_TIMELINE_PAUSED) {
         return;
     }
     pthread_mutex_lock(&G.lock);
@@ -216,6 +220,9 @@ static void charge_pending_memory(int final)
          * where the program was when the memory was read is known no better
          * than that. */
         const line_timeline_entry *before = n == 2 && around[0].t_ns < t ? &around[0] : NULL;
+        if (after != NULL && after->site == LINE_TIMELINE_PAUSED) {
+            continue; /* read while profiling was paused (csrc/control): charged nowhere */
+        }
         if (after != NULL && before != NULL && t - before->t_ns < after->t_ns - t) {
             after = before;
         }

@@ -1,4 +1,5 @@
 #include "mem_profile.h"
+#include "../control/control.h"
 #include "memhooks_api.h"
 #include "code_life.h"
 #include "leak_site.h"
@@ -269,7 +270,12 @@ static void callback_leave(void)
  * way, or queues it with where the thread stands, for the next drain. */
 static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *address)
 {
-    if (!M.active) {
+    /* Paused (control.h): the sample is dropped, not charged, and its block is
+     * not watched.  Checked here, once per sample, rather than in the library's
+     * fast path: the countdown goes on, so the samples taken once resumed are
+     * still one per window of bytes, unbiased; blocks sampled before the pause
+     * stay watched, so their frees still count and live bytes stay right. */
+    if (!M.active || control_paused()) {
         return 0;
     }
     uint64_t now = clock_wall_ns();

@@ -26,9 +26,13 @@
 
 typedef struct {
     uint64_t t_ns;   /* CLOCK_REALTIME at the snapshot */
-    uint32_t site;   /* SITE_NONE (sites.h): no reported line */
+    uint32_t site;   /* SITE_NONE (sites.h): no reported line; LINE_TIMELINE_PAUSED */
     int32_t lineno;
 } line_timeline_entry;
+
+/* The site of the entry written when profiling resumes (csrc/control): the
+ * interval it closes was paused, and nothing measured in it is charged. */
+#define LINE_TIMELINE_PAUSED (UINT32_MAX - 1)
 
 /* The ring is written only while enabled (a consumer exists). */
 void line_timeline_enable(int on);

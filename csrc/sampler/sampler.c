@@ -1,6 +1,7 @@
 #include "sampler.h"
 #include "clock.h"
 #include "../asyncio/awaits.h"
+#include "../control/control.h"
 #include "../cpython/pyframe.h"
 #include "../ending/ending.h"
 #include "../forks/forks.h"
@@ -42,6 +43,27 @@
 enum standing { STANDING_UNKNOWN, STANDING_PYTHON, STANDING_IN_CALL };
 
 enum snapshot_source { ANSWERED_BY_MAIN, TAKEN_BY_SAMPLER };
+
+/* What a snapshot does with the windows it closes (pause and resume, control.h):
+ *  - CHARGE: charges them, as always;
+ *  - PAUSE: charges them, except the main thread's, whose time is estimated by
+ *    the requests it answered (charge_main_answer): its window cut by the pause
+ *    holds no request, so it is dropped, not charged to where the pause finds it
+ *    (pyrometer.stop(): the line that calls it);
+ *  - REBASE: charges nothing and starts every window afresh: the time since the
+ *    pause, which no sample may see. */
+enum snapshot_mode { SNAPSHOT_CHARGE, SNAPSHOT_PAUSE, SNAPSHOT_REBASE };
+
+/* When a command from outside came, and the main thread's clocks then (read by
+ * the signal handler, control.h).  The command is acted on once the GIL is had,
+ * which a main thread in a long native call holding it gives up only when the
+ * call returns: the pause or resume is placed at this moment, not then, so the
+ * call's time on either side goes where it belongs. */
+typedef struct {
+    uint64_t wall_ns;
+    uint64_t main_cpu_ns;  /* CLOCK_UNAVAILABLE: not read */
+    uint64_t main_runq_ns; /* CLOCK_UNAVAILABLE: not read */
+} command_time;
 
 typedef struct {
     uint64_t last_wall_ns;
@@ -87,6 +109,8 @@ static struct {
     uint64_t pause_wall_ns, pause_process_cpu_ns; /* when it stopped for a fork */
     uint64_t earlier_samplers_cpu_ns; /* CPU of sampler threads ended by forks */
     int64_t untracked_carry; /* signed: clock-reading noise cancels out over windows */
+    int paused;              /* profiling paused (control.h); GIL held */
+    uint64_t paused_since_ns;
     sampler_totals totals;
 } S = {.wake_lock = PTHREAD_MUTEX_INITIALIZER, .main_schedstat_fd = -1};
 
@@ -389,14 +413,15 @@ static void prune_threads(size_t live)
     S.threads = fresh;
 }
 
-static void snapshot_unsuspended(enum snapshot_source source);
+static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode mode,
+                                 const command_time *at);
 
 /* A snapshot is the profiler's work, on whichever thread takes it: the code
  * objects it meets for the first time are registered, which calls CPython, which
  * allocates (3.12+ copies the bytecode, 3.11 caches a copy on the code object).
  * Counted, those were samples of the program's, charged to the line the thread
  * stood on: 1 MB over 100 large functions in the test. */
-static void snapshot(enum snapshot_source source)
+static void snapshot_in(enum snapshot_source source, enum snapshot_mode mode, const command_time *at)
 {
     pyalloc_own_work work;
     pyalloc_own_work_begin(&work);
@@ -407,14 +432,22 @@ static void snapshot(enum snapshot_source source)
      * holds raw pointers to frames and thread states (and let the sampler start
      * a snapshot of its own).  The collection runs later, in the program. */
     int collecting = PyGC_Disable();
-    snapshot_unsuspended(source);
+    snapshot_unsuspended(source, mode, at);
     if (collecting) {
         PyGC_Enable();
     }
     pyalloc_own_work_end(&work);
 }
 
-static void snapshot_unsuspended(enum snapshot_source source)
+static void snapshot(enum snapshot_source source)
+{
+    snapshot_in(source, SNAPSHOT_CHARGE, NULL);
+}
+
+/* at: for a pause or resume from outside, when it was seen (command_time); NULL
+ * for the program's own (it happens where the call is). */
+static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode mode,
+                                 const command_time *at)
 {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback); /* the snapshot must not disturb a pending error */
@@ -493,7 +526,21 @@ static void snapshot_unsuspended(enum snapshot_source source)
         threads_used += used;
         live++;
         location loc;
-        if (source == ANSWERED_BY_MAIN && ts == S.main_ts) {
+        if (mode == SNAPSHOT_REBASE) {
+            loc = main_location; /* not charged: only the baselines below move */
+        } else if (mode == SNAPSHOT_PAUSE && ts == S.main_ts) {
+            if (at != NULL && at->main_cpu_ns != CLOCK_UNAVAILABLE && atomic_load(&S.request_pending) &&
+                atomic_load(&S.request_wall_ns) <= at->wall_ns) {
+                /* A pause from outside, with a request made before it was seen
+                 * (the sampler thread makes one when it sees a command): the
+                 * main thread is charged as if it had answered then, so the
+                 * time of a long native call up to the pause is its. */
+                loc = charge_main_answer(ts, t, at->wall_ns, at->main_cpu_ns,
+                                         fresh ? at->main_runq_ns : runq_before, at->main_runq_ns, core_fraction);
+            } else {
+                loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN); /* for the untracked time below */
+            }
+        } else if (source == ANSWERED_BY_MAIN && ts == S.main_ts) {
             loc = charge_main_answer(ts, t, now, cpu, fresh ? runq_now : runq_before, runq_now,
                                      core_fraction);
         } else {
@@ -507,19 +554,37 @@ static void snapshot_unsuspended(enum snapshot_source source)
         t->last_cpu_ns = cpu;
         t->seen_in = S.serial;
         t->tid = tid;
+        if (mode == SNAPSHOT_REBASE && at != NULL && ts == S.main_ts && at->main_cpu_ns != CLOCK_UNAVAILABLE &&
+            at->main_cpu_ns <= cpu && at->wall_ns <= now) {
+            /* A resume from outside: the main thread's window starts when it was
+             * seen, so the rest of a native call it was in then is charged (the
+             * request made then measures it, charge_main_answer). */
+            t->last_wall_ns = at->wall_ns;
+            t->last_cpu_ns = at->main_cpu_ns;
+            if (at->main_runq_ns != CLOCK_UNAVAILABLE && at->main_runq_ns <= t->last_runq_ns) {
+                t->last_runq_ns = at->main_runq_ns;
+            }
+        }
     }
 
     /* Which line the main thread stood on, and when, for measurements that
      * arrive late with their own time (the GPU's windows: line_timeline.h). */
     if (line_timeline_enabled()) {
-        line_timeline_note(line_timeline_now_ns(), main_location.ok ? main_location.site : SITE_NONE,
-                           main_location.lineno);
+        if (mode == SNAPSHOT_REBASE) {
+            line_timeline_note(line_timeline_now_ns(), LINE_TIMELINE_PAUSED, 0); /* since the pause */
+        } else {
+            line_timeline_note(line_timeline_now_ns(), main_location.ok ? main_location.site : SITE_NONE,
+                               main_location.lineno);
+        }
     }
 
     /* CPU used by threads that have no Python state (native thread pools, threads
      * started from C) is native time of the program; it is charged to the line the
      * main thread is running, which is the line that is waiting for that work. */
     S.untracked_carry += (int64_t)program_used - (int64_t)threads_used;
+    if (mode == SNAPSHOT_REBASE) {
+        S.untracked_carry = 0; /* the paused time's */
+    }
     if (S.untracked_carry > 0) {
         uint64_t untracked = (uint64_t)S.untracked_carry;
         S.untracked_carry = 0;
@@ -532,7 +597,7 @@ static void snapshot_unsuspended(enum snapshot_source source)
     }
 
     /* Await time is wall time by nature: with --use-virtual-time none is counted. */
-    if (asyncio_used && !S.options.virtual_time) {
+    if (asyncio_used && !S.options.virtual_time && mode != SNAPSHOT_REBASE) {
         awaits_charge(window, &S.totals.unattributed);
     }
 
@@ -540,9 +605,11 @@ static void snapshot_unsuspended(enum snapshot_source source)
     S.last_wall_ns = now;
     S.last_process_cpu_ns = process_cpu;
     S.last_sampler_cpu_ns = sampler_cpu;
-    S.totals.snapshots++;
-    if (source == ANSWERED_BY_MAIN) {
-        S.totals.main_snapshots++;
+    if (mode == SNAPSHOT_CHARGE) {
+        S.totals.snapshots++;
+        if (source == ANSWERED_BY_MAIN) {
+            S.totals.main_snapshots++;
+        }
     }
     PyErr_Restore(type, value, traceback);
 }
@@ -576,6 +643,57 @@ static void periodic_on_main(uint64_t now)
     S.totals.periodic_cpu_ns += delta(cpu1, cpu0);
 }
 
+/* ---- pause and resume (control.h) ----------------------------------------- */
+
+/* GIL held, on any thread.  Brings the sampler to the state control.h wants.
+ * A pause charges every window up to it (SNAPSHOT_PAUSE) and then takes no
+ * samples; the resume starts every window afresh (SNAPSHOT_REBASE), so that no
+ * time in between is charged, and adds the pause to the paused time.  The
+ * memory side follows control_paused(): it drops its samples while paused. */
+static void apply_control_unlocked(const command_time *at)
+{
+    int pause = !control_wanted();
+    if (pause == S.paused || !S.active || getpid() != S.owner_pid) {
+        return;
+    }
+    uint64_t when = at != NULL ? at->wall_ns : clock_wall_ns();
+    if (pause) {
+        /* Nothing the memory side samples from here is charged; then what ran
+         * up to now is. */
+        control_set_paused(1);
+        if (!S.suspended_for_fork) {
+            snapshot_in(TAKEN_BY_SAMPLER, SNAPSHOT_PAUSE, at);
+        }
+        S.paused = 1;
+        S.paused_since_ns = when;
+    } else {
+        if (!S.suspended_for_fork) {
+            snapshot_in(TAKEN_BY_SAMPLER, SNAPSHOT_REBASE, at);
+        }
+        S.totals.paused_ns += delta(when, S.paused_since_ns);
+        S.paused = 0;
+        control_set_paused(0);
+    }
+}
+
+void sampler_apply_control(void)
+{
+    apply_control_unlocked(NULL);
+}
+
+/* GIL held, on the main thread (answering a request) or the sampler thread:
+ * the commands from outside received so far take effect, in order, each at the
+ * time it came. */
+static void take_commands(void)
+{
+    control_received received;
+    while (control_take(&received)) {
+        command_time at = {received.wall_ns, received.main_cpu_ns, CLOCK_UNAVAILABLE};
+        control_apply(received.command);
+        apply_control_unlocked(&at);
+    }
+}
+
 /* A pending call: runs on the main thread, with the GIL, at a bytecode boundary. */
 static int answer_request(void *unused)
 {
@@ -584,6 +702,9 @@ static int answer_request(void *unused)
         ending_run(); /* a termination signal: the profile, then the same death */
     }
     if (atomic_load(&S.running) && getpid() == S.owner_pid && !ending_signal()) {
+        take_commands(); /* before the snapshot: this answer then measures the time after a resume */
+    }
+    if (atomic_load(&S.running) && getpid() == S.owner_pid && !ending_signal() && !S.paused) {
         int main = PyThreadState_Get() == S.main_ts;
         snapshot(main ? ANSWERED_BY_MAIN : TAKEN_BY_SAMPLER);
         uint64_t now = clock_wall_ns();
@@ -602,15 +723,16 @@ static int answer_request(void *unused)
 /* ---- the sampler thread ------------------------------------------------------- */
 
 /* Sleeps for ns unless sampler_stop() wakes it, or, with watch_ending, a
- * termination signal is recorded (ending.h: its handler cannot wake us, so the
- * wait looks every ENDING_POLL_NS); returns whether to keep going. */
+ * termination signal or a command from outside (control.h) is recorded (their
+ * handlers cannot wake us, so the wait looks every ENDING_POLL_NS); returns
+ * whether to keep going. */
 static int wait_for_next_sample(uint64_t ns, int watch_ending)
 {
     uint64_t end = clock_wall_ns() + ns;
     pthread_mutex_lock(&S.wake_lock);
     while (atomic_load(&S.running)) {
         uint64_t now = clock_wall_ns();
-        if (now >= end || (watch_ending && ending_signal() != 0)) {
+        if (now >= end || (watch_ending && (ending_signal() != 0 || control_pending()))) {
             break;
         }
         uint64_t until = watch_ending && end - now > ENDING_POLL_NS ? now + ENDING_POLL_NS : end;
@@ -642,6 +764,45 @@ static int main_standing(void)
     }
 }
 
+/* The sampler thread, without the GIL: asks the main thread for a snapshot at
+ * its next bytecode boundary, noting where it stands now (t0). */
+static void make_request(void)
+{
+    atomic_store(&S.request_main_cpu_ns, clock_thread_cpu_ns(S.main_tid));
+    atomic_store(&S.request_main_runq_ns, read_runq_fd(S.main_schedstat_fd));
+    atomic_store(&S.request_wall_ns, clock_wall_ns());
+    atomic_store(&S.request_standing, main_standing());
+    atomic_store(&S.request_pending, 1);
+    if (Py_AddPendingCall(answer_request, NULL) != 0) {
+        atomic_store(&S.request_pending, 0); /* queue full: try at the next tick */
+    } else {
+        pyframe_wake_main_thread(S.interp);
+    }
+}
+
+/* The sampler thread, without the GIL: a command from outside was received.  It
+ * makes a request (unless one is waiting), so that the main thread acts on it
+ * at its next bytecode boundary and its answer measures the time after a
+ * resume; then it takes the GIL to act on it itself, for a main thread that is
+ * blocked (whichever has the GIL first acts, take_commands). */
+static void see_commands(int *have_thread_state, PyGILState_STATE *gil_state)
+{
+    if (!atomic_load(&S.request_pending)) {
+        make_request();
+    }
+    if (!*have_thread_state) {
+        *gil_state = PyGILState_Ensure();
+        S.sampler_ts = PyThreadState_Get();
+        *have_thread_state = 1;
+    } else {
+        PyEval_RestoreThread(S.sampler_ts);
+    }
+    if (atomic_load(&S.running)) {
+        take_commands();
+    }
+    PyEval_SaveThread();
+}
+
 static void *sampler_main(void *unused)
 {
     (void)unused;
@@ -663,17 +824,14 @@ static void *sampler_main(void *unused)
         } else if (!ending_pending()) {
             continue; /* the main thread writes it */
         }
+        if (!ending && control_pending()) {
+            see_commands(&have_thread_state, &gil_state);
+        }
+        if (!ending && control_paused()) {
+            continue; /* no samples while paused; the loop still watches for commands */
+        }
         if (!atomic_load(&S.request_pending)) {
-            atomic_store(&S.request_main_cpu_ns, clock_thread_cpu_ns(S.main_tid));
-            atomic_store(&S.request_main_runq_ns, read_runq_fd(S.main_schedstat_fd));
-            atomic_store(&S.request_wall_ns, clock_wall_ns());
-            atomic_store(&S.request_standing, main_standing());
-            atomic_store(&S.request_pending, 1);
-            if (Py_AddPendingCall(answer_request, NULL) != 0) {
-                atomic_store(&S.request_pending, 0); /* queue full: try at the next tick */
-            } else {
-                pyframe_wake_main_thread(S.interp);
-            }
+            make_request();
             continue;
         }
         uint64_t waited = delta(clock_wall_ns(), atomic_load(&S.request_wall_ns));
@@ -695,7 +853,7 @@ static void *sampler_main(void *unused)
             if (atomic_load(&S.running) && ending_claim()) {
                 ending_run(); /* does not return */
             }
-        } else if (atomic_load(&S.running) && atomic_load(&S.request_pending)) {
+        } else if (atomic_load(&S.running) && atomic_load(&S.request_pending) && !S.paused) {
             snapshot(TAKEN_BY_SAMPLER);
             uint64_t now = clock_wall_ns();
             if (periodic_due(now)) {
@@ -833,6 +991,11 @@ static void start_after_fork(void)
 static void start_after_fork_unsuspended(void)
 {
     S.suspended_for_fork = 0;
+    if (S.paused) {
+        /* Nothing to charge: the resume starts every window afresh. */
+        (void)launch_thread();
+        return;
+    }
     uint64_t now = clock_wall_ns();
     uint64_t gap = delta(now, S.pause_wall_ns);
     uint64_t process_cpu = clock_process_cpu_ns();
@@ -928,6 +1091,7 @@ int sampler_start(const sampler_options *options)
     helper_cpu_at_start_ns = last_helper_cpu_ns = atomic_load(&helper_cpu_total_ns);
     S.untracked_carry = 0;
     S.main_tid = pyframe_thread_tid(S.main_ts);
+    control_set_main_thread(S.main_tid);
     S.main_schedstat_fd = S.main_tid > 0 ? open_schedstat(S.main_tid) : -1;
     atomic_store(&S.request_main_runq_ns, CLOCK_UNAVAILABLE);
     S.serial = 0;
@@ -949,6 +1113,11 @@ int sampler_start(const sampler_options *options)
     }
     atomic_store(&S.request_pending, 0);
     S.suspended_for_fork = 0;
+    /* Paused from the start: --off, a command given to the run before this
+     * process started, or a fork of a paused process (control_begin). */
+    S.paused = !control_wanted();
+    S.paused_since_ns = S.last_wall_ns;
+    control_set_paused(S.paused);
     if (forks_register(stop_for_fork, start_after_fork) != 0) {
         return -1;
     }
@@ -978,6 +1147,10 @@ void sampler_stop(void)
     S.suspended_for_fork = 0;
     pthread_cond_destroy(&S.wake);
     S.totals.stop_wall_ns = clock_wall_ns();
+    if (S.paused) {
+        S.totals.paused_ns += delta(S.totals.stop_wall_ns, S.paused_since_ns);
+        S.paused = 0;
+    }
     S.totals.process_cpu_ns = delta(clock_process_cpu_ns(), S.totals.process_cpu_ns);
     S.totals.sampler_cpu_ns = S.earlier_samplers_cpu_ns + S.last_sampler_cpu_ns + helper_cpu_since_start();
 }
@@ -999,6 +1172,9 @@ void sampler_get_totals(sampler_totals *out)
          * CPU used so far. */
         out->process_cpu_ns = delta(clock_process_cpu_ns(), S.totals.process_cpu_ns);
         out->sampler_cpu_ns = S.earlier_samplers_cpu_ns + S.last_sampler_cpu_ns + helper_cpu_since_start();
+    }
+    if (S.active && S.paused) {
+        out->paused_ns += delta(end, S.paused_since_ns);
     }
     out->memory_bytes = table_memory_bytes(&S.threads);
     out->unit_ns = S.totals.main_live_units
@@ -1032,8 +1208,11 @@ void sampler_get_totals(sampler_totals *out)
     if (out->unit_cpu_ns > out->unit_ns) {
         out->unit_cpu_ns = out->unit_ns;
     }
+    /* Over the time sampled: none is taken while paused. */
     out->mean_interval_ns =
-        S.totals.snapshots ? (double)delta(end, S.totals.start_wall_ns) / (double)S.totals.snapshots : 0.0;
+        S.totals.snapshots
+            ? (double)delta(delta(end, S.totals.start_wall_ns), out->paused_ns) / (double)S.totals.snapshots
+            : 0.0;
 }
 
 void sampler_release(void)

@@ -27,6 +27,7 @@ typedef struct {
 
 typedef struct {
     uint64_t start_wall_ns, stop_wall_ns;
+    uint64_t paused_ns;          /* wall time paused (control.h), monotonic clock */
     uint64_t snapshots;          /* samples taken */
     uint64_t main_snapshots;     /* of which answered by the main thread */
     uint64_t threads_seen;       /* distinct Python threads sampled */
@@ -54,6 +55,9 @@ int sampler_start(const sampler_options *options);
 /* Stops and joins the sampler thread; GIL held (released while joining). */
 void sampler_stop(void);
 int sampler_running(void);
+/* GIL held: pauses or resumes to match control_wanted() (control.h), charging
+ * what ran up to a pause and nothing of the pause itself. */
+void sampler_apply_control(void);
 void sampler_get_totals(sampler_totals *out);
 /* Per-thread bookkeeping and counters; the line records stay in line_stats. */
 void sampler_release(void);

@@ -1,9 +1,10 @@
 """pyrometer: a high-precision, low-overhead CPU, GPU and memory profiler for Python."""
 
 from .focus import profile  # @profile: a no-op decorator unless pyrometer runs the program
+from .control import profiling, start, stop  # regions: docs/how-it-works.md, "Pause and resume"
 
 __version__ = "0.1.0"
-__all__ = ["profile", "profile_this", "load_ipython_extension"]
+__all__ = ["profile", "profile_this", "load_ipython_extension", "start", "stop", "profiling"]
 
 
 def profile_this(func, *args, **kwargs):

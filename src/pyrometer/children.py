@@ -46,6 +46,9 @@ from . import preload
 
 _BOOT = "boot"
 _SETTINGS_FILE = "settings.json"
+# A pause or resume from outside (pyrometer --off/--on --pid), recorded by the
+# processes it reached (csrc/control/control.c), for those that start later.
+CONTROL_FILE = "control"
 MB = 1048576.0
 # The per-process table keeps this many rows; the count beyond is kept exact.
 PROCESS_TABLE_MAX = 1000
@@ -315,7 +318,9 @@ class ChildSession:
     def _path(self, kind: str) -> str:
         return os.path.join(self.settings["run_dir"], f"{kind}-{self.pid}-{self.token}.json")
 
-    def start(self, exclude: list[str], own: list[str]) -> None:
+    def start(self, exclude: list[str], own: list[str], start_off: int | None = None) -> None:
+        """start_off: -1 for a fork, which keeps its parent's pause state
+        (pyrometer.control); else the run's --off, and the control file."""
         from . import _core
         from .endings import Endings
         s = self.settings
@@ -325,7 +330,9 @@ class ChildSession:
         _core.start(interval=s["interval"], virtual_time=s["virtual_time"], include=self.include,
                     exclude=exclude, own=own, only=s["only"], exclude_substrings=s["exclude_substrings"],
                     profile_all=s["profile_all"], memory_window=window, leak_detector=s["leak_detector"],
-                    program=s.get("program", []), gpu=self._gpu())
+                    program=s.get("program", []), gpu=self._gpu(),
+                    start_off=int(s.get("start_off", False)) if start_off is None else start_off,
+                    control_file=os.path.join(s["run_dir"], CONTROL_FILE))
         _core.ending_install(self._on_termination_signal)
         from . import focus
         focus.install_builtin()  # a profiled child is the program too: its @profile counts
@@ -379,6 +386,7 @@ class ChildSession:
         memory = raw.get("memory")
         record = self._record()
         record.update(wall_sec=wall, cpu_sec=raw["process_cpu_ns"] * 1e-9,
+                      paused_sec=raw.get("paused_ns", 0) * 1e-9,
                       peak_mb=max(memory["max_footprint_bytes"], 0) / MB if memory else None,
                       exit_status=status, ended_by=ended_by, memory_lost=self.memory_lost,
                       raw=raw, spawned=spawned, reaped=reaped)
@@ -498,7 +506,7 @@ def after_fork_in_child() -> None:
         own = sorted({_with_sep(OWN_DIRECTORY), _with_sep(os.path.realpath(OWN_DIRECTORY))})
         from .profiler import _installation_directories
         child = ChildSession(settings, "fork", parent.include if parent is not None else list(settings["include"]))
-        child.start(_installation_directories(), own)
+        child.start(_installation_directories(), own, start_off=-1)
         atexit.register(child.at_exit)
     except Exception:
         pass  # the child runs unprofiled; the parent lists it as not profiled
@@ -734,7 +742,8 @@ def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: fl
 def _row(record: dict[str, Any], profiled: bool, note: str | None = None) -> dict[str, Any]:
     return {"pid": record.get("pid"), "ppid": record.get("ppid"), "command": record.get("command", []),
             "started_by": record.get("started_by", "exec"), "profiled": profiled,
-            "wall_sec": record.get("wall_sec"), "cpu_sec": record.get("cpu_sec"), "peak_mb": record.get("peak_mb"),
+            "wall_sec": record.get("wall_sec"), "paused_sec": record.get("paused_sec"),
+            "cpu_sec": record.get("cpu_sec"), "peak_mb": record.get("peak_mb"),
             "exit_status": record.get("exit_status"), "ended_by": record.get("ended_by"),
             "note": note if note is not None else record.get("note")}
 

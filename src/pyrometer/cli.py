@@ -183,6 +183,7 @@ def _profile(options: Options) -> int:
         except OSError as e:
             return _error(f"cannot make a private directory for the child processes' profiles: "
                           f"{e.strerror or e} (or use --no-children)", 1)
+        session.control_file = os.path.join(run.path, children.CONTROL_FILE)
     writer = None
     endings = None
     warned: set[str] = set()
@@ -224,6 +225,7 @@ def _profile(options: Options) -> int:
         raw = session.collect()
         top = {"pid": os.getpid(), "ppid": os.getppid(), "command": list(sys.orig_argv),
                "started_by": "command", "profiled": True, "wall_sec": elapsed,
+               "paused_sec": raw.get("paused_ns", 0) * 1e-9,
                "cpu_sec": raw["process_cpu_ns"] * 1e-9,
                "peak_mb": max(raw["memory"]["max_footprint_bytes"], 0) / 1048576.0 if raw.get("memory") else None,
                "exit_status": status, "ended_by": ended_by, "note": None}
@@ -426,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
         options = parse(argv)
     except UsageError as e:
         return _error(str(e))
+    if options.pid is not None:
+        from . import remote
+        return remote.main(options.pid, resume=options.on)
     try:
         return _profile(options)
     finally:

@@ -360,6 +360,9 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         "platform": sys.platform,
         "start_time_absolute": start_time,
         "elapsed_time_sec": elapsed,
+        # The first process's wall time paused (pyrometer.stop(), --off, --off --pid):
+        # none of it is charged, so every percentage is of the time not paused.
+        "paused_sec": raw.get("paused_ns", 0) * NS,
         "exit_status": exit_status,
         "ended_by": ended_by,
         "options": options,
@@ -678,6 +681,7 @@ _OPTIONS = _Object({
     "profile_interval": (_Null(_NONNEG), _OPTIONAL),
     "children": (_BOOL, _OPTIONAL),
     "gpu": (_Null(_BOOL), _OPTIONAL),
+    "off": (_BOOL, _OPTIONAL),
 })
 
 _TIME_ENTRY = _Object({
@@ -761,6 +765,7 @@ _RUN = _Object({
     "platform": (_STR, "?"),
     "start_time_absolute": (_NONNEG, _OPTIONAL),
     "elapsed_time_sec": (_NONNEG, _REQUIRED),
+    "paused_sec": (_NONNEG, 0.0),
     "exit_status": (_Null(_Leaf((int,), "a whole number from 0 to 255, or null", 0, 255)), None),
     "ended_by": (_Null(_STR), None),
     "options": (_OPTIONS, _REQUIRED),
@@ -834,6 +839,7 @@ _PROCESS = _Object({
     "started_by": (_STR, "?"),
     "profiled": (_BOOL, True),
     "wall_sec": (_Null(_NONNEG), None),
+    "paused_sec": (_Null(_NONNEG), None),
     "cpu_sec": (_Null(_NONNEG), None),
     "peak_mb": (_Null(_NONNEG), None),
     "exit_status": (_Null(_EXIT_STATUS), None),
@@ -1084,6 +1090,10 @@ def check(profile: Any, path: str = "the profile") -> dict[str, Any]:
     where = f"{path} is damaged: "
     memory = profile.get("memory") is True
     _check_fields(profile, _TOP_WITH_MEMORY if memory else _TOP_CPU_ONLY, where)
+    # Paused time is part of the run's wall time (the clocks differ: a little slack).
+    if profile["paused_sec"] > profile["elapsed_time_sec"] * 1.01 + 0.01:
+        raise ProfileError(f"{where}paused_sec ({profile['paused_sec']:g}) is more than the run's "
+                           f"elapsed_time_sec ({profile['elapsed_time_sec']:g})")
     if memory:
         _check_scalene_footprint_names(profile, where)
     source = profile.get("gpu_utilization_source")

@@ -38,6 +38,9 @@ class Options:
     children: bool = True
     force_version: bool = False
     quiet: bool = False
+    off: bool = False  # start paused (pyrometer.start() or --on --pid resumes)
+    on: bool = False   # with pid: resume that program
+    pid: int | None = None  # pause (--off) or resume (--on) that running program
     module: str | None = None
     command: str | None = None  # -c CODE
     program: list[str] = dataclasses.field(default_factory=list)
@@ -65,16 +68,15 @@ class Options:
             "leak_detector": self.leak_detector and self.memory,
             "profile_interval": self.profile_interval,
             "children": self.children,
+            "off": self.off,
         }
 
 
 # Options that later work will implement: accepted by the parser so that a user
 # gets a clear "not available yet" instead of "unrecognized arguments".
 NOT_YET = {
-    "--off": "starting paused",
-    "--pid": "controlling a running program",
 }
-NOT_YET_WITH_VALUE = {"--pid"}
+NOT_YET_WITH_VALUE: set[str] = set()
 
 
 def _float_in(low: float, high: float, unit: str, low_open: bool = True):
@@ -117,6 +119,16 @@ def _window(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number of bytes, not {text!r}") from None
     if value < 4096 or value > (1 << 34):
         raise argparse.ArgumentTypeError(f"must be between 4096 bytes and 16 GiB (17179869184), not {text}")
+    return value
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a process id, not {text!r}") from None
+    if value <= 0 or value >= 1 << 31:
+        raise argparse.ArgumentTypeError(f"expected a process id (a positive number), not {text}")
     return value
 
 
@@ -245,7 +257,16 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--force-version", action="store_true",
                      help="run on a CPython version pyrometer has not been tested on, where this "
                           "installation was built for it anyway (see the README)")
-    later = p.add_argument_group("not available yet (accepted, then refused with a message)")
+    control = p.add_argument_group("pause and resume")
+    control.add_argument("--off", action="store_true",
+                         help="start paused: only regions the program marks with pyrometer.start() / "
+                              "pyrometer.profiling() are profiled; with --pid N: pause that running program")
+    control.add_argument("--on", action="store_true",
+                         help="with --pid N: resume that running program")
+    control.add_argument("--pid", metavar="N", type=_pid, default=None,
+                         help="the process of a program that runs under pyrometer, and its child "
+                              "processes, to pause (--off) or resume (--on)")
+    later = p.add_argument_group("not available yet (accepted, then refused with a message)") if NOT_YET else None
     for flag in NOT_YET:
         if flag in NOT_YET_WITH_VALUE:
             later.add_argument(flag, metavar="N", default=None, dest=flag.strip("-").replace("-", "_"),
@@ -306,6 +327,15 @@ def parse(argv: list[str]) -> Options:
         value = getattr(ns, flag.strip("-").replace("-", "_"))
         if value not in (None, False):
             raise UsageError(f"{flag}: {NOT_YET[flag]} is not available yet")
+    if ns.pid is not None:
+        if ns.on == ns.off:
+            raise UsageError("--pid N needs --off (pause) or --on (resume): pyrometer --off --pid N")
+        if module is not None or command is not None or program:
+            raise UsageError("--pid N controls a program already running: it takes no program to run")
+        return Options(off=ns.off, on=ns.on, pid=ns.pid)
+    if ns.on:
+        raise UsageError("--on needs --pid N: it resumes a running program (a run is profiled from "
+                         "its start unless --off)")
     if ns.memory_on and (ns.memory_off or ns.cpu_only):
         raise UsageError("--memory contradicts " + ("--no-memory" if ns.memory_off else "--cpu-only"))
     if ns.gpu_on and ns.gpu_off:

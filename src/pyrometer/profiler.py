@@ -56,6 +56,9 @@ class Session:
         self.program_codes = list(program_codes)  # -c: the code objects compiled from it
         self.start_time = 0.0
         self.elapsed = 0.0
+        # Where a pause or resume from outside is recorded for the run's later
+        # children (children.CONTROL_FILE in the run directory), or None.
+        self.control_file: str | None = None
 
     def core_settings(self) -> dict:
         """What the core starts with, as plain data: also what the run's child
@@ -73,6 +76,7 @@ class Session:
             "memory_window": o.allocation_sampling_window if o.memory else 0,
             "leak_detector": o.leak_detector,
             "program": self.program_prefixes,  # -m's package, a script wherever it lives: children's too
+            "start_off": o.off,
             "gpu": gpu_mode(o.gpu),
         }
 
@@ -96,6 +100,8 @@ class Session:
             program=s["program"],
             program_codes=self.program_codes,
             gpu=s["gpu"],
+            start_off=int(s["start_off"]),
+            control_file=self.control_file,
         )
 
     def stop(self) -> None:

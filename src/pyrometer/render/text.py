@@ -343,7 +343,7 @@ def _options_words(profile: dict[str, Any]) -> str:
             parts.append(f"--allocation-sampling-window {window}")
         if o.get("leak_detector") is False:
             parts.append("--no-leak-detector")
-    for flag in ("use_virtual_time", "profile_all", "reduced_profile"):
+    for flag in ("use_virtual_time", "profile_all", "reduced_profile", "off"):
         if o.get(flag):
             parts.append("--" + flag.replace("_", "-"))
     for flag in ("profile_only", "profile_exclude"):
@@ -412,7 +412,9 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
     add(visible(title), BOLD)
     threads = profile["threads"]
     add(
-        f"elapsed {profile['elapsed_time_sec']:.3f} s · {samples} sample{'s' if samples != 1 else ''}"
+        f"elapsed {profile['elapsed_time_sec']:.3f} s"
+        + (f" (paused {profile['paused_sec']:.3f} s, not charged)" if profile.get("paused_sec", 0.0) >= 0.0005 else "")
+        + f" · {samples} sample{'s' if samples != 1 else ''}"
         + (f" (every {profile['sampling_interval_sec'] * 1e3:.2f} ms on average)" if samples else "")
         + f" · {threads} thread{'s' if threads != 1 else ''}"
         + (f" · {profile['process_count']} processes" if profile.get("process_count", 1) > 1 else "")

@@ -328,6 +328,7 @@
     if (OPT.profile_only && OPT.profile_only.length) parts.push("only " + OPT.profile_only.join(", "));
     if (OPT.profile_exclude && OPT.profile_exclude.length) parts.push("excluding " + OPT.profile_exclude.join(", "));
     if (OPT.reduced_profile) parts.push("reduced profile");
+    if (OPT.off) parts.push("started paused (--off)");
     return parts.join(" · ");
   }
 
@@ -351,7 +352,9 @@
     var samples = num(S.cpu_samples, 0), threads = num(S.threads, 0);
     h += '<h1>pyrometer: <span class="prog">' + esc(S.program || "?") + '</span> <span class="args">' +
       esc((S.args || []).join(" ")) + "</span></h1>";
-    h += '<div class="meta" id="run-meta">elapsed ' + secs(ELAPSED) + " · " + plural(samples, "sample") +
+    var paused = num(S.paused_sec, 0);
+    h += '<div class="meta" id="run-meta">elapsed ' + secs(ELAPSED) +
+      (paused >= 0.0005 ? " (paused " + secs(paused) + ", not charged)" : "") + " · " + plural(samples, "sample") +
       (samples ? " (every " + (num(S.sampling_interval_sec, 0) * 1000).toFixed(1) + " ms on average)" : "") +
       " · " + plural(threads, "thread") + (num(S.process_count, 1) > 1 ? " · " +
       num(S.process_count, 1) + " processes" : "") +
