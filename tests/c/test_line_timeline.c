@@ -53,12 +53,18 @@ static void test_line_timeline_lapped(void)
 }
 
 static atomic_int writing;
+static atomic_ulong reads_done;
 
+/* Writes until the reader has read a while: under valgrind, which runs one
+ * thread at a time, a fixed count could all be written before the reader ran. */
 static void *writer(void *unused)
 {
     (void)unused;
-    for (uint64_t t = 1; t <= 300000; t++) {
+    for (uint64_t t = 1;; t++) {
         line_timeline_note(t, (uint32_t)(t * 2654435761u), (int32_t)(t & 0x7fffffff));
+        if (t >= 300000 && atomic_load(&reads_done) >= 100) {
+            break;
+        }
     }
     atomic_store(&writing, 0);
     return NULL;
@@ -67,6 +73,7 @@ static void *writer(void *unused)
 static void test_line_timeline_concurrent_reader(void)
 {
     line_timeline_clear();
+    atomic_store(&reads_done, 0);
     atomic_store(&writing, 1);
     pthread_t thread;
     REQUIRE(pthread_create(&thread, NULL, writer, NULL) == 0);
@@ -85,6 +92,7 @@ static void test_line_timeline_concurrent_reader(void)
             disorder += i > 0 && e[i].t_ns != e[i - 1].t_ns + 1;
         }
         reads++;
+        atomic_store(&reads_done, reads);
     }
     pthread_join(thread, NULL);
     CHECK(reads > 0);
