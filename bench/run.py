@@ -403,12 +403,12 @@ def command_for(tool: str, script: Path, outdir: Path) -> tuple[list, Path | Non
     out = outdir / f"{script.stem}.{tool}"
     if tool == "pyrometer":
         out = out.with_suffix(".json")
-        return [py, "-m", "pyrometer", "--cpu-only", "--json",
+        return [py, "-m", "pyrometer", "--cpu-only", "--json", "--quiet",
                 "--outfile", str(out), str(script)], out
     if tool == "pyrometer-full":
         # pyrometer's default: CPU, memory and copy volume.
         out = out.with_suffix(".json")
-        return [py, "-m", "pyrometer", "--json",
+        return [py, "-m", "pyrometer", "--json", "--quiet",
                 "--outfile", str(out), str(script)], out
     if tool in ("scalene", "scalene-full"):
         # `scalene run` only saves a JSON profile; it never opens a browser
