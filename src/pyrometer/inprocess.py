@@ -56,14 +56,6 @@ def memory_available() -> bool:
     return bool(_core.memory_available())
 
 
-def _code_tree(code: types.CodeType) -> list[types.CodeType]:
-    out = [code]
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            out.extend(_code_tree(const))
-    return out
-
-
 def _program_directory() -> str:
     """Where the user's own files are: the running script's directory, as python
     puts it first on sys.path, else the current directory: in an interactive
@@ -169,7 +161,8 @@ def profile_this(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Profile
     code = getattr(func, "__code__", None)
     prefixes, codes = [], []
     if isinstance(code, types.CodeType):
-        codes = _code_tree(code)
+        from .launcher import code_tree
+        codes = code_tree(code)
         if os.path.isabs(code.co_filename):
             prefixes.append(code.co_filename)  # the function's file is the program's, wherever it is
     shell = _ipython_shell()

@@ -154,12 +154,12 @@ def _decoded(source: bytes) -> str:
         return ""
 
 
-def _code_tree(code: types.CodeType) -> list[types.CodeType]:
+def code_tree(code: types.CodeType) -> list[types.CodeType]:
     """A code object and every code object nested in it (functions, classes, lambdas)."""
     out = [code]
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            out.extend(_code_tree(const))
+            out.extend(code_tree(const))
     return out
 
 
@@ -176,7 +176,7 @@ def prepare(target: Target) -> None:
         if sys.version_info >= (3, 13) and hasattr(linecache, "_register_code"):
             # 3.13's tracebacks show -c lines: the interpreter registers the source so.
             linecache._register_code(target.code, target.name, "<string>")
-        target.codes = _code_tree(target.code)
+        target.codes = code_tree(target.code)
     elif target.kind == SCRIPT:
         try:
             target.code = compile(target.source, os.path.abspath(target.name), "exec", dont_inherit=True)
