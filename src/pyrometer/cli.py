@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from .options import Options, UsageError, parse
+from .options import Options, UsageError, add_export_options, exports_of, parse
 
 
 def _error(message: str, status: int = 2) -> int:
@@ -96,6 +96,57 @@ def where_written(fmt: str, shown: str, path: str, *, opened: bool | None = None
     return line + " (view: open it in a browser)"
 
 
+# ---- exports of the call stacks (docs/exports.md) ----
+
+# How to look at each export, for the line that says where it went.
+EXPORT_VIEWERS = {"pprof": ("pprof profile", "go tool pprof -http=: {}"),
+                  "speedscope": ("speedscope profile", "open it at https://www.speedscope.app"),
+                  "collapsed": ("folded stacks", "flamegraph.pl {} > flame.svg"),
+                  "firefox": ("Firefox Profiler profile", "load it at https://profiler.firefox.com")}
+
+
+def export_paths(exports: dict[str, str]) -> tuple[dict[str, tuple[str, str]] | None, str | None]:
+    """The exports' files as (shown, absolute), or why one cannot be written."""
+    out = {}
+    for fmt, path in exports.items():
+        problem = _unwritable(path)
+        if problem is not None:
+            return None, problem
+        out[fmt] = (path, os.path.abspath(path))
+    return out, None
+
+
+def write_exports(profile: dict, exports: dict[str, tuple[str, str]], metric: str, quiet: bool,
+                  name: str = "the profile") -> bool:
+    """Each export asked for, written to its file; False (having said why) when
+    one could not be.  name: the profile, for the messages."""
+    import shlex
+    from .render import export
+    from .render.json_out import write_report as write_file, written_in_place
+    from .render.stacks import ExportError
+    from .render.text import visible
+    ok = True
+    for fmt, (shown, path) in exports.items():
+        try:
+            write_file(path, export(profile, fmt, metric=metric, path=name))
+        except ExportError as e:
+            _error(f"--{fmt}: {e}", 1)
+            ok = False
+            continue
+        except OSError as e:
+            _error(f"cannot write the --{fmt} export: {e}", 1)
+            ok = False
+            continue
+        if not quiet:
+            what, how = EXPORT_VIEWERS[fmt]
+            line = f"pyrometer: {what} written to {visible(shown)}"
+            say(line if written_in_place(path) else f"{line} (view: {how.format(visible(shlex.quote(shown)))})")
+    return ok
+
+
+# ---- end of exports ----
+
+
 def _open_page(path: str) -> bool:
     """--web: whether a browser was opened; never an error."""
     from .preload import environment_without_memhooks
@@ -174,6 +225,9 @@ def _profile(options: Options) -> int:
         if problem is not None:
             return _error(problem)
         path = os.path.abspath(path)  # the program may change directory
+    exports, problem = export_paths(options.exports())
+    if problem is not None:
+        return _error(problem)
     session = Session(options, target.directory, target.program_prefixes, target.codes)
     run = None
     if options.children:
@@ -255,7 +309,7 @@ def _profile(options: Options) -> int:
             return False
         if path is not None and not options.quiet:
             say(where_written(fmt, shown, path, opened=opened, interval=options.profile_interval))
-        return True
+        return write_exports(profile, exports, options.collapsed_metric, options.quiet, "this run's profile")
 
     def on_termination_signal(signum: int) -> bool:
         """Called by the core (csrc/ending) on a termination signal; it then dies of
@@ -368,7 +422,8 @@ def _view(argv: list[str]) -> int:
     from . import model
     parser = _ViewParser(
         prog="pyrometer view",
-        usage="pyrometer view PROFILE.json [--cli | --json | --html | --web] [-o FILE] [--reduced-profile] [--quiet]",
+        usage="pyrometer view PROFILE.json [--cli | --json | --html | --web] [-o FILE] [--reduced-profile] [--quiet] "
+              "[--pprof FILE] [--speedscope FILE] [--collapsed FILE [--collapsed-metric M]] [--firefox FILE]",
         description="Render a profile saved with pyrometer --json, also one made on another machine "
                     "(the source lines come from the profile).")
     parser.add_argument("profile", metavar="PROFILE.json",
@@ -384,14 +439,21 @@ def _view(argv: list[str]) -> int:
                         help="show only lines at or above the thresholds")
     parser.add_argument("--quiet", action="store_true",
                         help="do not say on standard error where the report was written")
+    add_export_options(parser)
     try:
         ns = parser.parse_args(argv)
+        exports, problem = export_paths(exports_of(ns))
     except UsageError as e:
         return _error(str(e))
+    if problem is not None:
+        return _error(problem)
     fmt = "json" if ns.json else "html" if (ns.html or ns.web) else "text"
+    # Only the exports when only they are asked for; the report too when its
+    # format is named.
+    report_too = not exports or ns.cli or ns.json or ns.html or ns.web or ns.outfile is not None
     # No program shares the standard output here: JSON may go there.
     path = report_path(fmt, ns.outfile, stdout_shared=False)
-    if path is not None:
+    if path is not None and report_too:
         problem = _unwritable(path)
         if problem is not None:
             return _error(problem)
@@ -402,6 +464,11 @@ def _view(argv: list[str]) -> int:
                    else model.load(ns.profile))
         if ns.reduced_profile:
             profile = model.reduced(profile)
+        if exports and not write_exports(profile, exports, ns.collapsed_metric, ns.quiet,
+                                         "standard input" if ns.profile == "-" else ns.profile):
+            return 1
+        if not report_too:
+            return 0
         opened = write_report(profile, fmt, path, web=ns.web)
     except model.ProfileError as e:
         return _error(str(e))

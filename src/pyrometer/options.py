@@ -41,6 +41,13 @@ class Options:
     off: bool = False  # start paused (pyrometer.start() or --on --pid resumes)
     on: bool = False   # with pid: resume that program
     pid: int | None = None  # pause (--off) or resume (--on) that running program
+    # -- exports of the call stacks (docs/exports.md): the file of each, or None
+    pprof: str | None = None
+    speedscope: str | None = None
+    collapsed: str | None = None
+    collapsed_metric: str = "time"
+    firefox: str | None = None
+    # -- end of exports
     module: str | None = None
     command: str | None = None  # -c CODE
     program: list[str] = dataclasses.field(default_factory=list)
@@ -49,6 +56,10 @@ class Options:
     def format(self) -> str:
         """The report's format: "json", "html" (also for --web) or "text"."""
         return "json" if self.json else "html" if (self.html or self.web) else "text"
+
+    def exports(self) -> dict[str, str]:
+        """The exports asked for: format (render.EXPORTS) -> file."""
+        return exports_of(self)
 
     def as_profile_options(self) -> dict[str, Any]:
         """What the profile records about how it was taken."""
@@ -213,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="percent of run time at which a line counts as significant (0 to 100)")
     out.add_argument("--quiet", action="store_true",
                      help="do not say on standard error where the report was written")
+    add_export_options(p)
     what = p.add_argument_group("what to profile")
     what.add_argument("-m", dest="module", metavar="MODULE", default=None,
                       help="run a library module as the program, like python -m; "
@@ -279,6 +291,46 @@ def build_parser() -> argparse.ArgumentParser:
                 "input. Everything after it is passed to the program unchanged. Use -- to end "
                 "pyrometer's options explicitly.")
     return p
+
+
+# ---- exports of the call stacks (docs/exports.md), for the run and for pyrometer view ----
+
+EXPORT_OPTIONS = ("pprof", "speedscope", "collapsed", "firefox")  # render.EXPORTS, each an option
+
+
+def add_export_options(parser: argparse.ArgumentParser) -> None:
+    from .render.stacks import METRICS
+    group = parser.add_argument_group("exports of the call stacks (besides the report; docs/exports.md)")
+    group.add_argument("--pprof", metavar="FILE", default=None,
+                       help="write the call stacks as a gzipped pprof profile (go tool pprof, Pyroscope, "
+                            "Parca): time, Python/native/system CPU, waits, allocated and copied bytes")
+    group.add_argument("--speedscope", metavar="FILE", default=None,
+                       help="write the call stacks in speedscope's format (speedscope.app), one profile "
+                            "per metric")
+    group.add_argument("--collapsed", metavar="FILE", default=None,
+                       help="write the call stacks as folded stacks (flamegraph.pl), one metric: "
+                            "--collapsed-metric")
+    group.add_argument("--collapsed-metric", metavar="METRIC", default="time", choices=list(METRICS),
+                       help="the metric of --collapsed: " + ", ".join(METRICS) + " (time in ns, memory in bytes)")
+    group.add_argument("--firefox", metavar="FILE", default=None,
+                       help="write the call stacks for the Firefox Profiler (profiler.firefox.com)")
+
+
+def exports_of(ns: Any) -> dict[str, str]:
+    """format -> file of the exports a command line asks for (its namespace or
+    Options); UsageError for a contradiction."""
+    exports = {fmt: getattr(ns, fmt) for fmt in EXPORT_OPTIONS if getattr(ns, fmt) is not None}
+    if ns.collapsed_metric != "time" and "collapsed" not in exports:
+        raise UsageError("--collapsed-metric needs --collapsed FILE")
+    files: dict[str, str] = {}
+    for fmt, path in exports.items():
+        if path in files:
+            raise UsageError(f"--{files[path]} and --{fmt} both write {path}: give each its own file")
+        files[path] = fmt
+    return exports
+
+
+# ---- end of exports ----
 
 
 def option_actions(dests: set[str]) -> list[argparse.Action]:
@@ -348,6 +400,7 @@ def parse(argv: list[str]) -> Options:
         raise UsageError("no program to profile: give a script (pyrometer prog.py), a directory or "
                          "zip archive with a __main__.py, a module (-m mod), code (-c code) or - "
                          "for a script on standard input")
+    exports_of(ns)
     opts = Options(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(Options)
                       if f.name not in ("program", "module", "command", "memory", "gpu")}, module=module,
                    command=command, program=program, memory=not (ns.cpu_only or ns.memory_off),

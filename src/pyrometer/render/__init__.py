@@ -17,3 +17,18 @@ def report(profile: dict[str, Any], fmt: str, *, color: bool = False, width: int
         return html.render(profile)
     from . import text
     return text.render(profile, color=color, width=width)
+
+
+# The exports of the call stacks (docs/exports.md): the option that asks for each,
+# and its module in this package.
+EXPORTS = ("pprof", "speedscope", "collapsed", "firefox")
+
+
+def export(profile: dict[str, Any], fmt: str, *, metric: str = "time", path: str = "the profile") -> str | bytes:
+    """The profile's call stacks in one of EXPORTS (metric: --collapsed-metric);
+    stacks.ExportError when the profile has no stacks (or not that metric's)."""
+    import importlib
+    module = importlib.import_module(f".{fmt}", __name__)
+    if fmt == "collapsed":
+        return module.render(profile, metric, path)
+    return module.render(profile, path)

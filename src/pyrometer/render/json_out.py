@@ -24,25 +24,25 @@ def written_in_place(path: str) -> bool:
         return False
 
 
-def write_report(path: str, content: str) -> None:
+def write_report(path: str, content: str | bytes) -> None:
     """Write a report to path.  A regular file, or a new one, is replaced
     atomically (write_atomically); a symbolic link stays and what it points to
     is written; a FIFO or a device is written in place."""
     if written_in_place(path):
-        with open(path, "w", encoding="utf-8") as f:
+        with (open(path, "wb") if isinstance(content, bytes) else open(path, "w", encoding="utf-8")) as f:
             f.write(content)
         return
     write_atomically(os.path.realpath(path) if os.path.islink(path) else path, content)
 
 
-def write_atomically(path: str, content: str) -> None:
+def write_atomically(path: str, content: str | bytes) -> None:
     """Write to a private temporary file beside path, then rename over it: a reader
     sees the old file or the new one, never half of one.  path must be a regular
     file or not exist (write_report decides)."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".pyrometer-", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with (os.fdopen(fd, "wb") if isinstance(content, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as f:
             f.write(content)
             f.flush()
             # mkstemp makes the file 0600; the report gets the mode any new file

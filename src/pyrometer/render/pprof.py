@@ -1,0 +1,153 @@
+"""The profile's call stacks as pprof's profile.proto (google/pprof,
+proto/profile.proto), gzipped: what `go tool pprof`, Grafana Pyroscope and
+Parca read.  Written by the small protobuf encoder below (varints and
+length-delimited fields are all profile.proto needs), so pyrometer needs no
+protobuf package.
+
+One sample type per metric of render/stacks.py (time in nanoseconds, bytes in
+bytes); "time" (all kinds together) is the default one.  Each reported line is
+a Location with one Line, whose Function has the name, file and first line of
+the function; a stack is one Sample per kind of time it holds, the kind's
+synthetic leaf frame ("[native]", ...) at the leaf, with the values of the
+other kinds zero."""
+
+from __future__ import annotations
+
+import gzip
+from typing import Any
+
+from .stacks import Stacks, metrics
+
+# profile.proto's field numbers.
+PROFILE_SAMPLE_TYPE, PROFILE_SAMPLE, PROFILE_MAPPING, PROFILE_LOCATION, PROFILE_FUNCTION = 1, 2, 3, 4, 5
+PROFILE_STRING_TABLE, PROFILE_TIME_NANOS, PROFILE_DURATION_NANOS = 6, 9, 10
+PROFILE_PERIOD_TYPE, PROFILE_PERIOD, PROFILE_COMMENT, PROFILE_DEFAULT_SAMPLE_TYPE = 11, 12, 13, 14
+VALUE_TYPE_TYPE, VALUE_TYPE_UNIT = 1, 2
+SAMPLE_LOCATION_ID, SAMPLE_VALUE = 1, 2
+MAPPING_ID, MAPPING_FILENAME, MAPPING_HAS_FUNCTIONS, MAPPING_HAS_FILENAMES, MAPPING_HAS_LINE_NUMBERS = 1, 5, 7, 8, 9
+LOCATION_ID, LOCATION_MAPPING_ID, LOCATION_LINE = 1, 2, 4
+LINE_FUNCTION_ID, LINE_LINE = 1, 2
+FUNCTION_ID, FUNCTION_NAME, FUNCTION_SYSTEM_NAME, FUNCTION_FILENAME, FUNCTION_START_LINE = 1, 2, 3, 4, 5
+
+VARINT, LENGTH_DELIMITED = 0, 2
+
+# pprof's names for the metrics (render/stacks.py METRICS), with their units.
+SAMPLE_TYPES = {"time": "time", "python": "python_cpu", "native": "native_cpu", "system": "system",
+                "gil_wait": "gil_wait", "cpu_wait": "cpu_wait", "alloc": "alloc_space", "copy": "copy_space",
+                "gpu": "gpu_time"}
+UNITS = {"seconds": "nanoseconds", "bytes": "bytes"}
+SCALE = {"seconds": 1e9, "bytes": 1}
+
+
+def varint(value: int) -> bytes:
+    """A protobuf varint; a negative int64 as its 64-bit two's complement (10 bytes)."""
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class Message:
+    """One protobuf message being written: fields appended in order."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def int(self, field: int, value: int) -> "Message":
+        if value:  # proto3: a zero is the default, left out
+            self.parts += (varint(field << 3 | VARINT), varint(value))
+        return self
+
+    def bytes(self, field: int, data: bytes) -> "Message":
+        self.parts += (varint(field << 3 | LENGTH_DELIMITED), varint(len(data)), data)
+        return self
+
+    def message(self, field: int, message: "Message") -> "Message":
+        return self.bytes(field, message.encode())
+
+    def packed(self, field: int, values: list[int]) -> "Message":
+        if values:
+            return self.bytes(field, b"".join(varint(v) for v in values))
+        return self
+
+    def encode(self) -> bytes:
+        return b"".join(self.parts)
+
+
+class _Strings:
+    """profile.proto's string table: index 0 is the empty string."""
+
+    def __init__(self) -> None:
+        self.table = [""]
+        self.index = {"": 0}
+
+    def __call__(self, s: str) -> int:
+        at = self.index.get(s)
+        if at is None:
+            at = self.index[s] = len(self.table)
+            self.table.append(s)
+        return at
+
+
+def encode(profile: dict[str, Any], path: str = "the profile") -> bytes:
+    """The profile.proto message, not compressed."""
+    stacks = Stacks(profile, path)
+    kinds = metrics(profile)
+    strings = _Strings()
+    out = Message()
+    for m in kinds:
+        out.message(PROFILE_SAMPLE_TYPE, Message().int(VALUE_TYPE_TYPE, strings(SAMPLE_TYPES[m.name]))
+                    .int(VALUE_TYPE_UNIT, strings(UNITS[m.unit])))
+
+    # Samples: one per stack and kind of figure (its leaf frame), values summed.
+    values: dict[tuple[int, ...], list[int]] = {}
+    for i, m in enumerate(kinds):
+        for stack, value in stacks.weighted(m):
+            row = values.get(stack)
+            if row is None:
+                row = values[stack] = [0] * len(kinds)
+            row[i] += round(value * SCALE[m.unit])
+    used: set[int] = set()
+    for stack, row in values.items():
+        used.update(stack)
+        out.message(PROFILE_SAMPLE, Message().packed(SAMPLE_LOCATION_ID, [f + 1 for f in reversed(stack)])
+                    .packed(SAMPLE_VALUE, row))
+
+    out.message(PROFILE_MAPPING, Message().int(MAPPING_ID, 1).int(MAPPING_FILENAME, strings(profile.get("program", "")))
+                .int(MAPPING_HAS_FUNCTIONS, 1).int(MAPPING_HAS_FILENAMES, 1).int(MAPPING_HAS_LINE_NUMBERS, 1))
+    # A location per frame (a line of a function), a function per (name, file, first line).
+    functions: dict[tuple[str, str, int], int] = {}
+    for f in sorted(used):
+        frame = stacks.frames[f]
+        key = (frame.function, frame.filename, frame.first_lineno)
+        fid = functions.get(key)
+        if fid is None:
+            fid = functions[key] = len(functions) + 1
+        out.message(PROFILE_LOCATION, Message().int(LOCATION_ID, f + 1).int(LOCATION_MAPPING_ID, 1)
+                    .message(LOCATION_LINE, Message().int(LINE_FUNCTION_ID, fid).int(LINE_LINE, frame.lineno)))
+    for (name, filename, first_lineno), fid in functions.items():
+        out.message(PROFILE_FUNCTION, Message().int(FUNCTION_ID, fid).int(FUNCTION_NAME, strings(name))
+                    .int(FUNCTION_SYSTEM_NAME, strings(name)).int(FUNCTION_FILENAME, strings(filename))
+                    .int(FUNCTION_START_LINE, first_lineno))
+
+    out.int(PROFILE_TIME_NANOS, round(profile.get("start_time_absolute", 0) * 1e9))
+    out.int(PROFILE_DURATION_NANOS, round(profile.get("elapsed_time_sec", 0) * 1e9))
+    out.message(PROFILE_PERIOD_TYPE, Message().int(VALUE_TYPE_TYPE, strings("cpu"))
+                .int(VALUE_TYPE_UNIT, strings("nanoseconds")))
+    out.int(PROFILE_PERIOD, round(profile.get("sampling_interval_sec", 0) * 1e9))
+    command = " ".join([str(profile.get("program", "")), *map(str, profile.get("args", []))])
+    out.packed(PROFILE_COMMENT, [strings(f"pyrometer: {command}")])
+    out.int(PROFILE_DEFAULT_SAMPLE_TYPE, strings(SAMPLE_TYPES["time"]))
+    # The string table last: every index above is in it by now.
+    for s in strings.table:
+        # a lone surrogate (a file name that was not UTF-8) becomes "?"
+        out.bytes(PROFILE_STRING_TABLE, s.encode("utf-8", "replace"))
+    return out.encode()
+
+
+def render(profile: dict[str, Any], path: str = "the profile") -> bytes:
+    # mtime 0: the same profile gives the same file.
+    return gzip.compress(encode(profile, path), mtime=0)
