@@ -90,6 +90,37 @@ def _entries(entries: list[dict[str, Any]], fields: list[str], with_text: bool) 
     return out
 
 
+# A frame's kind in the flame graph (its colour): a line of the program, or one
+# of the synthetic frames of render/stacks.py.
+FLAME_KINDS = {None: 0, "[native]": 1, "[system]": 2, "[GIL wait]": 3, "[CPU wait]": 3,
+               "[unattributed]": 4, "[other stacks]": 4}
+FLAME_METRICS = ("time", "alloc")
+
+
+def flame_data(profile: dict[str, Any]) -> dict[str, Any] | None:
+    """The call stacks for the flame graph, or None (a profile without them):
+    frames as [function, file as shown, line, kind] and stacks as [path, time
+    in seconds, bytes allocated] with the synthetic leaf frames in the paths
+    (render/stacks.py), so that the page only adds them up into its tree."""
+    from .stacks import ExportError, Stacks, metrics
+    try:
+        stacks = Stacks(profile)
+    except ExportError:
+        return None
+    wanted = [m for m in metrics(profile) if m.name in FLAME_METRICS]
+    rows: dict[tuple[int, ...], list[Any]] = {}
+    for i, m in enumerate(wanted):
+        for path, value in stacks.weighted(m):
+            row = rows.get(path)
+            if row is None:
+                row = rows[path] = [list(path)] + [0] * len(wanted)
+            row[1 + i] += value
+    frames = [[f.function, display_name(f.filename) if f.filename else "", f.lineno,
+               FLAME_KINDS[None if f.filename else f.function]] for f in stacks.frames]
+    return {"metrics": [[m.name, m.label, m.unit] for m in wanted], "frames": frames,
+            "stacks": [[row[0], *(_round(float(v)) for v in row[1:])] for row in rows.values()]}
+
+
 def page_data(profile: dict[str, Any]) -> dict[str, Any]:
     """What the page script reads: the run's summary fields as they are, and each
     file in compact form, hottest first."""
@@ -100,7 +131,7 @@ def page_data(profile: dict[str, Any]) -> dict[str, Any]:
         fields += MEMORY_FIELDS
     if profile.get("gpu"):
         fields += GPU_FIELDS
-    summary = {k: v for k, v in profile.items() if k != "files"}
+    summary = {k: v for k, v in profile.items() if k not in ("files", "call_stacks")}
     files = []
     for name, f in sorted(profile["files"].items(), key=lambda kv: (-kv[1]["percent_cpu_time"], kv[0])):
         files.append({
@@ -112,7 +143,7 @@ def page_data(profile: dict[str, Any]) -> dict[str, Any]:
             "functions": _entries(f["functions"], fields, False),
             "leaks": f.get("leaks", {}),
         })
-    return {"fields": fields, "summary": summary, "files": files}
+    return {"fields": fields, "summary": summary, "files": files, "flame": flame_data(profile)}
 
 
 # Lone surrogates (from a file name that was not UTF-8) cannot be written as

@@ -639,9 +639,145 @@
     showTip("at " + fix(s[best][0], 3) + " s: footprint " + fix(s[best][1], 1) + " MB", e);
   }
 
+  /* ---- the flame graph ----
+   * The call stacks (D.flame: render/stacks.py's paths, root first, with their
+   * synthetic leaf frames "[native]", "[system]"...) added up into a tree and
+   * drawn as rows of boxes, the root on top, each as wide as its share.  Click
+   * a box to zoom into it, one of the boxes above it (or "all") to zoom out;
+   * the search marks every frame whose function or file contains the text and
+   * says how much of the view they account for.  No number is made here that
+   * the stacks do not hold: a box is the sum of the stacks through it. */
+
+  var FL = D.flame, FLAME_ROW = 18, FLAME_MIN = 0.05;  // boxes narrower than this % are not drawn
+  var flame = { metric: 0, root: null, zoom: null, search: "", nodes: [] };
+  var FLAME_KIND = ["py", "native", "system", "wait", "other"];
+
+  function flameHtml() {
+    if (!FL) {
+      return '<section id="flame-section"><h2>Flame graph</h2><p class="muted" id="flame-none">This profile ' +
+        "has no call stacks (it was made by an older pyrometer).</p></section>";
+    }
+    var buttons = FL.metrics.map(function (m, i) {
+      return '<button data-metric="' + i + '" aria-pressed="' + (i === 0) + '">' +
+        (m[0] === "time" ? "CPU and time" : "memory (allocated)") + "</button>";
+    }).join("");
+    return '<section id="flame-section"><h2>Flame graph</h2><div class="flame-bar">' + buttons +
+      '<input type="search" id="flame-search" placeholder="search functions and files"> ' +
+      '<button id="flame-reset">reset zoom</button> <span id="flame-match" class="muted"></span></div>' +
+      '<div id="flame-path" class="muted"></div><div id="flame"></div></section>';
+  }
+  function flameTree(col) {
+    var root = { f: -1, v: 0, kids: [], by: {}, parent: null, depth: 0 };
+    FL.stacks.forEach(function (s) {
+      var v = num(s[col + 1], 0), node = root;
+      if (v <= 0) return;
+      root.v += v;
+      for (var i = 0; i < s[0].length; i++) {
+        var f = s[0][i], next = node.by[f];
+        if (!next) {
+          next = node.by[f] = { f: f, v: 0, kids: [], by: {}, parent: node, depth: node.depth + 1 };
+          node.kids.push(next);
+        }
+        next.v += v;
+        node = next;
+      }
+    });
+    (function sort(n) {
+      n.kids.sort(function (a, b) { return b.v - a.v || a.f - b.f; });
+      n.kids.forEach(sort);
+    })(root);
+    return root;
+  }
+  function frameName(f) {
+    if (f < 0) return "all";
+    var fr = FL.frames[f];
+    return fr[1] ? fr[0] + " (" + fr[1].split("/").pop() + ":" + fr[2] + ")" : String(fr[0]);
+  }
+  function frameText(f) {  // what the search looks in
+    if (f < 0) return "";
+    var fr = FL.frames[f];
+    return (fr[0] + " " + fr[1] + ":" + fr[2]).toLowerCase();
+  }
+  function flameValue(v) {
+    return FL.metrics[flame.metric][2] === "bytes" ? fix(v / 1048576, 1) + " MB" : secs(v);
+  }
+  function setFlameMetric(i) {
+    flame.metric = i;
+    flame.root = flame.zoom = flameTree(i);
+    Array.prototype.forEach.call(document.querySelectorAll("#flame-section [data-metric]"), function (b) {
+      b.setAttribute("aria-pressed", String(+b.dataset.metric === i));
+    });
+    drawFlame();
+  }
+  function drawFlame() {
+    var el = document.getElementById("flame"), zoom = flame.zoom, total = zoom.v || 1, all = flame.root.v || 1;
+    var q = flame.search.toLowerCase(), parts = [], depth = 0, matched = 0;
+    flame.nodes = [];
+    function box(n, left, width, matchedAbove) {
+      var at = flame.nodes.length, kind = n.f < 0 ? 4 : FL.frames[n.f][3];
+      var hit = q && n.f >= 0 && frameText(n.f).indexOf(q) >= 0;
+      if (hit && !matchedAbove && n.depth >= zoom.depth) matched += n.v;
+      flame.nodes.push(n);
+      depth = Math.max(depth, n.depth);
+      var style = "left:" + left.toFixed(3) + "%;width:" + width.toFixed(3) + "%;top:" + n.depth * FLAME_ROW + "px";
+      if (kind === 0) {  // the program's frames: warm colours, one per function name
+        var h = 0, name = String(FL.frames[n.f][0]);
+        for (var i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) % 360;
+        style += ";background:hsl(" + (20 + h % 35) + ",85%," + (62 + h % 12) + "%)";
+      }
+      var tip = frameName(n.f) + (n.f >= 0 && FL.frames[n.f][1] ? "\n" + FL.frames[n.f][1] + ":" + FL.frames[n.f][2] : "") +
+        "\n" + flameValue(n.v) + " · " + fix(n.v / all * 100, 1) + "% of all" +
+        (zoom !== flame.root ? " · " + fix(n.v / total * 100, 1) + "% of the view" : "");
+      parts.push('<div class="fb k-' + FLAME_KIND[kind] + (hit ? " match" : "") + (n === zoom ? " zoomed" : "") +
+        '" data-n="' + at + '" style="' + style + '" data-tip="' + esc(tip) + '">' + esc(frameName(n.f)) + "</div>");
+      return hit;
+    }
+    var chain = [];
+    for (var a = zoom; a; a = a.parent) chain.unshift(a);
+    var above = false;
+    chain.forEach(function (n) {  // the zoomed box and the ones above it, full width
+      var hit = box(n, 0, 100, above);
+      if (hit && !above && n.depth < zoom.depth) matched += zoom.v;  // the whole view is under a match
+      above = above || hit;
+    });
+    (function walk(n, left, matchedAbove) {
+      n.kids.forEach(function (k) {
+        var width = k.v / total * 100;
+        if (width >= FLAME_MIN) walk(k, left, box(k, left, width, matchedAbove) || matchedAbove);
+        left += width;
+      });
+    })(zoom, 0, above);
+    el.style.height = (depth + 1) * FLAME_ROW + "px";
+    el.innerHTML = parts.join("");
+    document.getElementById("flame-path").textContent = zoom === flame.root ? "" :
+      "zoomed into " + chain.map(function (n) { return frameName(n.f); }).join(" › ");
+    document.getElementById("flame-match").textContent = q ?
+      "matched " + flameValue(matched) + " (" + fix(matched / total * 100, 1) + "% of the view)" : "";
+  }
+  function flameClick(target) {
+    var b = target.closest("#flame .fb");
+    if (b) {
+      var n = flame.nodes[+b.dataset.n];
+      flame.zoom = n === flame.zoom && n.parent ? n.parent : n;
+      drawFlame();
+      return true;
+    }
+    if (target.closest("#flame-section [data-metric]")) {
+      setFlameMetric(+target.closest("[data-metric]").dataset.metric);
+      return true;
+    }
+    if (target.id === "flame-reset") {
+      flame.zoom = flame.root;
+      drawFlame();
+      return true;
+    }
+    return false;
+  }
+
   /* ---- start ---- */
 
-  app.innerHTML = summaryHtml() + toolbarHtml() + filesHtml();
+  app.innerHTML = summaryHtml() + flameHtml() + toolbarHtml() + filesHtml();
+  if (FL) setFlameMetric(0);
   FILES.forEach(function (F, fi) {
     F.section = document.getElementById("F" + fi);
     F.head = F.section.firstChild;
@@ -650,6 +786,7 @@
 
   app.addEventListener("click", function (e) {
     var target = e.target;
+    if (flameClick(target)) return;
     var go = target.closest("[data-goto]");
     if (go) {
       e.preventDefault();
@@ -676,6 +813,12 @@
   });
   document.getElementById("reduced").addEventListener("change", function (e) { setReduced(e.target.checked); });
   document.getElementById("file-filter").addEventListener("input", applyFilters);
+  if (FL) {
+    document.getElementById("flame-search").addEventListener("input", function (e) {
+      flame.search = e.target.value;
+      drawFlame();
+    });
+  }
   app.addEventListener("mouseover", function (e) {
     var el = e.target.closest("[data-t],[data-tip]");
     if (!el || el.id === "footprint") { if (!el) tip.hidden = true; return; }
@@ -705,6 +848,10 @@
     pending: function () { return queue.length; },
     goto: goto,
     files: FILES.length,
+    flame: function () {  // the flame graph's state, for tests
+      return FL ? { metric: FL.metrics[flame.metric][0], zoom: frameName(flame.zoom.f), total: flame.root.v,
+                    view: flame.zoom.v } : null;
+    },
   };
   document.documentElement.setAttribute("data-ready", "1");
 })();
