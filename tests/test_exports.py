@@ -341,3 +341,61 @@ def test_export_usage_errors(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr == ("pyrometer: error: --collapsed: p.json has no allocated bytes: memory was not "
                            "profiled in that run\n")
+
+
+# ---- a real run ----
+
+PROGRAM = """
+import time
+
+def python_work():
+    total = 0
+    for i in range(4_000_000):
+        total += i
+    return total
+
+def outer():
+    python_work()
+    time.sleep(0.3)
+    return [bytearray(1 << 20) for _ in range(40)]
+
+kept = outer()
+"""
+
+
+def test_a_run_exports_its_stacks(tmp_path, run_pyrometer):
+    (tmp_path / "prog.py").write_text(PROGRAM.lstrip("\n"))
+    proc = run_pyrometer(["--json", "--outfile", "p.json", "--pprof", "p.pb.gz", "--collapsed", "p.folded",
+                          "--speedscope", "p.ss.json", "--firefox", "p.ff.json", "prog.py"], cwd=tmp_path)
+    profile = json.loads((tmp_path / "p.json").read_text())
+    if "call_stacks" not in profile:
+        pytest.skip("this build's profiles have no call_stacks yet (the stacks work, issue 16 part 1)")
+    assert proc.returncode == 0, proc.stderr
+    for line in ("pyrometer: pprof profile written to p.pb.gz (view: go tool pprof -http=: p.pb.gz)",
+                 "pyrometer: folded stacks written to p.folded (view: flamegraph.pl p.folded > flame.svg)",
+                 "pyrometer: speedscope profile written to p.ss.json (view: open it at https://www.speedscope.app)",
+                 "pyrometer: Firefox Profiler profile written to p.ff.json "
+                 "(view: load it at https://profiler.firefox.com)"):
+        assert line in proc.stderr.splitlines(), proc.stderr
+    stacks = Stacks(profile)
+    # The exports of the run are those of its saved profile.
+    assert gzip.decompress((tmp_path / "p.pb.gz").read_bytes()) == pprof.encode(profile)
+    assert (tmp_path / "p.folded").read_text() == collapsed.render(profile)
+    assert json.loads((tmp_path / "p.ss.json").read_text()) == json.loads(speedscope.render(profile))
+    # The stacks' totals are the header's (the contract's invariant), and the folded
+    # stacks put the loop under outer.
+    cpu, unattributed = profile["cpu_time_sec"], profile["unattributed"]
+    assert stacks.total(METRICS["python"]) == pytest.approx(cpu["python"], abs=1e-3)
+    assert stacks.total(METRICS["native"]) == pytest.approx(cpu["native"], abs=1e-3)
+    assert stacks.total(METRICS["system"]) == pytest.approx(cpu["system"] + unattributed["system_sec"], abs=1e-3)
+    folded = parse_folded((tmp_path / "p.folded").read_text())
+    hottest = max(folded, key=folded.get)
+    assert re.fullmatch(r"<module> \(prog\.py:\d+\);outer \(prog\.py:\d+\);python_work \(prog\.py:\d+\)", hottest), folded
+    assert any(s.endswith(";[system]") and "outer (prog.py:11)" in s for s in folded), folded
+    if GO is not None:
+        for m in ("time", "python", "system", "alloc"):
+            unit = "ns" if METRICS[m].unit == "seconds" else "B"
+            expected = stacks.total(METRICS[m]) * (1e9 if unit == "ns" else 1)
+            got = pprof_total(tmp_path / "p.pb.gz", pprof.SAMPLE_TYPES[m], unit)
+            assert got == pytest.approx(expected, abs=len(stacks.entries) + 1), m
+        assert stacks.total(METRICS["alloc"]) >= 30 * MB

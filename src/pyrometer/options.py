@@ -300,7 +300,7 @@ EXPORT_OPTIONS = ("pprof", "speedscope", "collapsed", "firefox")  # render.EXPOR
 
 def add_export_options(parser: argparse.ArgumentParser) -> None:
     from .render.stacks import METRICS
-    group = parser.add_argument_group("exports of the call stacks (besides the report; docs/exports.md)")
+    group = parser.add_argument_group("exports of the call stacks (docs/exports.md)")
     group.add_argument("--pprof", metavar="FILE", default=None,
                        help="write the call stacks as a gzipped pprof profile (go tool pprof, Pyroscope, "
                             "Parca): time, Python/native/system CPU, waits, allocated and copied bytes")
