@@ -13,6 +13,8 @@ import tokenize
 from collections import defaultdict
 from typing import Any
 
+from .stacks import MEMORY_FIGURES, TIME_FIGURES, call_stacks
+
 SCHEMA_VERSION = 1
 NS = 1e-9
 
@@ -406,6 +408,9 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             lambda f, first, last: any(first <= n <= last for n in (*lines.get(f, ()), *mem_lines.get(f, ()))))],
         **(_run_memory(memory, focus.memory_lines(mem_lines), elapsed) if memory else {}),
         "profiled_functions": focus.fields(),
+        # The whole run's, even with @profile: a stack passes through lines
+        # outside the decorated functions.
+        **({"call_stacks": stacks} if (stacks := call_stacks(raw, bool(memory), gpu_used)) is not None else {}),
         "files": files,
     }
 
