@@ -13,6 +13,8 @@
 #include "profile/filter.h"
 #include "profile/line_stats.h"
 #include "profile/periodic.h"
+#include "profile/stacks.h"
+#include "common/table.h"
 #include "ending/ending.h"
 #include "gpu/gpu.h"
 #include "memory/mem_profile.h"
@@ -225,6 +227,78 @@ static PyObject *collect_records(const sampler_totals *units)
     return records;
 }
 
+/* The call stacks (stacks.h) as
+ *   {"frames": [(filename, qualname, first line, line)],
+ *    "nodes": [(parent id, frame index, CPU sums or None)],  the index is the id;
+ *                                                             the root's parent and frame are -1
+ *    "other": CPU sums, "cap": ..., "max_depth": ...}
+ * with the CPU sums as sums_tuple makes them (None: nothing charged, a prefix
+ * of other stacks).  The memory and GPU sides give theirs by the same ids. */
+static PyObject *collect_stacks(const sampler_totals *units)
+{
+    const stack_table *st = stacks_table();
+    uint32_t count = st != NULL ? stack_table_count(st) : 0;
+    PyObject *frames = PyList_New(0), *nodes = PyList_New(0), *other = NULL, *result = NULL;
+    table frame_ids; /* (site, line) -> frame index */
+    int have_ids = table_init(&frame_ids, sizeof(Py_ssize_t), 1024) == 0;
+    static const cpu_sums nothing;
+    if (frames == NULL || nodes == NULL || !have_ids) {
+        if (!have_ids) {
+            PyErr_NoMemory();
+        }
+        goto done;
+    }
+    for (uint32_t id = 0; id < count; id++) {
+        const stack_node *node = stack_table_node(st, id);
+        const cpu_sums *sums = stack_table_value(st, id);
+        long parent = -1;
+        Py_ssize_t frame = -1;
+        if (id != STACKS_ROOT) {
+            parent = (long)node->parent;
+            table_key key = {node->frame.site, (uint64_t)(uint32_t)node->frame.lineno};
+            int created;
+            Py_ssize_t *index = table_upsert(&frame_ids, key, &created);
+            const site *where = sites_get(node->frame.site);
+            if (index == NULL || where == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            if (created) {
+                PyObject *f = Py_BuildValue("(OOii)", where->filename, where->qualname, where->firstlineno,
+                                            (int)node->frame.lineno);
+                if (f == NULL || PyList_Append(frames, f) != 0) {
+                    Py_XDECREF(f);
+                    goto done;
+                }
+                Py_DECREF(f);
+                *index = PyList_GET_SIZE(frames) - 1;
+            }
+            frame = *index;
+        }
+        PyObject *cpu = memcmp(sums, &nothing, sizeof nothing) == 0 ? (Py_INCREF(Py_None), Py_None)
+                                                                    : sums_tuple(sums, units);
+        PyObject *item = cpu == NULL ? NULL : Py_BuildValue("(lnN)", parent, frame, cpu);
+        if (item == NULL || PyList_Append(nodes, item) != 0) {
+            Py_XDECREF(item);
+            goto done;
+        }
+        Py_DECREF(item);
+    }
+    other = sums_tuple(st != NULL ? stack_table_value(st, STACKS_OTHER) : &nothing, units);
+    if (other != NULL) {
+        result = Py_BuildValue("{s:O,s:O,s:O,s:i,s:i}", "frames", frames, "nodes", nodes, "other", other, "cap",
+                               STACKS_CAP, "max_depth", STACKS_MAX_DEPTH);
+    }
+done:
+    if (have_ids) {
+        table_release(&frame_ids);
+    }
+    Py_XDECREF(frames);
+    Py_XDECREF(nodes);
+    Py_XDECREF(other);
+    return result;
+}
+
 static PyObject *collect_all(void);
 
 /* The GPU side's aggregates (gpu.h) added to a collection under "gpu": None
@@ -276,9 +350,16 @@ static PyObject *collect_all(void)
         Py_DECREF(unattributed);
         return NULL;
     }
+    PyObject *stacks = collect_stacks(&t);
+    if (stacks == NULL) {
+        Py_DECREF(records);
+        Py_DECREF(unattributed);
+        Py_DECREF(memory);
+        return NULL;
+    }
     PyObject *all = Py_BuildValue(
-        "{s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K,s:K,s:K,s:K}", "memory", memory,
-        "records", records,
+        "{s:N,s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K,s:K,s:K,s:K}", "memory", memory,
+        "records", records, "stacks", stacks,
         "unattributed", unattributed, "start_wall_ns", (unsigned long long)t.start_wall_ns,
         "stop_wall_ns", (unsigned long long)t.stop_wall_ns, "snapshots",
         (unsigned long long)t.snapshots, "main_snapshots", (unsigned long long)t.main_snapshots,
@@ -289,7 +370,7 @@ static PyObject *collect_all(void)
         t.mean_interval_ns, "n_cpus", sysconf(_SC_NPROCESSORS_ONLN), "code_objects",
         (Py_ssize_t)codes_count(), "profiler_memory_bytes",
         (unsigned long long)(t.memory_bytes + codes_memory_bytes() + line_stats_memory_bytes() +
-                             mem_profile_memory_bytes()),
+                             stacks_memory_bytes() + mem_profile_memory_bytes()),
         "code_objects_seen", (unsigned long long)codes_registered(), "functions_overflowed",
         (unsigned long long)sites_overflowed(), "paused_ns", (unsigned long long)t.paused_ns);
     return with_gpu(all);
@@ -395,6 +476,7 @@ static PyObject *core_reset(PyObject *module, PyObject *unused)
         return NULL;
     }
     line_stats_release();
+    stacks_release();
     awaits_release();
     mem_profile_release();
     gpu_release();

@@ -90,6 +90,7 @@ static struct {
     /* Written by the GPU thread under lock; read under it by gpu_collect. */
     pthread_mutex_t lock;
     table lines; /* (site, line) -> gpu_line */
+    table stacks; /* (call stack id, 0) -> busy ns (double): the stacks the lines ran on (stacks.h) */
     int device_count;
     gpu_device devices[GPU_DEVICES_MAX];
     double unattributed_busy_ns; /* busy time in windows no CPU snapshot covered */
@@ -125,6 +126,23 @@ static gpu_line *line_at_unlocked(uint32_t site, int32_t lineno)
     return table_upsert(&G.lines, key, &created);
 }
 
+/* Caller holds G.lock.  Busy time of the main thread's call stack (the
+ * snapshot noted it beside the line): where its table cannot grow, the root
+ * (no reported frame), as the line's goes to the unattributed time. */
+static void charge_stack_unlocked(uint32_t stack, double busy)
+{
+    int created;
+    table_key key = {stack, 0};
+    double *into = table_upsert(&G.stacks, key, &created);
+    if (into == NULL && stack != 0) {
+        key.k1 = 0;
+        into = table_upsert(&G.stacks, key, &created);
+    }
+    if (into != NULL) {
+        *into += busy;
+    }
+}
+
 /* Entries copied out of the line timeline for one window (GPU thread only). */
 static line_timeline_entry window_entries[LINE_TIMELINE_SLOTS];
 
@@ -155,19 +173,23 @@ static void charge_window(gpu_device *dev, uint64_t end_us, uint64_t window_us, 
         covered += (double)(b - a);
         if (window_entries[i].site == SITE_NONE) {
             G.unattributed_busy_ns += busy;
+            charge_stack_unlocked(0, busy);
             continue;
         }
         gpu_line *line = line_at_unlocked(window_entries[i].site, window_entries[i].lineno);
         if (line != NULL) {
             line->busy_ns += busy;
+            charge_stack_unlocked(window_entries[i].stack, busy);
         } else {
             G.unattributed_busy_ns += busy;
+            charge_stack_unlocked(0, busy);
         }
     }
     double whole = ((double)(end - start) - paused) * share;
     double uncovered = whole - covered * share;
     if (uncovered > 0.0) {
         G.unattributed_busy_ns += uncovered;
+        charge_stack_unlocked(0, uncovered); /* the unattributed time is the root stack's */
     }
     dev->busy_ns += whole;
     dev->samples++;
@@ -486,7 +508,8 @@ int gpu_start(int explicit_request)
         }
         atfork_registered = 1;
     }
-    if (G.lines.slots == NULL && table_init(&G.lines, sizeof(gpu_line), 64) != 0) {
+    if ((G.lines.slots == NULL && table_init(&G.lines, sizeof(gpu_line), 64) != 0) ||
+        (G.stacks.slots == NULL && table_init(&G.stacks, sizeof(double), 64) != 0)) {
         PyErr_NoMemory();
         return -1;
     }
@@ -581,8 +604,8 @@ static PyObject *collect_unlocked(void)
                          : phase == PHASE_ABSENT   ? "absent"
                          : phase == PHASE_FAILED   ? "failed"
                                                    : "ok";
-    PyObject *devices = PyList_New(0), *lines = PyList_New(0), *notices = PyList_New(0);
-    if (devices == NULL || lines == NULL || notices == NULL) {
+    PyObject *devices = PyList_New(0), *lines = PyList_New(0), *stacks = PyList_New(0), *notices = PyList_New(0);
+    if (devices == NULL || lines == NULL || stacks == NULL || notices == NULL) {
         goto fail;
     }
     for (int i = 0; i < G.device_count; i++) {
@@ -631,13 +654,25 @@ static PyObject *collect_unlocked(void)
         }
         Py_DECREF(item);
     }
-    return Py_BuildValue("{s:s,s:s,s:s,s:O,s:N,s:N,s:N,s:d,s:K}", "backend", G.backend->name, "status", status,
+    cursor = 0;
+    double *busy;
+    while (G.stacks.slots != NULL && (busy = table_next(&G.stacks, &cursor, &key)) != NULL) {
+        /* (stack id, busy ns): the ids of the collection's "stacks" (module.c) */
+        PyObject *item = Py_BuildValue("(Kd)", (unsigned long long)key.k1, *busy);
+        if (item == NULL || PyList_Append(stacks, item) != 0) {
+            Py_XDECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+    }
+    return Py_BuildValue("{s:s,s:s,s:s,s:O,s:N,s:N,s:N,s:N,s:d,s:K}", "backend", G.backend->name, "status", status,
                          "why", G.why, "explicit", G.explicit_request ? Py_True : Py_False, "devices", devices,
-                         "lines", lines, "notices", notices, "unattributed_busy_ns", G.unattributed_busy_ns,
-                         "peak_memory_bytes", (unsigned long long)G.memory_peak_bytes);
+                         "lines", lines, "stacks", stacks, "notices", notices, "unattributed_busy_ns",
+                         G.unattributed_busy_ns, "peak_memory_bytes", (unsigned long long)G.memory_peak_bytes);
 fail:
     Py_XDECREF(devices);
     Py_XDECREF(lines);
+    Py_XDECREF(stacks);
     Py_XDECREF(notices);
     return NULL;
 }
@@ -659,6 +694,9 @@ void gpu_release(void)
     }
     if (G.lines.slots != NULL) {
         table_release(&G.lines);
+    }
+    if (G.stacks.slots != NULL) {
+        table_release(&G.stacks);
     }
     atomic_store(&G.phase, PHASE_OFF);
     G.device_count = 0;

@@ -7,9 +7,14 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-typedef struct {
+typedef struct leak_site leak_site;
+struct leak_site {
     _Atomic uint64_t watched, freed, evicted;
     _Atomic uint64_t freed_bytes; /* weights of the sampled blocks freed */
-} leak_site;
+    /* Told too, of every free told here (NULL: none): a call stack's site
+     * passes its frees on to its line's (mem_profile.c).  Set before any token
+     * points here, never changed after. */
+    leak_site *also;
+};
 
 #endif

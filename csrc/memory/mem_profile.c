@@ -7,6 +7,7 @@
 #include "../common/arena.h"
 #include "../common/table.h"
 #include "../profile/codes.h"
+#include "../profile/stacks.h"
 #include "../sampler/clock.h"
 #include "../cpython/pyframe.h"
 
@@ -35,7 +36,17 @@ typedef struct {
     int64_t peak;     /* the largest live (allocated - freed) seen at an allocation */
     leak_site *fate;  /* its sampled blocks followed to their frees; arena memory, stable while the table grows */
     series *timeline;
+    leak_site *other_fate; /* its blocks allocated on stacks past the cap (stacks.h); made when first needed */
 } mem_line;
+
+/* The sampled allocations and copies of one call stack (stacks.h).  Its blocks'
+ * frees are told to its fate, which tells its line's (leak_site.also), so that
+ * a block has one token and both figures stay exact.  The stacks past the cap
+ * share one bucket, whose frees are told to each line's other_fate. */
+typedef struct {
+    uint64_t alloc_bytes, python_bytes, copy_bytes;
+    leak_site *fate; /* arena memory, stable while the table grows */
+} mem_stack;
 
 /* How many frames of the allocating thread's stack a queued sample keeps: the
  * nearest reported frame is searched among them when the sample is charged. */
@@ -53,7 +64,8 @@ typedef struct {
     int depth;
     int64_t bytes, python_bytes;
     uint64_t t_ns;
-    const void *frames[STACK_DEPTH]; /* innermost first */
+    const void *frames[STACK_DEPTH]; /* innermost first: the call stack charged is their reported frames
+                                      * (a deeper stack is cut: see stacks_of_queued) */
     PyCodeObject *codes[STACK_DEPTH];
     int lastis[STACK_DEPTH];
 } ring_slot;
@@ -66,6 +78,8 @@ static struct {
     int64_t window;
     uint64_t start_ns;
     table lines; /* (code, lineno) -> mem_line */
+    table stacks; /* (call stack id, 0) -> mem_stack */
+    uint64_t other_alloc, other_python, other_copy; /* the stacks past the cap */
     arena mem;
     series *footprint;
     int64_t max_footprint;
@@ -150,6 +164,53 @@ static mem_line *line_for(uint32_t site, int lineno)
     return m;
 }
 
+/* The sums of a call stack whose line's frees are told to line_fate; NULL when
+ * memory runs out.  A stack's leaf is its line, so line_fate is the same at
+ * every call for one stack. */
+static mem_stack *stack_for(uint32_t stack, leak_site *line_fate)
+{
+    table_key key = {(uint64_t)stack, 0};
+    int created;
+    mem_stack *ms = table_upsert(&M.stacks, key, &created);
+    if (ms != NULL && created) {
+        ms->fate = arena_alloc(&M.mem, sizeof *ms->fate);
+        if (ms->fate != NULL) {
+            ms->fate->also = line_fate;
+        }
+    }
+    return ms != NULL && ms->fate != NULL ? ms : NULL;
+}
+
+/* Where a sample of a line goes among the stacks: its stack's sums, or the
+ * bucket of the stacks past the cap.  Returns the token its block is followed
+ * under (an allocation), whose frees reach the line's fate too. */
+static leak_site *charge_stack(mem_line *m, uint32_t stack, int kind, uint64_t b, uint64_t python_bytes)
+{
+    mem_stack *ms = stack != STACKS_OTHER ? stack_for(stack, m->fate) : NULL;
+    if (ms != NULL) {
+        if (kind == MEMHOOKS_COPY) {
+            ms->copy_bytes += b;
+        } else {
+            ms->alloc_bytes += b;
+            ms->python_bytes += python_bytes;
+        }
+        return ms->fate;
+    }
+    if (kind == MEMHOOKS_COPY) {
+        M.other_copy += b;
+        return NULL;
+    }
+    M.other_alloc += b;
+    M.other_python += python_bytes;
+    if (m->other_fate == NULL) {
+        m->other_fate = arena_alloc(&M.mem, sizeof *m->other_fate);
+        if (m->other_fate != NULL) {
+            m->other_fate->also = m->fate;
+        }
+    }
+    return m->other_fate != NULL ? m->other_fate : m->fate;
+}
+
 static int64_t live_bytes(const mem_line *m)
 {
     return (int64_t)m->alloc_bytes - (int64_t)atomic_load_explicit(&m->fate->freed_bytes, memory_order_relaxed);
@@ -170,11 +231,12 @@ static void note_footprint(uint64_t t_ns, uint32_t site, int lineno)
     }
 }
 
-/* Charges one sample to a line (code NULL: no reported line); GIL held, no call
- * into CPython that allocates or locks, so that it may run inside an allocator.
- * Returns the token under which an allocation sample's block is followed to its
- * free (on_freed). */
-static uintptr_t charge_line(PyCodeObject *code, int lasti, int kind, int64_t bytes,
+/* Charges one sample to a line (code NULL: no reported line) and to its call
+ * stack (stacks.h: its leaf is that line; STACKS_ROOT with no line); GIL held,
+ * no call into CPython that allocates or locks, so that it may run inside an
+ * allocator.  Returns the token under which an allocation sample's block is
+ * followed to its free (on_freed). */
+static uintptr_t charge_line(PyCodeObject *code, int lasti, uint32_t stack, int kind, int64_t bytes,
                              int64_t python_bytes, uint64_t t_ns)
 {
     mem_line *m = NULL;
@@ -188,16 +250,27 @@ static uintptr_t charge_line(PyCodeObject *code, int lasti, int kind, int64_t by
     }
     uint64_t b = (uint64_t)bytes;
     if (m == NULL || m->fate == NULL) {
-        /* No reported line on the stack: counted for the run only. */
+        /* No reported line on the stack: counted for the run only, and for
+         * the empty stack, which is the run's unattributed part. */
+        mem_stack *root = stack_for(STACKS_ROOT, &M.unattributed_site);
         if (kind == MEMHOOKS_COPY) {
             M.unattributed_copy += b;
+            if (root != NULL) {
+                root->copy_bytes += b;
+            }
             return 0;
         }
         M.unattributed_alloc += b;
         M.unattributed_python += (uint64_t)python_bytes;
         note_footprint(t_ns, SITE_NONE, 0);
-        return (uintptr_t)&M.unattributed_site;
+        if (root == NULL) {
+            return (uintptr_t)&M.unattributed_site;
+        }
+        root->alloc_bytes += b;
+        root->python_bytes += (uint64_t)python_bytes;
+        return (uintptr_t)root->fate;
     }
+    leak_site *token = charge_stack(m, stack, kind, b, (uint64_t)python_bytes);
     if (kind == MEMHOOKS_COPY) {
         m->copy_bytes += b;
         m->copy_samples++;
@@ -213,16 +286,24 @@ static uintptr_t charge_line(PyCodeObject *code, int lasti, int kind, int64_t by
     series_add(m->timeline, t_ns - M.start_ns, (double)live / 1048576.0);
     note_footprint(t_ns, site, lineno);
     atomic_fetch_add(&m->fate->watched, 1);
-    return (uintptr_t)m->fate;
+    return (uintptr_t)token;
 }
 
 /* Inside an allocator, with the GIL: the nearest reported frame of the thread's
- * stack, if every code object up to it is one the profiler already knows
- * (codes_find never registers: registering calls CPython, which allocates).
- * Returns 0 when one is not known yet: the sample is then queued. */
-static int locate_known(PyThreadState *ts, PyCodeObject **code, int *lasti)
+ * stack and the call stack from it to the root, if every code object on the
+ * stack is one the profiler already knows (codes_find never registers:
+ * registering calls CPython, which allocates).  Returns 0 when one is not
+ * known yet: the sample is then queued.
+ *
+ * The whole stack is read (up to STACKS_MAX_DEPTH reported frames), not just
+ * the nearest reported frame: one pointer walk and one table lookup per frame,
+ * at one sample per window of bytes allocated (1 MiB by default), so the cost
+ * follows the bytes allocated, not the allocations.  Measured with callgrind
+ * (docs/benchmarks.md): within the noise on alloc_churn with full profiling. */
+static int locate_known(PyThreadState *ts, PyCodeObject **code, int *lasti, uint32_t *stack)
 {
     *code = NULL;
+    *stack = STACKS_ROOT;
     for (pyframe f = pyframe_innermost(ts); f != NULL; f = pyframe_caller(f)) {
         const code_info *info = codes_find(pyframe_code(f));
         if (info == NULL) {
@@ -231,7 +312,7 @@ static int locate_known(PyThreadState *ts, PyCodeObject **code, int *lasti)
         if (info->reported) {
             *code = pyframe_code(f);
             *lasti = pyframe_lasti(f);
-            return 1;
+            return info->site == SITE_NONE || stacks_of_known(f, stack);
         }
     }
     return 1; /* no reported frame: unattributed */
@@ -292,8 +373,9 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
     if (gil) {
         PyCodeObject *code;
         int lasti = 0;
-        if (locate_known(ts, &code, &lasti)) {
-            return charge_line(code, lasti, kind, bytes, python_bytes, now);
+        uint32_t stack;
+        if (locate_known(ts, &code, &lasti, &stack)) {
+            return charge_line(code, lasti, stack, kind, bytes, python_bytes, now);
         }
     }
     uint64_t head = atomic_load(&M.ring_head);
@@ -369,13 +451,14 @@ void mem_profile_poll(void)
  * thread, inside free(): atomics only. */
 static void tell_freed(uintptr_t token, int evicted, int64_t bytes)
 {
-    leak_site *site = (leak_site *)token;
-    if (evicted) {
-        atomic_fetch_add(&site->evicted, 1);
-        return;
+    for (leak_site *site = (leak_site *)token; site != NULL; site = site->also) {
+        if (evicted) {
+            atomic_fetch_add(&site->evicted, 1);
+            continue;
+        }
+        atomic_fetch_add(&site->freed, 1);
+        atomic_fetch_add(&site->freed_bytes, (uint64_t)bytes);
     }
-    atomic_fetch_add(&site->freed, 1);
-    atomic_fetch_add(&site->freed_bytes, (uint64_t)bytes);
 }
 
 static void on_freed(uintptr_t token, int evicted, int64_t bytes)
@@ -407,8 +490,9 @@ static int still_on_stack(PyThreadState *ts, const void *frame, PyCodeObject *co
  * followed from the sample to now without being freed (code_life: a thread that
  * allocated and ended before this drain).  A code that may have been freed is
  * never touched. */
-static PyCodeObject *locate_queued(const ring_slot *s, int *lasti)
+static PyCodeObject *locate_queued(const ring_slot *s, int *lasti, uint32_t *stack)
 {
+    *stack = STACKS_ROOT;
     PyThreadState *alive = NULL;
     if (!s->holds_refs) {
         for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyInterpreterState_Get()); ts != NULL;
@@ -419,6 +503,9 @@ static PyCodeObject *locate_queued(const ring_slot *s, int *lasti)
             }
         }
     }
+    PyCodeObject *found = NULL;
+    stack_frame frames[STACK_DEPTH]; /* the call stack, innermost first */
+    int depth = 0;
     for (int i = 0; i < s->depth; i++) {
         PyCodeObject *code = s->codes[i];
         if (!s->holds_refs && codes_find(code) == NULL && !code_life_alive(code) &&
@@ -426,12 +513,32 @@ static PyCodeObject *locate_queued(const ring_slot *s, int *lasti)
             continue;
         }
         const code_info *info = codes_lookup(code);
-        if (info != NULL && info->reported) {
+        if (info == NULL || !info->reported) {
+            continue;
+        }
+        if (found == NULL) {
+            found = code;
             *lasti = s->lastis[i];
-            return code;
+            if (info->site == SITE_NONE) {
+                return found; /* charged as unattributed: the empty stack */
+            }
+        }
+        if (info->site != SITE_NONE) {
+            frames[depth].site = info->site;
+            frames[depth].lineno = codes_line(code, s->lastis[i]);
+            depth++;
         }
     }
-    return NULL;
+    /* A queued sample's stack is its reported frames among the STACK_DEPTH
+     * innermost frames it kept: a deeper stack is cut at its root end (its
+     * bytes stay whole, on a shorter path).  Samples are queued only by
+     * threads without the GIL and by frames younger than the last snapshot. */
+    stack_frame root_first[STACK_DEPTH];
+    for (int i = 0; i < depth; i++) {
+        root_first[i] = frames[depth - 1 - i];
+    }
+    *stack = stacks_intern(root_first, depth);
+    return found;
 }
 
 void mem_profile_drain(void)
@@ -486,11 +593,12 @@ static void drain_queue(void)
             break;
         }
         int lasti = 0;
+        uint32_t stack = STACKS_ROOT;
         /* Queued by an earlier run (a writer that finished after its last
          * drain): not this profile's. */
-        PyCodeObject *code = tail >= M.ring_start ? locate_queued(s, &lasti) : NULL;
+        PyCodeObject *code = tail >= M.ring_start ? locate_queued(s, &lasti, &stack) : NULL;
         uintptr_t token = tail >= M.ring_start
-                              ? charge_line(code, lasti, s->kind, s->bytes, s->python_bytes, s->t_ns)
+                              ? charge_line(code, lasti, stack, s->kind, s->bytes, s->python_bytes, s->t_ns)
                               : 0;
         if (s->kind == MEMHOOKS_ALLOC && token != 0 && s->address != NULL &&
             !M.api.retoken(s->address, (uintptr_t)mark, token)) {
@@ -573,7 +681,7 @@ int mem_profile_start(int64_t window_bytes, int leak_detector)
     }
     if (!M.initialised) {
         arena_init(&M.mem);
-        if (table_init(&M.lines, sizeof(mem_line), 1024) != 0 ||
+        if (table_init(&M.lines, sizeof(mem_line), 1024) != 0 || table_init(&M.stacks, sizeof(mem_stack), 1024) != 0 ||
             (M.footprint = series_new(RUN_POINTS)) == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -582,6 +690,10 @@ int mem_profile_start(int64_t window_bytes, int leak_detector)
         M.initialised = 1;
     }
     if (codes_init() != 0) {
+        return -1;
+    }
+    if (stacks_init() != 0) {
+        PyErr_NoMemory();
         return -1;
     }
     M.api = api;
@@ -641,6 +753,25 @@ static PyObject *series_list(const series *s)
     return out;
 }
 
+static PyObject *stacks_list(void)
+{
+    PyObject *out = PyList_New(0);
+    size_t cursor = 0;
+    table_key key;
+    mem_stack *ms;
+    while (out != NULL && (ms = table_next(&M.stacks, &cursor, &key)) != NULL) {
+        PyObject *item = Py_BuildValue("(KKKKK)", (unsigned long long)key.k1, (unsigned long long)ms->alloc_bytes,
+                                       (unsigned long long)ms->python_bytes,
+                                       (unsigned long long)atomic_load(&ms->fate->freed_bytes),
+                                       (unsigned long long)ms->copy_bytes);
+        if (item == NULL || PyList_Append(out, item) != 0) {
+            Py_CLEAR(out);
+        }
+        Py_XDECREF(item);
+    }
+    return out;
+}
+
 PyObject *mem_profile_collect(void)
 {
     if (!M.initialised) {
@@ -684,11 +815,28 @@ PyObject *mem_profile_collect(void)
         }
         Py_DECREF(item);
     }
+    /* The call stacks' sums: (stack id, allocated, of which Python, freed,
+     * copied), the ids of the collection's "stacks" (module.c); the bucket of
+     * the stacks past the cap as (allocated, of which Python, freed, copied). */
+    PyObject *stacks = stacks_list();
+    if (stacks == NULL) {
+        Py_DECREF(lines);
+        return NULL;
+    }
+    uint64_t other_freed = 0;
+    cursor = 0;
+    while ((m = table_next(&M.lines, &cursor, &key)) != NULL) {
+        if (m->other_fate != NULL) {
+            other_freed += atomic_load(&m->other_fate->freed_bytes);
+        }
+    }
     const site *peak_site = sites_get(M.max_site);
     PyObject *peak_where = peak_site != NULL ? Py_BuildValue("(Oi)", peak_site->filename, M.max_lineno)
                                              : (Py_INCREF(Py_None), Py_None);
     return Py_BuildValue(
-        "{s:N,s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:s,s:O}", "lines", lines,
+        "{s:N,s:N,s:(KKKK),s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:s,s:O}", "lines", lines,
+        "stacks", stacks, "other_stacks", (unsigned long long)M.other_alloc, (unsigned long long)M.other_python,
+        (unsigned long long)other_freed, (unsigned long long)M.other_copy,
         "footprint", series_list(M.footprint), "max_footprint_bytes", (long long)M.max_footprint,
         "max_footprint_where", peak_where, "max_footprint_time_sec", (double)M.max_t_ns * 1e-9,
         "footprint_bytes", (long long)(M.api.footprint ? M.api.footprint() : 0), "window_bytes",
@@ -708,7 +856,7 @@ PyObject *mem_profile_collect(void)
 size_t mem_profile_memory_bytes(void)
 {
     return sizeof ring + sizeof pending +
-           (M.initialised ? table_memory_bytes(&M.lines) + M.mem.bytes_mapped : 0);
+           (M.initialised ? table_memory_bytes(&M.lines) + table_memory_bytes(&M.stacks) + M.mem.bytes_mapped : 0);
 }
 
 /* Waits (up to about a second) until no callback is inside: 1 when none is. */
@@ -734,6 +882,7 @@ void mem_profile_release(void)
     if (callbacks_quiet()) {
         discard_queue();
         table_release(&M.lines);
+        table_release(&M.stacks);
         arena_release(&M.mem);
     } /* else a callback is stuck inside (a stopped thread): its memory is left mapped */
     M.initialised = 0;
@@ -741,8 +890,9 @@ void mem_profile_release(void)
     M.max_footprint = 0;
     M.max_site = SITE_NONE;
     M.unattributed_alloc = M.unattributed_python = M.unattributed_copy = 0;
+    M.other_alloc = M.other_python = M.other_copy = 0;
     atomic_store(&M.native_thread_alloc, 0);
-    leak_site none = {0, 0, 0, 0};
+    leak_site none = {0, 0, 0, 0, NULL};
     M.unattributed_site = none; /* not active: no free reaches them now */
     M.native_thread_site = none;
     atomic_store(&M.native_thread_copy, 0);

@@ -6,6 +6,7 @@
 typedef struct {
     _Atomic uint64_t t_ns;  /* 0 while the slot is being rewritten */
     _Atomic uint64_t where; /* site << 32 | (uint32_t)lineno */
+    _Atomic uint32_t stack;
 } slot;
 
 static struct {
@@ -30,7 +31,7 @@ uint64_t line_timeline_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-void line_timeline_note(uint64_t t_ns, uint32_t site, int32_t lineno)
+void line_timeline_note(uint64_t t_ns, uint32_t site, int32_t lineno, uint32_t stack)
 {
     if (t_ns == 0) {
         return; /* 0 marks a slot being written */
@@ -39,6 +40,7 @@ void line_timeline_note(uint64_t t_ns, uint32_t site, int32_t lineno)
     slot *s = &timeline.slots[n & MASK];
     atomic_store(&s->t_ns, 0);
     atomic_store(&s->where, (uint64_t)site << 32 | (uint32_t)lineno);
+    atomic_store(&s->stack, stack);
     atomic_store(&s->t_ns, t_ns);
     atomic_store(&timeline.written, n + 1);
 }
@@ -49,6 +51,7 @@ static int read_entry(uint64_t n, line_timeline_entry *out)
     slot *s = &timeline.slots[n & MASK];
     uint64_t t1 = atomic_load(&s->t_ns);
     uint64_t where = atomic_load(&s->where);
+    uint32_t stack = atomic_load(&s->stack);
     uint64_t t2 = atomic_load(&s->t_ns);
     /* Read after the entry: when the writer has since come round to this slot
      * (or is one slot away, possibly rewriting it now), the entry is gone. */
@@ -59,6 +62,7 @@ static int read_entry(uint64_t n, line_timeline_entry *out)
     out->t_ns = t1;
     out->site = (uint32_t)(where >> 32);
     out->lineno = (int32_t)(uint32_t)where;
+    out->stack = stack;
     return 1;
 }
 

@@ -1,5 +1,5 @@
 /* line_timeline: which line the program's main thread stood on, and when, over the
- * last few seconds: a bounded ring of (CLOCK_REALTIME ns, site, line) written at
+ * last few seconds: a bounded ring of (CLOCK_REALTIME ns, site, line, call stack) written at
  * every CPU snapshot.
  *
  * It exists for measurements that arrive late and carry their own time: a GPU's
@@ -28,6 +28,7 @@ typedef struct {
     uint64_t t_ns;   /* CLOCK_REALTIME at the snapshot */
     uint32_t site;   /* SITE_NONE (sites.h): no reported line; LINE_TIMELINE_PAUSED */
     int32_t lineno;
+    uint32_t stack;  /* the main thread's call stack (stacks.h) */
 } line_timeline_entry;
 
 /* The site of the entry written when profiling resumes (csrc/control): the
@@ -39,7 +40,7 @@ void line_timeline_enable(int on);
 int line_timeline_enabled(void);
 /* The writer: the main thread stood at (site, lineno) at t_ns, and since the
  * previous entry.  Times must not go backwards. */
-void line_timeline_note(uint64_t t_ns, uint32_t site, int32_t lineno);
+void line_timeline_note(uint64_t t_ns, uint32_t site, int32_t lineno, uint32_t stack);
 /* The reader: the entries with t_ns >= from_ns and the one just before them (it
  * opens the first interval), oldest first, at most max; returns how many.  Entry
  * i stands for the interval (out[i-1].t_ns, out[i].t_ns]. */

@@ -10,6 +10,7 @@
 #include "../profile/codes.h"
 #include "../profile/line_stats.h"
 #include "../profile/line_timeline.h"
+#include "../profile/stacks.h"
 #include "../profile/periodic.h"
 #include "../memory/mem_profile.h"
 #include "../memory/pyalloc.h"
@@ -149,6 +150,7 @@ typedef struct {
     int native;
     int ok; /* 0 when memory ran out: the time is dropped */
     int loop_idle; /* in an asyncio event loop's own code: its time off CPU is the loop's idle time */
+    uint32_t stack; /* the call stack ending at the line (stacks.h); STACKS_ROOT with no reported frame */
 } location;
 
 /* native_by_delay: the main thread answering its request, whose kind is where it
@@ -159,7 +161,7 @@ typedef struct {
 static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint64_t delay_cpu_ns,
                        int standing)
 {
-    location loc = {SITE_NONE, 0, 1, 1, 0};
+    location loc = {SITE_NONE, 0, 1, 1, 0, STACKS_ROOT};
     pyframe innermost, f;
     loc.loop_idle = awaits_loop_waiting(ts);
     if (!codes_locate(ts, &innermost, &f)) {
@@ -194,6 +196,9 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
         }
         loc.site = info->site;
         loc.lineno = codes_line(pyframe_code(f), pyframe_lasti(f));
+        /* Walked from the line outward, after info is read (the walk may
+         * register codes, which calls CPython). */
+        loc.stack = loc.site != SITE_NONE ? stacks_of(f) : STACKS_ROOT;
     }
     return loc;
 }
@@ -211,6 +216,13 @@ static cpu_sums *sums_at(const location *loc)
     return rec != NULL ? &rec->cpu : NULL;
 }
 
+/* The sums of the location's stack, which gets whatever its line gets (the
+ * same windows, the same estimated units); NULL when there are none. */
+static cpu_sums *stack_sums_at(const location *loc)
+{
+    return loc->ok ? stacks_cpu(loc->stack) : NULL;
+}
+
 static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint64_t runq_ns,
                    double core_fraction)
 {
@@ -220,6 +232,10 @@ static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint6
     }
     cpu_window w = {wall_ns, cpu_ns, runq_ns, loc->native, loc->loop_idle};
     cpu_sums_add(into, &w, !S.options.virtual_time, core_fraction);
+    cpu_sums *stack = stack_sums_at(loc);
+    if (stack != NULL) {
+        cpu_sums_add(stack, &w, !S.options.virtual_time, core_fraction);
+    }
 }
 
 /* The run-queue wait in an open schedstat file (any thread may call it). */
@@ -380,6 +396,10 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
     cpu_sums *into = sums_at(&loc);
     if (into != NULL) {
         cpu_sums_add_estimate(into, loc.native, loc.loop_idle, on_cpu, runq_share, core_fraction);
+        cpu_sums *stack = stack_sums_at(&loc);
+        if (stack != NULL) {
+            cpu_sums_add_estimate(stack, loc.native, loc.loop_idle, on_cpu, runq_share, core_fraction);
+        }
     }
     return loc;
 }
@@ -476,7 +496,7 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
 
     uint64_t threads_used = 0;
     size_t live = 0;
-    location main_location = {SITE_NONE, 0, 1, 0, 0};
+    location main_location = {SITE_NONE, 0, 1, 0, 0, STACKS_ROOT};
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
          ts = PyThreadState_Next(ts)) {
         pid_t tid = pyframe_thread_tid(ts);
@@ -571,10 +591,10 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
      * arrive late with their own time (the GPU's windows: line_timeline.h). */
     if (line_timeline_enabled()) {
         if (mode == SNAPSHOT_REBASE) {
-            line_timeline_note(line_timeline_now_ns(), LINE_TIMELINE_PAUSED, 0); /* since the pause */
+            line_timeline_note(line_timeline_now_ns(), LINE_TIMELINE_PAUSED, 0, STACKS_ROOT); /* since the pause */
         } else {
             line_timeline_note(line_timeline_now_ns(), main_location.ok ? main_location.site : SITE_NONE,
-                               main_location.lineno);
+                               main_location.lineno, main_location.ok ? main_location.stack : STACKS_ROOT);
         }
     }
 
@@ -593,6 +613,10 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
         cpu_sums *into = sums_at(&main_location);
         if (into != NULL) {
             cpu_sums_add_native(into, untracked, core_fraction);
+            cpu_sums *stack = stack_sums_at(&main_location);
+            if (stack != NULL) {
+                cpu_sums_add_native(stack, untracked, core_fraction);
+            }
         }
     }
 
@@ -1068,7 +1092,7 @@ int sampler_start(const sampler_options *options)
     if (codes_ready != 0) {
         return -1;
     }
-    if (line_stats_init() != 0 ||
+    if (line_stats_init() != 0 || stacks_init() != 0 ||
         (S.threads.slots == NULL && table_init(&S.threads, sizeof(thread_track), 64) != 0)) {
         PyErr_NoMemory();
         return -1;

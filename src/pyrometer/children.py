@@ -43,6 +43,7 @@ import weakref
 from typing import Any
 
 from . import preload
+from .stacks import StackSums
 
 _BOOT = "boot"
 _SETTINGS_FILE = "settings.json"
@@ -550,6 +551,9 @@ class Merger:
         if self.memory:
             for r in self.memory["lines"]:
                 self._add_memory_line(r, 0.0)
+        # Call stacks, keyed by their frames' keys: equal paths add up.
+        self.stacks = StackSums()
+        self.stacks.add_raw(raw)
 
     def _add_cpu(self, key: tuple, cpu) -> None:
         sums = self.records.get(key)
@@ -582,6 +586,9 @@ class Merger:
         raw = child["raw"]
         offset = child.get("start_time", self.start_time) - self.start_time
         self._add_focus(raw)  # first: a child of another shape fails here, before any sum
+        stacks = StackSums()
+        stacks.add_raw(raw)  # likewise: read whole before it is added
+        self.stacks.merge(stacks)
         for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
             self._add_cpu((filename, lineno, qualname, firstlineno), cpu)
         for i, v in enumerate(raw["unattributed"]):
@@ -652,6 +659,7 @@ class Merger:
         raw["profiled_functions"] = [[*key, last] for key, last in self.focus.items()]
         if self.memory:
             raw["memory"] = dict(self.memory, lines=list(self.mem_lines.values()))
+        self.stacks.to_raw(raw)
         return raw
 
 

@@ -13,6 +13,8 @@ import tokenize
 from collections import defaultdict
 from typing import Any
 
+from .stacks import MEMORY_FIGURES, TIME_FIGURES, call_stacks
+
 SCHEMA_VERSION = 1
 NS = 1e-9
 
@@ -406,6 +408,9 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             lambda f, first, last: any(first <= n <= last for n in (*lines.get(f, ()), *mem_lines.get(f, ()))))],
         **(_run_memory(memory, focus.memory_lines(mem_lines), elapsed) if memory else {}),
         "profiled_functions": focus.fields(),
+        # The whole run's, even with @profile: a stack passes through lines
+        # outside the decorated functions.
+        **({"call_stacks": stacks} if (stacks := call_stacks(raw, bool(memory), gpu_used)) is not None else {}),
         "files": files,
     }
 
@@ -855,6 +860,19 @@ _RUN.fields.update({
                                           "lineno": (_LINENO, _REQUIRED), "end_lineno": (_LINENO, _REQUIRED)})),
                            []),
 })
+# call_stacks (stacks.py): each stack's path is checked by _check_paths.
+_STACK_FIGURES = {**{name: (_NONNEG, _REQUIRED) for name in TIME_FIGURES}, "samples": (_COUNT, _REQUIRED),
+                  **{name: (_COUNT, _OPTIONAL) for name in MEMORY_FIGURES}, "gpu_sec": (_NONNEG, _OPTIONAL)}
+_STACK_DEPTH_MAX = 1 << 16
+_CALL_STACKS = _Object({
+    "frames": (_List(_Object({"filename": (_STR, _REQUIRED), "function": (_STR, _REQUIRED),
+                              "first_lineno": (_LINENO, _REQUIRED), "lineno": (_LINENO, _REQUIRED)})), _REQUIRED),
+    "stacks": (_Entries(_Object({"path": (_List(_LINENO), _REQUIRED), **_STACK_FIGURES})), _REQUIRED),
+    "other": (_Object(_STACK_FIGURES), _REQUIRED),
+    "cap": (_COUNT, _REQUIRED),
+    "max_depth": (_whole(0, _STACK_DEPTH_MAX), _REQUIRED),
+})
+_RUN.fields["call_stacks"] = (_CALL_STACKS, _OPTIONAL)
 _TOP_WITH_MEMORY = _Object({**_RUN.fields, **_MEMORY_TOP.fields})
 _TOP_CPU_ONLY = _Object({**_RUN.fields, **_optional(_MEMORY_TOP)})
 
@@ -1042,6 +1060,24 @@ def _check_scalene_footprint_names(profile: dict[str, Any], where: str) -> None:
                                f"says {_shown(value)}")
 
 
+def _check_paths(stacks: dict[str, Any], where: str) -> None:
+    """Every stack's path: indices of frames (the fast entry check leaves lists
+    out), no deeper than the profile's max_depth."""
+    frames = len(stacks["frames"])
+    depth = stacks["max_depth"]
+    for i, entry in enumerate(stacks["stacks"]):
+        path = entry["path"]
+        here = f"{where}call_stacks.stacks[{i}].path"
+        if type(path) is not list:
+            raise ProfileError(f"{here} has the wrong type ({_type_name(path)}): it must be a list")
+        if len(path) > depth:
+            raise ProfileError(f"{here} has {len(path)} frames, more than max_depth ({depth})")
+        for j, index in enumerate(path):
+            if type(index) is not int or not 0 <= index < frames:
+                raise ProfileError(f"{here}[{j}] is {_shown(index)}: it must be the index of one of the "
+                                   f"{frames} frames")
+
+
 def load(path: str) -> dict[str, Any]:
     """A saved profile, checked: ProfileError says what is wrong with it."""
     try:
@@ -1099,6 +1135,8 @@ def check(profile: Any, path: str = "the profile") -> dict[str, Any]:
     source = profile.get("gpu_utilization_source")
     if source is not None and source not in ("device", "process"):
         raise ProfileError(f"{where}gpu_utilization_source is {_shown(source)}: it must be \"device\" or \"process\"")
+    if "call_stacks" in profile:
+        _check_paths(profile["call_stacks"], where)
     file_kind = _FILE_WITH_MEMORY if memory else _FILE_CPU_ONLY
     for name, f in profile["files"].items():
         _check_value(f, file_kind, f"{where}files[{_shown_name(name)}]")

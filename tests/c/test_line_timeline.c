@@ -21,18 +21,18 @@ static void test_line_timeline_read_from(void)
 {
     line_timeline_clear();
     for (uint64_t t = 100; t <= 1000; t += 100) {
-        line_timeline_note(t, (uint32_t)t, (int32_t)(t / 100));
+        line_timeline_note(t, (uint32_t)t, (int32_t)(t / 100), (uint32_t)(t / 10));
     }
     line_timeline_entry e[16];
     size_t n = line_timeline_read(350, e, 16);
     REQUIRE(n == 8);
     CHECK(e[0].t_ns == 300); /* the one before: it opens the first interval */
-    CHECK(e[1].t_ns == 400 && e[1].site == 400 && e[1].lineno == 4);
+    CHECK(e[1].t_ns == 400 && e[1].site == 400 && e[1].lineno == 4 && e[1].stack == 40);
     CHECK(e[7].t_ns == 1000);
     CHECK(line_timeline_read(350, e, 2) == 2 && e[0].t_ns == 300 && e[1].t_ns == 400);
     CHECK(line_timeline_read(5000, e, 16) == 1 && e[0].t_ns == 1000);
     CHECK(line_timeline_latest(e) == 1 && e[0].t_ns == 1000 && e[0].lineno == 10);
-    line_timeline_note(0, 1, 1); /* time 0 is refused (it marks a slot being written) */
+    line_timeline_note(0, 1, 1, 1); /* time 0 is refused (it marks a slot being written) */
     CHECK(line_timeline_latest(e) == 1 && e[0].t_ns == 1000);
 }
 
@@ -41,7 +41,7 @@ static void test_line_timeline_lapped(void)
     line_timeline_clear();
     uint64_t last = 3 * LINE_TIMELINE_SLOTS + 17;
     for (uint64_t t = 1; t <= last; t++) {
-        line_timeline_note(t, (uint32_t)t, 0);
+        line_timeline_note(t, (uint32_t)t, 0, 0);
     }
     static line_timeline_entry e[LINE_TIMELINE_SLOTS];
     size_t n = line_timeline_read(1, e, LINE_TIMELINE_SLOTS);
@@ -61,7 +61,7 @@ static void *writer(void *unused)
 {
     (void)unused;
     for (uint64_t t = 1;; t++) {
-        line_timeline_note(t, (uint32_t)(t * 2654435761u), (int32_t)(t & 0x7fffffff));
+        line_timeline_note(t, (uint32_t)(t * 2654435761u), (int32_t)(t & 0x7fffffff), (uint32_t)t);
         if (t >= 300000 && atomic_load(&reads_done) >= 100) {
             break;
         }
@@ -88,7 +88,7 @@ static void test_line_timeline_concurrent_reader(void)
         size_t n = line_timeline_read(from, e, LINE_TIMELINE_SLOTS);
         for (size_t i = 0; i < n; i++) {
             torn += e[i].site != (uint32_t)(e[i].t_ns * 2654435761u) ||
-                    e[i].lineno != (int32_t)(e[i].t_ns & 0x7fffffff);
+                    e[i].lineno != (int32_t)(e[i].t_ns & 0x7fffffff) || e[i].stack != (uint32_t)e[i].t_ns;
             disorder += i > 0 && e[i].t_ns != e[i - 1].t_ns + 1;
         }
         reads++;

@@ -1,0 +1,172 @@
+"""Call stacks: the C core's stack table (csrc/profile/stacks.h) as the profile's
+`call_stacks` field (docs/profile-schema.md), and the sums of several processes'
+stacks (children.Merger).
+
+The C core gives its stacks by id ("nodes": parent id, frame index, CPU sums),
+and the memory and GPU sides theirs by the same ids.  Here a stack is its path
+of frames, each frame its four keys (file, function, first line, line), so that
+processes' stacks add up whatever their ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NS = 1e-9
+# The C core's id of the bucket of stacks past the cap (STACK_TABLE_OTHER).
+OTHER_ID = (1 << 32) - 1
+
+# One stack's figures, in the order of a sums vector.
+TIME_FIGURES = ("python_sec", "native_sec", "system_sec", "gil_wait_sec", "cpu_wait_sec")
+MEMORY_FIGURES = ("malloc_bytes", "python_malloc_bytes", "free_bytes", "copy_bytes")
+_SAMPLES, _MEMORY, _GPU = 5, 6, 10
+_WIDTH = 11
+
+
+def _cpu_vector(cpu) -> list[float]:
+    """sums_tuple's (python, native, system, busy, samples, gil_wait, cpu_wait,
+    loop idle, await), in ns, as a sums vector."""
+    python, native, system, _busy, samples, gil_wait, cpu_wait, *_ = cpu
+    return [python, native, system, gil_wait, cpu_wait, samples, 0, 0, 0, 0, 0.0]
+
+
+class StackSums:
+    """Stacks keyed by their paths of frame keys, with their summed figures."""
+
+    def __init__(self) -> None:
+        self.frames: dict[tuple, int] = {}
+        self.frame_keys: list[tuple] = []
+        self.stacks: dict[tuple, list] = {}
+        self.other = [0] * _WIDTH
+        self.cap = 0
+        self.max_depth = 0
+        self.present = False
+
+    def _frame(self, key) -> int:
+        key = (str(key[0]), str(key[1]), int(key[2]), int(key[3]))
+        index = self.frames.get(key)
+        if index is None:
+            index = self.frames[key] = len(self.frame_keys)
+            self.frame_keys.append(key)
+        return index
+
+    def _sums(self, path: tuple) -> list:
+        sums = self.stacks.get(path)
+        if sums is None:
+            sums = self.stacks[path] = [0] * _WIDTH
+        return sums
+
+    def add_raw(self, raw: dict[str, Any]) -> None:
+        """One process's collection (or a merged one, in the same form)."""
+        table = raw.get("stacks")
+        if not table:
+            return
+        self.present = True
+        self.cap = max(self.cap, int(table["cap"]))
+        self.max_depth = max(self.max_depth, int(table["max_depth"]))
+        frame_index = [self._frame(f) for f in table["frames"]]
+        paths: list[tuple] = []
+        for parent, frame, cpu in table["nodes"]:
+            path = () if parent < 0 else paths[parent] + (frame_index[frame],)
+            paths.append(path)
+            if cpu is not None:
+                _add(self._sums(path), _cpu_vector(cpu))
+        _add(self.other, _cpu_vector(table["other"]))
+
+        def by_id(stack_id: int) -> list:
+            return self.other if stack_id >= OTHER_ID else self._sums(paths[stack_id])
+
+        memory = raw.get("memory")
+        if memory and "stacks" in memory:
+            for stack_id, *figures in memory["stacks"]:
+                sums = by_id(stack_id)
+                for i, v in enumerate(figures):
+                    sums[_MEMORY + i] += v
+            for i, v in enumerate(memory["other_stacks"]):
+                self.other[_MEMORY + i] += v
+        gpu = raw.get("gpu")
+        if gpu and gpu.get("status") == "ok":
+            for stack_id, busy in gpu.get("stacks", []):
+                by_id(stack_id)[_GPU] += busy
+
+    def merge(self, other: "StackSums") -> None:
+        """Another process's stacks added (frames re-interned by their keys)."""
+        if not other.present:
+            return
+        self.present = True
+        self.cap = max(self.cap, other.cap)
+        self.max_depth = max(self.max_depth, other.max_depth)
+        index = [self._frame(key) for key in other.frame_keys]
+        for path, sums in other.stacks.items():
+            _add(self._sums(tuple(index[i] for i in path)), sums)
+        _add(self.other, other.other)
+
+    def to_raw(self, raw: dict[str, Any]) -> None:
+        """Written back into raw in the C core's form (ids are new), so that
+        model.build reads one form, merged or not."""
+        if not self.present:
+            return
+        ids: dict[tuple, int] = {(): 0}
+        nodes: list[list] = [[-1, -1, None]]
+        for path in sorted(self.stacks, key=len):
+            for depth in range(1, len(path) + 1):
+                prefix = path[:depth]
+                if prefix not in ids:
+                    ids[prefix] = len(nodes)
+                    nodes.append([ids[prefix[:-1]], prefix[-1], None])
+        memory_stacks, gpu_stacks = [], []
+        for path, sums in self.stacks.items():
+            stack_id = ids[path]
+            nodes[stack_id][2] = _cpu_tuple(sums)
+            memory_stacks.append((stack_id, *sums[_MEMORY:_GPU]))
+            gpu_stacks.append((stack_id, sums[_GPU]))
+        raw["stacks"] = {"frames": list(self.frame_keys), "nodes": nodes, "other": _cpu_tuple(self.other),
+                         "cap": self.cap, "max_depth": self.max_depth}
+        if raw.get("memory"):
+            raw["memory"] = dict(raw["memory"], stacks=memory_stacks, other_stacks=list(self.other[_MEMORY:_GPU]))
+        if raw.get("gpu") and raw["gpu"].get("status") == "ok":
+            raw["gpu"] = dict(raw["gpu"], stacks=gpu_stacks + [(OTHER_ID, self.other[_GPU])])
+
+    def fields(self, memory: bool, gpu: bool) -> dict[str, Any]:
+        """The profile's call_stacks field."""
+        used: dict[int, int] = {}
+        stacks = []
+        for path in sorted(self.stacks):
+            sums = self.stacks[path]
+            if not any(sums):
+                continue
+            entry = {"path": [used.setdefault(i, len(used)) for i in path]}
+            entry.update(_figures(sums, memory, gpu))
+            stacks.append(entry)
+        frames = [None] * len(used)
+        for i, j in used.items():
+            filename, function, first, lineno = self.frame_keys[i]
+            frames[j] = {"filename": filename, "function": function, "first_lineno": first, "lineno": lineno}
+        return {"frames": frames, "stacks": stacks, "other": _figures(self.other, memory, gpu),
+                "cap": self.cap, "max_depth": self.max_depth}
+
+
+def _add(into: list, more: list) -> None:
+    for i, v in enumerate(more):
+        into[i] += v
+
+
+def _cpu_tuple(sums: list) -> tuple:
+    return (sums[0], sums[1], sums[2], 0.0, sums[_SAMPLES], sums[3], sums[4], 0.0, 0.0)
+
+
+def _figures(sums: list, memory: bool, gpu: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {name: sums[i] * NS for i, name in enumerate(TIME_FIGURES)}
+    out["samples"] = int(sums[_SAMPLES])
+    if memory:
+        out.update((name, int(sums[_MEMORY + i])) for i, name in enumerate(MEMORY_FIGURES))
+    if gpu:
+        out["gpu_sec"] = sums[_GPU] * NS
+    return out
+
+
+def call_stacks(raw: dict[str, Any], memory: bool, gpu: bool) -> dict[str, Any] | None:
+    """The call_stacks field of a collection (None: the core kept no stacks)."""
+    sums = StackSums()
+    sums.add_raw(raw)
+    return sums.fields(memory, gpu) if sums.present else None
