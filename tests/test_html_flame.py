@@ -11,7 +11,7 @@ import json
 import pytest
 
 from browser import Browser, chromium
-from test_exports import MB, stacked_profile, truth
+from test_exports import MB, PROGRAM, stacked_profile, truth
 
 from pyrometer.render import html
 
@@ -129,3 +129,21 @@ def test_a_profile_without_stacks_says_so(browser, tmp_path):
     assert p.errors() == []
     assert "no call stacks" in p.eval("document.getElementById('flame-none').textContent")
     assert p.eval("window.pyrometer.flame()") is None
+
+
+def test_flame_graph_of_a_run(browser, tmp_path, run_pyrometer):
+    """A real run's page: the program's own call path, the sleep as [system] under its line."""
+    (tmp_path / "prog.py").write_text(PROGRAM.lstrip("\n"))
+    proc = run_pyrometer(["--html", "--quiet", "prog.py"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    p = browser.open(tmp_path / "pyrometer-profile.html")
+    p.settle()
+    assert p.errors() == []
+    texts = [b["text"] for b in boxes(p)]
+    assert "outer (prog.py:10)" in texts and "python_work (prog.py:6)" in texts, texts
+    search(p, "python_work")
+    marked = [b["text"] for b in boxes(p) if b["match"]]
+    assert "python_work (prog.py:6)" in marked and all(t.startswith("python_work (") for t in marked), marked
+    click_box(p, "outer (prog.py:11)")
+    assert p.eval("window.pyrometer.flame()")["zoom"] == "outer (prog.py:11)"
+    assert "[system]" in [b["text"] for b in boxes(p)]

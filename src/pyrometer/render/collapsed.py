@@ -2,14 +2,14 @@
 stack: "frame;frame;frame value", root first, for flamegraph.pl, inferno,
 speedscope and most flame graph tools.  One metric per file (--collapsed-metric,
 "time" by default): the format has one value per line.  Time is in whole
-nanoseconds, bytes in bytes; a frame is "function (file.py:line)", the
-synthetic frames of render/stacks.py as they are named there."""
+nanoseconds, bytes in bytes; a frame is "function (file.py:line)" (Stacks.labels),
+the synthetic frames of render/stacks.py as they are named there."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .stacks import Stacks, label, metric as metric_of
+from .stacks import Stacks, metric as metric_of
 
 SCALE = {"seconds": 1e9, "bytes": 1}
 DEFAULT_METRIC = "time"
@@ -24,7 +24,7 @@ def _clean(text: str) -> str:
 def render(profile: dict[str, Any], metric: str = DEFAULT_METRIC, path: str = "the profile") -> str:
     stacks = Stacks(profile, path)
     m = metric_of(profile, metric, path)
-    names = [_clean(label(f)) for f in stacks.frames]
+    names = [_clean(name) for name in stacks.labels()]
     lines: dict[str, int] = {}
     for stack, value in stacks.weighted(m):
         folded = ";".join(names[f] for f in stack)

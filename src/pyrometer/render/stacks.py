@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterator
 
+from ..stacks import TIME_FIGURES
+
 
 class ExportError(Exception):
     """A profile that cannot give the export asked for: one without call stacks
@@ -50,8 +52,8 @@ class Metric:
     needs: str | None = None  # the profile's flag the metric needs ("memory", "gpu")
 
 
-TIME_PARTS = (("python_sec", None), ("native_sec", NATIVE), ("system_sec", SYSTEM),
-              ("gil_wait_sec", GIL_WAIT), ("cpu_wait_sec", CPU_WAIT))
+# Each kind of time (the stack's field, pyrometer/stacks.py) with its leaf frame.
+TIME_PARTS = tuple(zip(TIME_FIGURES, (None, NATIVE, SYSTEM, GIL_WAIT, CPU_WAIT)))
 
 METRICS = {m.name: m for m in (
     Metric("time", "time (Python, native, system, waiting)", "seconds", TIME_PARTS),
@@ -126,14 +128,21 @@ class Stacks:
                 if value > 0:
                     yield (path + (self.synthetic[leaf],) if leaf else path), value
 
+    def labels(self) -> list[str]:
+        """Each frame in one string, for formats that name frames by text alone
+        (folded stacks): "function (dir/file.py:17)", the file relative to the
+        directory all the stacks' files are under (the same wherever the export
+        is made); a synthetic frame by its name."""
+        import os
+        files = {f.filename for f in self.frames if not f.synthetic}
+        try:
+            common = os.path.commonpath([os.path.dirname(f) for f in files]) if files else ""
+        except ValueError:  # relative and absolute names mixed (pseudo-files: "<string>")
+            common = ""
+        def short(filename: str) -> str:
+            return os.path.relpath(filename, common) if common and filename.startswith(common + os.sep) else filename
+        return [f.function if f.synthetic else f"{f.function} ({short(f.filename)}:{f.lineno})" for f in self.frames]
+
     def total(self, metric: Metric) -> float:
         return sum(value for _, value in self.weighted(metric))
 
-
-def label(frame: Frame) -> str:
-    """A frame in one string, for formats that name frames by text alone
-    (folded stacks): "function (file.py:17)", the file as the reports show it."""
-    if frame.synthetic:
-        return frame.function
-    from ..model import display_name
-    return f"{frame.function} ({display_name(frame.filename)}:{frame.lineno})"
