@@ -400,3 +400,15 @@ def test_a_run_exports_its_stacks(tmp_path, run_pyrometer):
             got = pprof_total(tmp_path / "p.pb.gz", pprof.SAMPLE_TYPES[m], unit)
             assert got == pytest.approx(expected, abs=len(stacks.entries) + 1), m
         assert stacks.total(METRICS["alloc"]) >= 30 * MB
+
+
+def test_a_run_refuses_an_export_it_could_not_write(tmp_path, run_pyrometer):
+    """Checked before the program runs, as the report's file is."""
+    (tmp_path / "prog.py").write_text("print('ran')\n")
+    proc = run_pyrometer(["--pprof", "nowhere/p.pb.gz", "prog.py"], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr == (f"pyrometer: error: cannot write the --pprof export to nowhere/p.pb.gz: no directory "
+                           f"{tmp_path / 'nowhere'}\n")
+    proc = run_pyrometer(["--collapsed-metric", "alloc", "prog.py"], cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "pyrometer: error: --collapsed-metric needs --collapsed FILE\n"

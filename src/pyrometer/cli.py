@@ -111,7 +111,7 @@ def export_paths(exports: dict[str, str]) -> tuple[dict[str, tuple[str, str]] | 
     for fmt, path in exports.items():
         problem = _unwritable(path)
         if problem is not None:
-            return None, problem
+            return None, problem.replace("the report", f"the --{fmt} export", 1)
         out[fmt] = (path, os.path.abspath(path))
     return out, None
 
