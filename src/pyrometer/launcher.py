@@ -11,7 +11,6 @@ import importlib.machinery
 import importlib.util
 import linecache
 import os
-import pkgutil
 import runpy
 import _signal
 import signal
@@ -20,7 +19,8 @@ import threading
 import tokenize
 import traceback
 import types
-from dataclasses import dataclass, field
+
+from .records import record
 
 # The ways python starts a program (Modules/main.c), each run here as python runs it.
 SCRIPT = "script"    # python prog.py
@@ -39,7 +39,7 @@ class ProgramNotFound(Exception):
         self.status = status
 
 
-@dataclass
+@record
 class Target:
     """What to run and how, the program's argv, and what of it is reported."""
     kind: str
@@ -48,13 +48,13 @@ class Target:
     source: bytes = b""  # a script's or standard input's bytes, read before the run
     # Where the named program lives, reported even inside the standard library or
     # site-packages (the package of a -m module).
-    program_prefixes: list[str] = field(default_factory=list)
+    program_prefixes: list[str] = []  # a new list for each (records.py)
     # -c and standard input: the code objects compiled from the program's source,
     # reported by identity (csrc/profile/filter.h), and kept alive here so that
     # their addresses cannot be reused while the run is profiled.
-    codes: list[types.CodeType] = field(default_factory=list)
+    codes: list[types.CodeType] = []  # a new list for each (records.py)
     code: types.CodeType | None = None  # compiled before the run (-c, a script, stdin)
-    sources: dict[str, str] = field(default_factory=dict)  # pseudo-file -> its text, for the report
+    sources: dict[str, str] = {}  # a new dict for each (records.py)  # pseudo-file -> its text, for the report
     stdin_fd: int | None = None  # standard input, when it is a file python would read itself
 
     @property
@@ -106,7 +106,7 @@ def resolve(script: str | None, module: str | None, args: list[str], command: st
     # A directory or a zip archive that an import hook takes is run by its
     # __main__ module (main.c's pymain_get_importer), anything else as a script.
     absolute = os.path.abspath(script)
-    if pkgutil.get_importer(absolute) is not None:
+    if _path_importer(absolute) is not None:
         return Target(MAIN_PATH, script, [script, *args],
                       program_prefixes=sorted({_with_sep(absolute), _with_sep(os.path.realpath(absolute))}))
     try:
@@ -116,6 +116,24 @@ def resolve(script: str | None, module: str | None, args: list[str], command: st
         raise _cant_open(script, e) from None
     return Target(SCRIPT, script, [script, *args], source=source,
                   program_prefixes=sorted({absolute, os.path.realpath(absolute)}))
+
+
+def _path_importer(path: str):
+    """The import hook that takes path, as sys.path would (main.c's
+    pymain_get_importer; pkgutil.get_importer, whose module imports typing, a
+    cost every run would pay: records.py)."""
+    try:
+        return sys.path_importer_cache[path]
+    except KeyError:
+        pass
+    for hook in sys.path_hooks:
+        try:
+            importer = hook(path)
+        except ImportError:
+            continue
+        sys.path_importer_cache[path] = importer
+        return importer
+    return None
 
 
 def _with_sep(path: str) -> str:
@@ -186,7 +204,7 @@ def prepare(target: Target) -> None:
     # line from a pipe as an error that compile() would not raise.
 
 
-@dataclass
+@record
 class Outcome:
     """How the program ended: the exit status the python command would give, and
     whether it ended by Ctrl-C (then the caller re-raises SIGINT after reporting)."""

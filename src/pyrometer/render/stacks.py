@@ -14,10 +14,13 @@ summed, are "[other stacks]"."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Iterator
+# options.py reads METRICS on every run's start: this module imports nothing
+# heavy (no dataclasses, no typing; records.py says why).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterator
 
-from ..stacks import TIME_FIGURES
+from ..records import record
 
 
 class ExportError(Exception):
@@ -26,7 +29,7 @@ class ExportError(Exception):
     asked for (memory of a --cpu-only run)."""
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Frame:
     function: str
     filename: str       # "" for a synthetic frame
@@ -43,7 +46,7 @@ UNATTRIBUTED, OTHER = "[unattributed]", "[other stacks]"
 SYNTHETIC = (NATIVE, SYSTEM, GIL_WAIT, CPU_WAIT, UNATTRIBUTED, OTHER)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Metric:
     name: str        # the option value (--collapsed-metric) and the key in exports
     label: str       # what a viewer shows
@@ -52,8 +55,9 @@ class Metric:
     needs: str | None = None  # the profile's flag the metric needs ("memory", "gpu")
 
 
-# Each kind of time (the stack's field, pyrometer/stacks.py) with its leaf frame.
-TIME_PARTS = tuple(zip(TIME_FIGURES, (None, NATIVE, SYSTEM, GIL_WAIT, CPU_WAIT)))
+# Each kind of time: the stack's field (docs/profile-schema.md) and its leaf frame.
+TIME_PARTS = (("python_sec", None), ("native_sec", NATIVE), ("system_sec", SYSTEM),
+              ("gil_wait_sec", GIL_WAIT), ("cpu_wait_sec", CPU_WAIT))
 
 METRICS = {m.name: m for m in (
     Metric("time", "time (Python, native, system, waiting)", "seconds", TIME_PARTS),
@@ -74,7 +78,7 @@ def call_stacks(profile: dict[str, Any], path: str = "the profile") -> dict[str,
     stacks = profile.get("call_stacks")
     if not isinstance(stacks, dict):
         raise ExportError(f"{path} has no call stacks (it was made by an older pyrometer): "
-                       f"profile the program again with this one to export its stacks")
+                          f"profile the program again with this one to export its stacks")
     return stacks
 
 

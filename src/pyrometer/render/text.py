@@ -3,12 +3,15 @@ a function summary.  Reads only the finished profile (pyrometer.model)."""
 
 from __future__ import annotations
 
-import dataclasses
+import collections
 import re
 import shutil
 import textwrap
 import unicodedata
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
+if TYPE_CHECKING:
+    from typing import Any
 
 from ..model import display_name, significant, time_share
 
@@ -223,16 +226,13 @@ class _Painter:
 # The source is cut to what is left (with an ellipsis), never the figures.
 # At 80 columns, memory on, that is compact (tight when the wait column is
 # shown); at 60, tight or stacked.
-@dataclasses.dataclass(frozen=True)
-class _Layout:
-    name: str
-    two_rows: bool       # names on two rows
-    pad: str             # before each figure
-    after: str           # after each figure
-    before_source: str
-    min_source: int      # columns the source needs beside the figures; 0: on a line of its own
-    spark: int           # sparkline characters
-    abbreviate: bool     # short names, and a legend
+# A named tuple, not a dataclass: importing dataclasses costs every start ~5 ms
+# (records.py).  Its fields: name; two_rows (names on two rows); pad and after
+# (before and after each figure); before_source; min_source (columns the source
+# needs beside the figures; 0: on a line of its own); spark (sparkline
+# characters); abbreviate (short names, and a legend).
+_Layout = collections.namedtuple(
+    "_Layout", "name two_rows pad after before_source min_source spark abbreviate")
 
 
 _LAYOUTS = (
