@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+TYPE_CHECKING = False  # not typing's: importing typing costs 5-9 ms (render/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 from .stacks import CPU_WAIT, GIL_WAIT, NATIVE, OTHER, SYSTEM, UNATTRIBUTED, Stacks, metrics
 

@@ -14,7 +14,9 @@ other kinds zero."""
 from __future__ import annotations
 
 import gzip
-from typing import Any
+TYPE_CHECKING = False  # not typing's: importing typing costs 5-9 ms (render/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 from .stacks import Stacks, metrics
 
