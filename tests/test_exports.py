@@ -267,7 +267,7 @@ def test_firefox_processed_profile():
     doc = json.loads(firefox.render(stacked_profile()))
     assert doc["meta"]["preprocessedProfileVersion"] == firefox.PROCESSED_VERSION
     threads = {t["name"]: t for t in doc["threads"]}
-    assert list(threads) == [m.label for m in METRICS.values() if m.name != "gpu"]
+    assert list(threads) == [METRICS[m].label for m in ("time", "alloc", "copy")]
     for t in doc["threads"]:
         for table in ("samples", "stackTable", "frameTable", "funcTable", "resourceTable"):
             columns = {k: v for k, v in t[table].items() if isinstance(v, list)}

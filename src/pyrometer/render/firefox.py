@@ -2,9 +2,10 @@
 processed profile format (version 57, strings shared across threads), the kind
 CPython 3.15's sampling profiler writes with --gecko.
 
-The Firefox Profiler shows threads; here each metric of render/stacks.py is one
-"thread" (track) whose samples are the stacks weighted by the metric: time in
-milliseconds ("tracing-ms"), memory in bytes ("bytes").  The call tree, the
+The Firefox Profiler shows threads; here each measure is one "thread" (track)
+whose samples are the stacks weighted by it: time (all kinds, told apart by the
+categories of their leaf frames) in milliseconds ("tracing-ms"), allocated and
+copied bytes ("bytes"), GPU time.  The call tree, the
 flame graph and the inverted tree are exact.  A profile aggregates stacks and
 has no timeline, so the samples' times only place the stacks one after another
 (each as long as its weight, for time).  Frames are categorised (Python,
@@ -34,6 +35,7 @@ OTHER_CATEGORY, PYTHON_CATEGORY = 0, 1
 SYNTHETIC_CATEGORY = {NATIVE: 2, SYSTEM: 3, GIL_WAIT: 4, CPU_WAIT: 4, UNATTRIBUTED: OTHER_CATEGORY,
                       OTHER: OTHER_CATEGORY}
 WEIGHT = {"seconds": ("tracing-ms", 1e3), "bytes": ("bytes", 1)}
+TRACKS = ("time", "alloc", "copy", "gpu")  # the metrics (render/stacks.py) shown as tracks
 
 
 class _Strings:
@@ -119,7 +121,9 @@ def document(profile: dict[str, Any], path: str = "the profile") -> dict[str, An
 
     interval_ms = (profile.get("sampling_interval_sec") or 0.01) * 1e3
     threads = []
-    for m in metrics(profile):
+    # One track per measure: the kinds of time are one ("time"), told apart by
+    # their leaf frames' categories, so the file holds the stacks once for time.
+    for m in (m for m in metrics(profile) if m.name in TRACKS):
         weighted = list(stacks.weighted(m))
         if not weighted and m.name != "time":
             continue

@@ -13,6 +13,7 @@ other kinds zero."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 TYPE_CHECKING = False  # not typing's: importing typing costs 5-9 ms (render/__init__.py)
 if TYPE_CHECKING:
@@ -41,15 +42,26 @@ UNITS = {"seconds": "nanoseconds", "bytes": "bytes"}
 SCALE = {"seconds": 1e9, "bytes": 1}
 
 
-def varint(value: int) -> bytes:
-    """A protobuf varint; a negative int64 as its 64-bit two's complement (10 bytes)."""
+def _append_varint(out: bytearray, value: int) -> None:
+    """A protobuf varint appended to out; a negative int64 as its 64-bit two's
+    complement (10 bytes)."""
+    if 0 <= value < 0x80:  # most tags, lengths and ids: one byte
+        out.append(value)
+        return
     value &= (1 << 64) - 1
-    out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    _append_varint(out, value)
     return bytes(out)
+
+
+_id_varint = functools.lru_cache(maxsize=1 << 16)(varint)
 
 
 class Message:
@@ -72,7 +84,17 @@ class Message:
 
     def packed(self, field: int, values: list[int]) -> "Message":
         if values:
-            return self.bytes(field, b"".join(varint(v) for v in values))
+            data = bytearray()
+            for v in values:
+                _append_varint(data, v)
+            return self.bytes(field, bytes(data))
+        return self
+
+    def packed_ids(self, field: int, ids: list[int]) -> "Message":
+        """packed() for ids (locations), which recur in every stack: their
+        encodings are kept."""
+        if ids:
+            return self.bytes(field, b"".join([_id_varint(i) for i in ids]))
         return self
 
     def encode(self) -> bytes:
@@ -115,7 +137,7 @@ def encode(profile: dict[str, Any], path: str = "the profile") -> bytes:
     used: set[int] = set()
     for stack, row in values.items():
         used.update(stack)
-        out.message(PROFILE_SAMPLE, Message().packed(SAMPLE_LOCATION_ID, [f + 1 for f in reversed(stack)])
+        out.message(PROFILE_SAMPLE, Message().packed_ids(SAMPLE_LOCATION_ID, [f + 1 for f in reversed(stack)])
                     .packed(SAMPLE_VALUE, row))
 
     out.message(PROFILE_MAPPING, Message().int(MAPPING_ID, 1).int(MAPPING_FILENAME, strings(profile.get("program", "")))

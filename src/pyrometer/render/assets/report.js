@@ -666,27 +666,41 @@
       '<button id="flame-reset">reset zoom</button> <span id="flame-match" class="muted"></span></div>' +
       '<div id="flame-path" class="muted"></div><div id="flame"></div></section>';
   }
-  function flameTree(col) {
-    var root = { f: -1, v: 0, kids: [], by: {}, parent: null, depth: 0 };
+  // The tree of every metric at once (node.vs[i]: metric i, the stacks' column
+  // i + 1), so that switching metric only redraws.  A child is found by one Map
+  // of (parent, frame) for the whole tree: a per-node object keyed by frame
+  // numbers took seconds for the 20,000 stacks of a capped profile.  Children
+  // are sorted when first drawn for a metric, not all of them up front.
+  function flameTree() {
+    var nm = FL.metrics.length, zero = function () { var a = []; for (var i = 0; i < nm; i++) a.push(0); return a; };
+    var root = { id: 0, f: -1, vs: zero(), kids: [], parent: null, depth: 0, sorted: -1 };
+    var child = new Map(), ids = 1, nf = FL.frames.length + 1;
     FL.stacks.forEach(function (s) {
-      var v = num(s[col + 1], 0), node = root;
-      if (v <= 0) return;
-      root.v += v;
-      for (var i = 0; i < s[0].length; i++) {
-        var f = s[0][i], next = node.by[f];
+      var node = root, vs = [], any = false, i, c;
+      for (c = 0; c < nm; c++) { vs.push(num(s[c + 1], 0)); any = any || vs[c] > 0; }
+      if (!any) return;
+      for (c = 0; c < nm; c++) root.vs[c] += vs[c];
+      for (i = 0; i < s[0].length; i++) {
+        var f = s[0][i], key = node.id * nf + f, next = child.get(key);
         if (!next) {
-          next = node.by[f] = { f: f, v: 0, kids: [], by: {}, parent: node, depth: node.depth + 1 };
+          next = { id: ids++, f: f, vs: zero(), kids: [], parent: node, depth: node.depth + 1, sorted: -1 };
+          child.set(key, next);
           node.kids.push(next);
         }
-        next.v += v;
+        for (c = 0; c < nm; c++) next.vs[c] += vs[c];
         node = next;
       }
     });
-    (function sort(n) {
-      n.kids.sort(function (a, b) { return b.v - a.v || a.f - b.f; });
-      n.kids.forEach(sort);
-    })(root);
     return root;
+  }
+  function val(n) { return n.vs[flame.metric]; }
+  function kidsOf(n) {  // largest first, then in frame order
+    if (n.sorted !== flame.metric) {
+      n.sorted = flame.metric;
+      var m = flame.metric;
+      if (n.kids.length > 1) n.kids.sort(function (a, b) { return b.vs[m] - a.vs[m] || a.f - b.f; });
+    }
+    return n.kids;
   }
   function frameName(f) {
     if (f < 0) return "all";
@@ -703,20 +717,21 @@
   }
   function setFlameMetric(i) {
     flame.metric = i;
-    flame.root = flame.zoom = flameTree(i);
+    if (!flame.root) flame.root = flameTree();
+    flame.zoom = flame.root;
     Array.prototype.forEach.call(document.querySelectorAll("#flame-section [data-metric]"), function (b) {
       b.setAttribute("aria-pressed", String(+b.dataset.metric === i));
     });
     drawFlame();
   }
   function drawFlame() {
-    var el = document.getElementById("flame"), zoom = flame.zoom, total = zoom.v || 1, all = flame.root.v || 1;
+    var el = document.getElementById("flame"), zoom = flame.zoom, total = val(zoom) || 1, all = val(flame.root) || 1;
     var q = flame.search.toLowerCase(), parts = [], depth = 0, matched = 0;
     flame.nodes = [];
     function box(n, left, width, matchedAbove) {
       var at = flame.nodes.length, kind = n.f < 0 ? 4 : FL.frames[n.f][3];
       var hit = q && n.f >= 0 && frameText(n.f).indexOf(q) >= 0;
-      if (hit && !matchedAbove && n.depth >= zoom.depth) matched += n.v;
+      if (hit && !matchedAbove && n.depth >= zoom.depth) matched += val(n);
       flame.nodes.push(n);
       depth = Math.max(depth, n.depth);
       var style = "left:" + left.toFixed(3) + "%;width:" + width.toFixed(3) + "%;top:" + n.depth * FLAME_ROW + "px";
@@ -726,8 +741,8 @@
         style += ";background:hsl(" + (20 + h % 35) + ",85%," + (62 + h % 12) + "%)";
       }
       var tip = frameName(n.f) + (n.f >= 0 && FL.frames[n.f][1] ? "\n" + FL.frames[n.f][1] + ":" + FL.frames[n.f][2] : "") +
-        "\n" + flameValue(n.v) + " · " + fix(n.v / all * 100, 1) + "% of all" +
-        (zoom !== flame.root ? " · " + fix(n.v / total * 100, 1) + "% of the view" : "");
+        "\n" + flameValue(val(n)) + " · " + fix(val(n) / all * 100, 1) + "% of all" +
+        (zoom !== flame.root ? " · " + fix(val(n) / total * 100, 1) + "% of the view" : "");
       parts.push('<div class="fb k-' + FLAME_KIND[kind] + (hit ? " match" : "") + (n === zoom ? " zoomed" : "") +
         '" data-n="' + at + '" style="' + style + '" data-tip="' + esc(tip) + '">' + esc(frameName(n.f)) + "</div>");
       return hit;
@@ -737,12 +752,12 @@
     var above = false;
     chain.forEach(function (n) {  // the zoomed box and the ones above it, full width
       var hit = box(n, 0, 100, above);
-      if (hit && !above && n.depth < zoom.depth) matched += zoom.v;  // the whole view is under a match
+      if (hit && !above && n.depth < zoom.depth) matched += val(zoom);  // the whole view is under a match
       above = above || hit;
     });
     (function walk(n, left, matchedAbove) {
-      n.kids.forEach(function (k) {
-        var width = k.v / total * 100;
+      kidsOf(n).forEach(function (k) {
+        var width = val(k) / total * 100;
         if (width >= FLAME_MIN) walk(k, left, box(k, left, width, matchedAbove) || matchedAbove);
         left += width;
       });
@@ -849,8 +864,8 @@
     goto: goto,
     files: FILES.length,
     flame: function () {  // the flame graph's state, for tests
-      return FL ? { metric: FL.metrics[flame.metric][0], zoom: frameName(flame.zoom.f), total: flame.root.v,
-                    view: flame.zoom.v } : null;
+      return FL ? { metric: FL.metrics[flame.metric][0], zoom: frameName(flame.zoom.f), total: val(flame.root),
+                    view: val(flame.zoom) } : null;
     },
   };
   document.documentElement.setAttribute("data-ready", "1");
