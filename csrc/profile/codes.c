@@ -284,6 +284,18 @@ int codes_line(PyCodeObject *code, int lasti)
     return PyCode_Addr2Line(code, lasti < 0 ? 0 : lasti * 2);
 }
 
+int codes_line_known(const code_info *info, PyCodeObject *code, int lasti)
+{
+    /* The entry is the table's, not const: only its memo is written here. */
+    code_info *memo = (code_info *)info;
+    int unit = (lasti < 0 ? -1 : lasti) + 2;
+    if (memo->memo_unit != unit) {
+        memo->memo_line = codes_line(code, lasti);
+        memo->memo_unit = unit;
+    }
+    return memo->memo_line;
+}
+
 int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported)
 {
     pyframe f = pyframe_innermost(ts);

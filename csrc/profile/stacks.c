@@ -35,7 +35,7 @@ static int walk(pyframe reported, int known_only, stack_frame *out)
             continue;
         }
         out[depth].site = info->site;
-        out[depth].lineno = codes_line(code, pyframe_lasti(f));
+        out[depth].lineno = codes_line_known(info, code, pyframe_lasti(f));
         depth++;
     }
     return depth;
