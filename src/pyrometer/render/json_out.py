@@ -30,11 +30,19 @@ def _lay_out(value, depth: int, parts: list[str]) -> None:
     if depth >= _LAID_OUT_DEPTH or not value:
         parts.append(_encode(value))
     elif isinstance(value, dict):
-        _members(parts, depth, "{", "}", [(_encode(str(k)) + ": ", v) for k, v in value.items()])
+        _members(parts, depth, "{", "}", [(_key(k), v) for k, v in value.items()])
     elif isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
         _members(parts, depth, "[", "]", [("", v) for v in value])
     else:
         parts.append(_encode(value))
+
+
+def _key(key) -> str:
+    """A member's key and its colon, as json writes it (a number or None
+    becomes a string: 1 -> "1", None -> "null")."""
+    if isinstance(key, str):
+        return _encode(key) + ": "
+    return _encode({key: 0})[1:-2]  # {"1": 0} -> "1": 
 
 
 def _members(parts: list[str], depth: int, open_: str, close: str, members: list) -> None:
@@ -45,3 +53,76 @@ def _members(parts: list[str], depth: int, open_: str, close: str, members: list
         parts.append(key)
         _lay_out(v, depth + 1, parts)
     parts.append("\n" + " " * depth + close)
+
+
+def written_in_place(path: str) -> bool:
+    """Whether path (its links followed) is something other than a regular
+    file: a FIFO, a device (/dev/null, /dev/stdout), a socket.  Those are
+    written into, never replaced: renaming a file over them would put a
+    regular file where they were."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # not there (or a dangling link): a new file
+        return False
+
+
+def write_report(path: str, content: str) -> None:
+    """Write a report to path.  A regular file, or a new one, is replaced
+    atomically (write_atomically); a symbolic link stays and what it points to
+    is written; a FIFO or a device is written in place."""
+    if written_in_place(path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(content)
+        return
+    write_atomically(os.path.realpath(path) if os.path.islink(path) else path, content)
+
+
+def write_atomically(path: str, content: str) -> None:
+    """Write to a private temporary file beside path, then rename over it: a reader
+    sees the old file or the new one, never half of one.  path must be a regular
+    file or not exist (write_report decides)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".pyrometer-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(content)
+            f.flush()
+            # mkstemp makes the file 0600; the report gets the mode any new file
+            # gets.  Set on the descriptor, with the umask read, not set: the
+            # program's threads may still run, and would create their own files
+            # under whatever umask we set, however briefly.
+            os.fchmod(f.fileno(), 0o666 & ~umask(directory))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def umask(directory: str | None = None) -> int:
+    """This process's umask, without changing it (os.umask() can only set it).
+    Linux (4.7 and later) shows it in /proc/self/status; elsewhere it is what a
+    file created with mode 0666 (in directory, or a private temporary one) lacks."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    probe_dir = tempfile.mkdtemp(prefix=".pyrometer-umask-", dir=directory)
+    probe = os.path.join(probe_dir, "probe")
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        try:
+            return 0o666 & ~os.fstat(fd).st_mode
+        finally:
+            os.close(fd)
+    finally:
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+        os.rmdir(probe_dir)
