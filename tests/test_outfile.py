@@ -200,3 +200,24 @@ def test_umask_without_proc(tmp_path, monkeypatch):
     monkeypatch.setattr(json_out, "open", no_proc, raising=False)
     assert json_out.umask(str(tmp_path)) == from_proc
     assert list(tmp_path.iterdir()) == []
+
+
+def test_json_layout_reads_back_as_json_dumps_would_write_it(tmp_path, groundtruth_dir):
+    """The profile is written by the C encoder, laid out one section, file and
+    entry per line (render/json_out.py): what it writes must read back exactly as
+    what json.dumps writes, for a real profile and for keys json turns into
+    strings, and a NaN is refused as json.dumps(allow_nan=False) refuses it."""
+    from pyrometer.render.json_out import render  # noqa: PLC0415
+    (tmp_path / "prog.py").write_text("x = [bytearray(1000) for _ in range(3000)]\nsum(range(10**6))\n")
+    out = tmp_path / "p.json"
+    subprocess.run([sys.executable, "-m", "pyrometer", "--quiet", "--json", "--outfile", str(out), "prog.py"],
+                   cwd=tmp_path, check=True, env=program_env(groundtruth_dir), stdin=subprocess.DEVNULL,
+                   timeout=60)
+    profile = json.loads(out.read_text())
+    assert len(out.read_text().splitlines()) > 20  # laid out, not one line
+    odd = {"files": {"a": {"lines": [{"x": [1, [2.5, None]]}], 1: {2: True}}}, None: [], True: {}, 1.5: "s",
+           "deep": [[{"a": {"b": {"c": [1]}}}]], "empty": {}, "nested_empty": [[], {}]}
+    for value in (profile, odd, [], {}, 0, "text", [1, 2, 3]):
+        assert json.loads(render(value)) == json.loads(json.dumps(value))
+    with pytest.raises(ValueError):
+        render({"files": {"x": {"lines": [{"n": float("nan")}]}}})

@@ -10,15 +10,16 @@ it in a private directory (mkdtemp, mode 0700) whose path has neither.  The
 profiled program's children inherit LD_PRELOAD, so the link lives as long as
 the command: the re-executed process removes it when it ends
 (remove_private_link).
+
+shutil and tempfile are imported where they are used: the first process needs
+neither (with zlib, bz2 and lzma, which shutil imports, they cost it ~3 ms).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import sys
-import tempfile
 
 MEMHOOKS_LIBRARY = "libpyrometer_memhooks.so"
 _REEXEC_MARK = "PYROMETER_MEMHOOKS_PRELOADED"
@@ -140,6 +141,7 @@ def sweep_stale() -> int:
         except (OSError, ValueError):
             continue  # being made right now, or not ours to judge
         if pid > 0 and _start_time(pid) != started:
+            import shutil
             shutil.rmtree(path, ignore_errors=True)
             removed += 1
     return removed
@@ -152,6 +154,8 @@ def _splits(path: str) -> bool:
 def _private_link(library: str) -> tuple[str | None, str]:
     """A symbolic link to library in a new private directory whose path LD_PRELOAD
     can carry; (its path, "") or (None, why not)."""
+    import shutil
+    import tempfile
     candidates = [p for p in (private_parent(), tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm") if p]
     problem = "no temporary directory whose path has no space or colon"
     for parent in dict.fromkeys(candidates):  # in order, once each
@@ -192,6 +196,7 @@ def remove_private_link() -> None:
     """Remove the private link made for this command, if any, in the process that
     owns it: called when the command ends."""
     if _PrivateLink.directory is not None and os.getpid() == _PrivateLink.owner:
+        import shutil
         shutil.rmtree(_PrivateLink.directory, ignore_errors=True)
         _PrivateLink.directory = None
 
@@ -227,6 +232,7 @@ def ensure_memhooks_preloaded() -> str | None:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
     except OSError as e:
         if _LINK_DIRECTORY in env:
+            import shutil
             shutil.rmtree(env[_LINK_DIRECTORY], ignore_errors=True)
         return f"cannot run {sys.executable} again with the memory library preloaded: {e.strerror or e}"
     return "exec failed"  # not reached

@@ -30,11 +30,19 @@ def _lay_out(value, depth: int, parts: list[str]) -> None:
     if depth >= _LAID_OUT_DEPTH or not value:
         parts.append(_encode(value))
     elif isinstance(value, dict):
-        _members(parts, depth, "{", "}", [(_encode(str(k)) + ": ", v) for k, v in value.items()])
+        _members(parts, depth, "{", "}", [(_key(k), v) for k, v in value.items()])
     elif isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
         _members(parts, depth, "[", "]", [("", v) for v in value])
     else:
         parts.append(_encode(value))
+
+
+def _key(key) -> str:
+    """A member's key and its colon, as json writes it (a number or None
+    becomes a string: 1 -> "1", None -> "null")."""
+    if isinstance(key, str):
+        return _encode(key) + ": "
+    return _encode({key: 0})[1:-2]  # {"1": 0} -> "1": 
 
 
 def _members(parts: list[str], depth: int, open_: str, close: str, members: list) -> None:
@@ -76,6 +84,7 @@ def write_atomically(path: str, content: str | bytes) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".pyrometer-", suffix=".tmp", dir=directory)
     try:
+        # bytes: the gzipped --pprof export
         with (os.fdopen(fd, "wb") if isinstance(content, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as f:
             f.write(content)
             f.flush()
