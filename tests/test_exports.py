@@ -281,15 +281,20 @@ def test_firefox_processed_profile():
     alloc = threads[METRICS["alloc"].label]
     assert alloc["samples"]["weightType"] == "bytes"
     assert sum(firefox_stacks(doc, alloc).values()) == truth("alloc")
-    # the category of a stack is its leaf's: the category graph shows the split
+    # the category of a stack is its frame's: the category graph shows the split
     categories = [c["name"] for c in doc["meta"]["categories"]]
     st, ft = time["stackTable"], time["frameTable"]
     strings = doc["shared"]["stringArray"]
+    assert doc["meta"]["categories"][0]["color"] == "grey"  # the default category, which version 53 needs
     for s in range(st["length"]):
-        name = strings[time["funcTable"]["name"][ft["func"][st["frame"][s]]]]
+        frame = st["frame"][s]
+        name = strings[time["funcTable"]["name"][ft["func"][frame]]]
         want = {"[native]": "Native", "[system]": "System", "[GIL wait]": "Waiting", "[CPU wait]": "Waiting",
                 "[unattributed]": "Other", "[other stacks]": "Other"}.get(name, "Python")
-        assert categories[st["category"][s]] == want, name
+        assert categories[ft["category"][frame]] == want, name
+    # version 57's columns, no more (CHANGELOG-formats.md: 45, 53 and 54 removed some)
+    assert set(st) == {"frame", "prefix", "length"}
+    assert not {"implementation", "optimizations"} & set(ft)
 
 
 # ---- pyrometer view ----

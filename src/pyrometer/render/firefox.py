@@ -1,6 +1,7 @@
 """The profile's call stacks for the Firefox Profiler (profiler.firefox.com): its
 processed profile format (version 57, strings shared across threads), the kind
-CPython 3.15's sampling profiler writes with --gecko.
+CPython 3.15's sampling profiler writes with --gecko, with the columns of that
+version only (the profiler's docs-developer/CHANGELOG-formats.md).
 
 The Firefox Profiler shows threads; here each measure is one "thread" (track)
 whose samples are the stacks weighted by it: time (all kinds, told apart by the
@@ -56,9 +57,9 @@ def _tables(stacks: Stacks, strings: _Strings) -> tuple[dict, dict, dict, dict]:
     profile is frame i here), and an empty stack table to fill."""
     funcs = {"name": [], "isJS": [], "relevantForJS": [], "resource": [], "fileName": [], "lineNumber": [],
              "columnNumber": [], "length": 0}
+    # Version 57's columns: no "implementation" (gone in 54), no "optimizations" (45).
     frames = {"address": [], "category": [], "subcategory": [], "func": [], "innerWindowID": [],
-              "implementation": [], "optimizations": [], "line": [], "column": [], "inlineDepth": [],
-              "nativeSymbol": [], "length": 0}
+              "line": [], "column": [], "inlineDepth": [], "nativeSymbol": [], "length": 0}
     resources = {"lib": [], "name": [], "host": [], "type": [], "length": 0}
     func_of: dict[tuple[str, str, int], int] = {}
     resource_of: dict[str, int] = {}
@@ -88,8 +89,6 @@ def _tables(stacks: Stacks, strings: _Strings) -> tuple[dict, dict, dict, dict]:
         frames["subcategory"].append(0)
         frames["func"].append(fi)
         frames["innerWindowID"].append(None)
-        frames["implementation"].append(None)
-        frames["optimizations"].append(None)
         frames["line"].append(f.lineno or None)
         frames["column"].append(None)
         frames["inlineDepth"].append(0)
@@ -97,7 +96,8 @@ def _tables(stacks: Stacks, strings: _Strings) -> tuple[dict, dict, dict, dict]:
     funcs["length"] = len(funcs["name"])
     frames["length"] = len(frames["func"])
     resources["length"] = len(resources["name"])
-    return funcs, frames, resources, {"frame": [], "category": [], "subcategory": [], "prefix": [], "length": 0}
+    # A stack's category is its frame's (the stack table's own columns went in 53).
+    return funcs, frames, resources, {"frame": [], "prefix": [], "length": 0}
 
 
 def document(profile: dict[str, Any], path: str = "the profile") -> dict[str, Any]:
@@ -113,8 +113,6 @@ def document(profile: dict[str, Any], path: str = "the profile") -> dict[str, An
             if at is None:
                 at = stack_of[(prefix, f)] = len(stack_table["frame"])
                 stack_table["frame"].append(f)
-                stack_table["category"].append(frames["category"][f])
-                stack_table["subcategory"].append(0)
                 stack_table["prefix"].append(prefix)
             prefix = at
         return prefix
@@ -164,7 +162,7 @@ def document(profile: dict[str, Any], path: str = "the profile") -> dict[str, An
         "libs": [],
         "threads": threads,
         "pages": [],
-        "shared": {"stringArray": strings.table, "sources": {"length": 0, "uuid": [], "filename": []}},
+        "shared": {"stringArray": strings.table},
     }
 
 
