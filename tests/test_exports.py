@@ -417,3 +417,10 @@ def test_a_run_refuses_an_export_it_could_not_write(tmp_path, run_pyrometer):
     proc = run_pyrometer(["--collapsed-metric", "alloc", "prog.py"], cwd=tmp_path)
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == "pyrometer: error: --collapsed-metric needs --collapsed FILE\n"
+    for flags, message in ((["--cpu-only"], "--collapsed-metric copy: --cpu-only does not measure it"),
+                           (["--no-memory"], "--collapsed-metric copy: --no-memory does not measure it"),
+                           (["--no-gpu"], "--collapsed-metric gpu: --no-gpu does not measure it")):
+        metric = message.split()[1].rstrip(":")
+        proc = run_pyrometer([*flags, "--collapsed", "f", "--collapsed-metric", metric, "prog.py"], cwd=tmp_path)
+        assert (proc.returncode, proc.stdout) == (2, "")
+        assert proc.stderr == f"pyrometer: error: {message}\n"

@@ -323,9 +323,18 @@ def add_export_options(parser: argparse.ArgumentParser) -> None:
 def exports_of(ns: Any) -> dict[str, str]:
     """format -> file of the exports a command line asks for (its namespace or
     Options); UsageError for a contradiction."""
+    from .render.stacks import METRICS
     exports = {fmt: getattr(ns, fmt) for fmt in EXPORT_OPTIONS if getattr(ns, fmt) is not None}
     if ns.collapsed_metric != "time" and "collapsed" not in exports:
         raise UsageError("--collapsed-metric needs --collapsed FILE")
+    # A run that will not measure the metric is refused before it starts (view
+    # finds out from the profile: these flags are the run's).
+    needs = METRICS[ns.collapsed_metric].needs
+    off = [flag for flag, on in (("--cpu-only", getattr(ns, "cpu_only", False)),
+                                 ("--no-memory", needs == "memory" and getattr(ns, "memory_off", False)),
+                                 ("--no-gpu", needs == "gpu" and getattr(ns, "gpu_off", False))) if on]
+    if needs and off:
+        raise UsageError(f"--collapsed-metric {ns.collapsed_metric}: {off[0]} does not measure it")
     files: dict[str, str] = {}
     for fmt, path in exports.items():
         if path in files:
