@@ -245,7 +245,7 @@ static uintptr_t charge_line(PyCodeObject *code, int lasti, uint32_t stack, int 
     uint32_t site = info != NULL ? info->site : SITE_NONE;
     if (site != SITE_NONE) {
         /* PyCode_Addr2Line only reads the code's line table. */
-        lineno = codes_line(code, lasti);
+        lineno = codes_line_known(info, code, lasti);
         m = line_for(site, lineno);
     }
     uint64_t b = (uint64_t)bytes;
@@ -525,7 +525,7 @@ static PyCodeObject *locate_queued(const ring_slot *s, int *lasti, uint32_t *sta
         }
         if (info->site != SITE_NONE) {
             frames[depth].site = info->site;
-            frames[depth].lineno = codes_line(code, s->lastis[i]);
+            frames[depth].lineno = codes_line_known(info, code, s->lastis[i]);
             depth++;
         }
     }

@@ -195,7 +195,7 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
             return loc;
         }
         loc.site = info->site;
-        loc.lineno = codes_line(pyframe_code(f), pyframe_lasti(f));
+        loc.lineno = codes_line_known(info, pyframe_code(f), pyframe_lasti(f));
         /* Walked from the line outward, after info is read (the walk may
          * register codes, which calls CPython). */
         loc.stack = loc.site != SITE_NONE ? stacks_of(f) : STACKS_ROOT;
