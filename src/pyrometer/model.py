@@ -560,6 +560,59 @@ def display_name(filename: str) -> str:
     return filename if rel.startswith("..") else rel
 
 
+# The seconds of an entry that make up its share of the run's time (time_share).
+_TIME_SECONDS = ("n_cpu_python_sec", "n_cpu_native_sec", "n_sys_sec", "n_gil_wait_sec", "n_cpu_wait_sec")
+
+
+def since(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:
+    """What one run did between two of its snapshots (the live view, pyrometer
+    top): each line's and function's seconds of each kind and MB allocated in
+    between ("now"), beside its totals so far.  before None: since the start.
+    Entries are matched by file and line (functions: file, first line and name);
+    only those with time or allocation so far are listed, busiest now first."""
+    def entries(profile: dict[str, Any] | None, kind: str) -> dict[tuple, dict[str, Any]]:
+        if profile is None:
+            return {}
+        return {(filename, e["lineno"], e["line"] if kind == "functions" else ""): e
+                for filename, f in profile["files"].items() for e in f[kind]}
+
+    def seconds(e: dict[str, Any] | None) -> list[float]:
+        return [e.get(k, 0.0) if e else 0.0 for k in _TIME_SECONDS]
+
+    interval = after["elapsed_time_sec"] - (before["elapsed_time_sec"] if before else 0.0)
+    time_now = after["total_time_sec"] - (before["total_time_sec"] if before else 0.0)
+    out: dict[str, Any] = {"interval_sec": max(interval, 0.0), "elapsed_sec": after["elapsed_time_sec"],
+                           "time_sec": max(time_now, 0.0), "total_time_sec": after["total_time_sec"],
+                           "memory": bool(after.get("memory"))}
+    scale = 100.0 / out["time_sec"] if out["time_sec"] > 0 else 0.0  # seconds now -> percent of now
+    for kind in ("lines", "functions"):
+        old = entries(before, kind)
+        rows = []
+        for key, e in entries(after, kind).items():
+            total = seconds(e)
+            now = [max(a - b, 0.0) for a, b in zip(total, seconds(old.get(key)))]
+            malloc_total = e.get("n_malloc_mb", 0.0)
+            malloc_now = max(malloc_total - (old[key].get("n_malloc_mb", 0.0) if key in old else 0.0), 0.0)
+            if sum(total) <= 0 and malloc_total <= 0:
+                continue
+            rows.append({
+                "filename": key[0], "lineno": key[1], "line": e["line"],
+                "python_sec": now[0], "native_sec": now[1], "system_sec": now[2], "wait_sec": now[3] + now[4],
+                "time_sec": sum(now),
+                "percent": sum(now) * scale,
+                "python_percent": now[0] * scale, "native_percent": now[1] * scale,
+                "system_percent": now[2] * scale,
+                "malloc_mb": malloc_now,
+                "total_time_sec": sum(total),
+                "total_percent": time_share(e),
+                "total_malloc_mb": malloc_total,
+            })
+        rows.sort(key=lambda r: (-r["time_sec"], -r["malloc_mb"], -r["total_time_sec"], -r["total_malloc_mb"],
+                                 r["filename"], r["lineno"]))
+        out[kind] = rows
+    return out
+
+
 def reduced(profile: dict[str, Any]) -> dict[str, Any]:
     """The profile as --reduced-profile would have written it: only the lines and
     functions at or above the thresholds."""
