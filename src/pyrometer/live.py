@@ -24,7 +24,9 @@ program crashing (its traceback is part of its output), a termination signal
 was held and passes the output through from then on).  Where the view process
 itself had to be killed, this process leaves the alternate screen and writes
 the held output instead.  Where this process dies without a word (SIGKILL), the
-view sees its input end and gives the terminal back.
+view sees its input end and gives the terminal back, with a line saying so; the
+shell wakes at the same moment, and a prompt it prints before that is drawn on
+the alternate screen and lost (press Enter for another).
 
 The view does not change the terminal's modes (no raw mode, nothing read from
 the keyboard): a process outside the terminal's foreground group may write to
@@ -60,6 +62,8 @@ LEAVE = b"\x1b[0m\x1b[?25h\x1b[?1049l"        # plain attributes, cursor shown, 
 # After the end, output still arriving (from a child process the program left
 # running) is awaited this long after its last bytes, and this long in all.
 DRAIN_IDLE_S, DRAIN_S = 0.2, 2.0
+# The output pane is redrawn between snapshots at most this often.
+OUTPUT_REDRAW_S = 0.25
 
 
 def terminal_problem() -> str | None:
@@ -219,6 +223,9 @@ class _View:
         self.abrupt = False       # the program's process ended without saying the run was over
         self.tail = b""
         self.before: dict[str, Any] | None = None
+        self.change: dict[str, Any] | None = None  # what the screen shows
+        self.drawn = 0.0
+        self.stale = False  # output arrived that the screen does not show yet
         self.program = ""
         self.size = os.terminal_size((0, 0))
 
@@ -231,9 +238,14 @@ class _View:
     def run(self) -> None:
         """Until the run is over (or the program's process is gone)."""
         while True:
-            ready, _, _ = select.select([0] + ([OUTPUT_FD] if self.output_open else []), [], [])
+            # The output pane is redrawn between snapshots, at most every
+            # OUTPUT_REDRAW_S: new output waits for that.
+            wait = max(self.drawn + OUTPUT_REDRAW_S - time.monotonic(), 0.0) if self.stale and self.on_screen else None
+            ready, _, _ = select.select([0] + ([OUTPUT_FD] if self.output_open else []), [], [], wait)
             if OUTPUT_FD in ready:
                 self.read_output()
+            if self.stale and self.on_screen and time.monotonic() - self.drawn >= OUTPUT_REDRAW_S:
+                self.draw(self.change)
             if 0 not in ready:
                 continue
             header = _read_exactly(0, 8)
@@ -257,16 +269,18 @@ class _View:
         from . import model
         try:
             profile = _build(model, job, ended_by=None)
-            change = model.since(self.before, profile)
+            self.change = model.since(self.before, profile)
             self.before = profile
             self.program = job["program"]
-            self.draw(change)
+            self.draw(self.change)
         except Exception as e:  # the view's own error: the terminal back, the run goes on
             self.fail(f"{type(e).__name__}: {e}")
 
     def draw(self, change: dict[str, Any] | None) -> None:
         from .render.live import frame
         size = os.get_terminal_size(TERMINAL_FD)
+        if not size.columns or not size.lines:  # a terminal that does not say
+            size = os.terminal_size((80, 24))
         if size != self.size:
             self.size = size
             try:  # the program's terminal takes the new size too
@@ -278,6 +292,8 @@ class _View:
         # Home, each line cleared to its end, the rest of the screen cleared:
         # no flicker, and no newline after the last row (it would scroll).
         _write_all(TERMINAL_FD, ("\x1b[H" + "\x1b[K\n".join(lines) + "\x1b[K\x1b[J").encode("utf-8", "replace"))
+        self.drawn = time.monotonic()
+        self.stale = False
 
     def read_output(self) -> None:
         while True:
@@ -295,6 +311,7 @@ class _View:
             else:
                 _write_all(HELD_FD, data)
                 self.tail = (self.tail + data)[-8192:]
+                self.stale = True
 
     def drain(self) -> None:
         """Output written before the end, and from child processes still running, bounded."""

@@ -58,7 +58,7 @@ def frame(change: dict[str, Any] | None, *, program: str, output: list[str], wid
     paint = _Painter(color)
     out = []
     if change is None:
-        out.append(paint(cut(f"pyrometer top: {visible(program)} · waiting for the first snapshot", width), BOLD))
+        out.append(paint(cut("pyrometer top: waiting for the first snapshot", width), BOLD))
     else:
         out.append(paint(cut(f"pyrometer top: {visible(program)} · running {change['elapsed_sec']:.1f} s · "
                              f"now = the last {change['interval_sec']:.1f} s", width), BOLD))
