@@ -63,7 +63,7 @@ class Terminal:
 
     def everything(self) -> str:
         """The normal screen with its history (not the alternate screen's)."""
-        return self._tmux("capture-pane", "-p", "-S", "-5000")
+        return self._tmux("capture-pane", "-p", "-J", "-S", "-5000")  # -J: wrapped lines joined
 
     def flag(self, name: str) -> str:
         return self._tmux("display-message", "-p", f"#{{{name}}}").strip()
@@ -325,3 +325,86 @@ def test_the_views_own_error_gives_the_terminal_back(groundtruth_dir, tmp_path):
         mine.close()
         os.close(screen_master)
         os.close(output)
+
+
+SWITCHED = """
+import os, time
+print("marker: started", flush=True)
+n = 0
+while not os.path.exists("b"): n += 1  # @A
+while not os.path.exists("end"): b = bytearray(4_000_000)  # @B
+print("marker: done", flush=True)
+"""
+
+
+@needs_tmux
+def test_attach_to_a_running_program(terminal, start_pyrometer, tmp_path):
+    """pyrometer top --pid N in a second terminal, on a program that writes its
+    snapshots (--profile-interval with --json): the phases are switched by the
+    test (files), and the frames after each switch show its line on top."""
+    (tmp_path / "prog.py").write_text(SWITCHED)
+    line_a, line_b = lineno(SWITCHED, "# @A"), lineno(SWITCHED, "# @B")
+    with open(tmp_path / "program-output", "w") as out:
+        program = start_pyrometer(["--profile-interval", "0.5", "--json", "--outfile", "snap.json", "prog.py"],
+                                  cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not (tmp_path / "snap.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        t = terminal(["top", "--pid", program.pid])
+        first = t.wait(lambda s: (f := parse_frame(s)) and f["elapsed"] >= 1.0 and f, "frame of phase A")
+        assert first["top"] == line_a, first
+        assert f"process {program.pid} · its snapshots in {tmp_path / 'snap.json'}" in t.screen()
+        (tmp_path / "b").touch()
+        # A frame whose interval begins 1.5 s after the last frame seen before
+        # the switch (snapshots every 0.5 s, read every 0.1 s) is wholly after it.
+        switched = first["elapsed"]
+        in_b = t.wait(lambda s: (f := parse_frame(s)) and f["elapsed"] - f["interval"] >= switched + 1.5 and f,
+                      "frame of phase B")
+        assert in_b["top"] == line_b, in_b
+        assert float(in_b["cells"]["Now MB"]) > 1.0, in_b["cells"]
+        (tmp_path / "end").touch()
+        assert program.wait(timeout=WAIT_S) == 0
+        assert t.exit_status() == 0
+        assert t.flag("alternate_on") == "0" and t.flag("cursor_flag") == "1"
+        text = t.everything()
+        assert f"pyrometer: process {program.pid} ended; its profile is in {tmp_path / 'snap.json'}" in text, text
+        assert (tmp_path / "program-output").read_text().startswith("marker: started\nmarker: done\n")
+        assert json.loads((tmp_path / "snap.json").read_text())["exit_status"] == 0
+    finally:
+        if program.poll() is None:
+            program.kill()
+            program.wait()
+
+
+def test_attach_needs_a_program_that_writes_snapshots(run_pyrometer, start_pyrometer, tmp_path):
+    import pty
+    # Run in a pseudo-terminal: the view's check for a terminal comes first.
+    def top(*args: str) -> tuple[int, str]:
+        main, sub = pty.openpty()
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pyrometer", "top", *args], stdin=subprocess.DEVNULL,
+                                  stdout=sub, stderr=subprocess.PIPE, text=True, timeout=WAIT_S,
+                                  env=program_env(None))
+        finally:
+            os.close(sub)
+            os.close(main)
+        return proc.returncode, proc.stderr
+
+    status, err = top("--pid", str(os.getpid()))
+    assert status == 2 and err == f"pyrometer: error: process {os.getpid()} is not running under pyrometer\n"
+    (tmp_path / "prog.py").write_text("import time\nopen('ready', 'w').close()\ntime.sleep(60)\n")
+    program = start_pyrometer(["--cpu-only", "prog.py"], cwd=tmp_path, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        status, err = top("--pid", str(program.pid))
+        assert status == 2 and err.startswith(f"pyrometer: error: process {program.pid} writes no JSON "
+                                              "snapshots to show: start the program with pyrometer "
+                                              "--profile-interval 1 --json PROG"), err
+    finally:
+        program.kill()
+        program.wait()
+    proc = run_pyrometer(["top", "--pid", "1", "prog.py"], cwd=tmp_path)
+    assert proc.returncode == 2 and "takes no program to run" in proc.stderr

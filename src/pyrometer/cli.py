@@ -441,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
         options = parse(argv)
     except UsageError as e:
         return _error(str(e))
+    if options.pid is not None and options.live:
+        from . import live  # pyrometer top --pid N
+        return live.attach(options.pid)
     if options.pid is not None:
         from . import remote
         return remote.main(options.pid, resume=options.on)

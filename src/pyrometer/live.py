@@ -139,6 +139,9 @@ class LiveView(PeriodicWriter):
                 os.dup2(slave, fd)
         os.close(slave)
 
+    def _announced(self) -> list[str]:
+        return []  # no file of snapshots to find
+
     def _more_descriptors(self) -> list[tuple]:
         return [(os.POSIX_SPAWN_DUP2, self._terminal, TERMINAL_FD),
                 (os.POSIX_SPAWN_DUP2, self._output, OUTPUT_FD),
@@ -195,6 +198,21 @@ def _write_all(fd: int, data: bytes) -> None:
             view = view[os.write(fd, view):]
         except BlockingIOError:
             select.select([], [fd], [])
+
+
+def _draw(fd: int, change: dict[str, Any] | None, program: str, output: list[str],
+          note: str | None = None) -> os.terminal_size:
+    """One frame on the terminal fd; its size."""
+    from .render.live import frame
+    size = os.get_terminal_size(fd)
+    if not size.columns or not size.lines:  # a terminal that does not say
+        size = os.terminal_size((80, 24))
+    lines = frame(change, program=program, output=output, width=size.columns, height=size.lines,
+                  color="NO_COLOR" not in os.environ, note=note)
+    # Home, each line cleared to its end, the rest of the screen cleared: no
+    # flicker, and no newline after the last row (it would scroll).
+    _write_all(fd, ("\x1b[H" + "\x1b[K\n".join(lines) + "\x1b[K\x1b[J").encode("utf-8", "replace"))
+    return size
 
 
 # What the output pane leaves out of the program's lines: escape sequences
@@ -277,21 +295,14 @@ class _View:
             self.fail(f"{type(e).__name__}: {e}")
 
     def draw(self, change: dict[str, Any] | None) -> None:
-        from .render.live import frame
-        size = os.get_terminal_size(TERMINAL_FD)
-        if not size.columns or not size.lines:  # a terminal that does not say
-            size = os.terminal_size((80, 24))
+        size = _draw(TERMINAL_FD, change, self.program, output_lines(self.tail),
+                     "Ctrl-C ends the program; its profile is written as it ends")
         if size != self.size:
             self.size = size
             try:  # the program's terminal takes the new size too
                 fcntl.ioctl(OUTPUT_FD, termios.TIOCSWINSZ, fcntl.ioctl(TERMINAL_FD, termios.TIOCGWINSZ, b"\0" * 8))
             except OSError:
                 pass
-        lines = frame(change, program=self.program, output=output_lines(self.tail), width=size.columns,
-                      height=size.lines, color="NO_COLOR" not in os.environ)
-        # Home, each line cleared to its end, the rest of the screen cleared:
-        # no flicker, and no newline after the last row (it would scroll).
-        _write_all(TERMINAL_FD, ("\x1b[H" + "\x1b[K\n".join(lines) + "\x1b[K\x1b[J").encode("utf-8", "replace"))
         self.drawn = time.monotonic()
         self.stale = False
 
@@ -366,3 +377,86 @@ def child_main() -> None:
     if view.abrupt:
         _write_all(TERMINAL_FD, b"pyrometer: the program ended without writing its profile (killed, or a "
                                 b"crash in native code)\n")
+
+
+# ---------------------------------------------------------------------------
+# pyrometer top --pid N: the view of a program already running under pyrometer,
+# from a second terminal.  Such a program writes its profile every few seconds
+# where it was started with --profile-interval S --json; the view reads each
+# new one and shows what changed since the one before, as above, until the
+# program's final profile arrives.  The program's own terminal is untouched.
+# ---------------------------------------------------------------------------
+
+# How often the snapshot file is looked at.
+ATTACH_POLL_S = 0.1
+
+
+def snapshots_of(pid: int) -> tuple[str, str] | None:
+    """The format and path of the report that pyrometer's process pid rewrites
+    while its program runs, from its periodic writer's arguments
+    (PeriodicWriter._announced), or None."""
+    from .remote import _descendants, _proc
+    for child in _descendants(pid):
+        argv = (_proc(child, "cmdline") or "").split("\0")
+        if len(argv) >= 7 and "from pyrometer.periodic import child_main" in argv[4]:
+            return argv[5], argv[6]
+    return None
+
+
+def attach(pid: int) -> int:
+    from . import model
+    from .cli import _error, say
+    from .remote import why_not_profiled
+    try:
+        from . import _core
+        signum = _core.CONTROL_SIGNAL
+    except (ImportError, AttributeError) as e:  # an interpreter pyrometer cannot run on
+        return _error(str(e).splitlines()[0] if str(e) else "no measuring core")
+    problem = terminal_problem() or why_not_profiled(pid, signum)
+    if problem is not None:
+        return _error(problem)
+    found = snapshots_of(pid)
+    if found is None or found[0] != "json":
+        return _error(f"process {pid} writes no JSON snapshots to show: start the program with "
+                      "pyrometer --profile-interval 1 --json PROG (or run it with pyrometer top PROG)")
+    from .render.text import visible
+    path = found[1]
+    shown = visible(path)
+    note = f"process {pid} · its snapshots in {path} · Ctrl-C here leaves it running"
+    before, seen, program, how = None, None, "", "gone"
+    _write_all(1, ENTER)
+    try:
+        _draw(1, None, program, [], note)
+        while how == "gone":
+            try:
+                st = os.stat(path)
+                key: tuple | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+            except OSError:
+                key = None
+            if key is not None and key != seen:
+                try:
+                    profile = model.load(path)
+                except model.ProfileError:
+                    profile = None  # replaced meanwhile: the next look reads the new one
+                if profile is not None:
+                    seen = key
+                    change = model.since(before, profile)
+                    before, program = profile, profile["program"]
+                    _draw(1, change, program, [], note)
+                    if profile["ended_by"] is not None:
+                        how = "ended"
+                        break
+            if not os.path.exists(f"/proc/{pid}"):
+                break
+            time.sleep(ATTACH_POLL_S)
+    except KeyboardInterrupt:
+        how = "left"
+    finally:
+        _write_all(1, LEAVE)
+    if how == "ended":
+        say(f"pyrometer: process {pid} ended; its profile is in {shown} (view: pyrometer view {shown})")
+    elif how == "left":
+        say(f"pyrometer: left the live view of process {pid}, which runs on")
+    else:
+        say(f"pyrometer: process {pid} ended without its final profile; its last snapshot is in {shown}")
+    return 0

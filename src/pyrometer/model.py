@@ -601,7 +601,7 @@ def since(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
                 "time_sec": sum(now),
                 "percent": sum(now) * scale,
                 "python_percent": now[0] * scale, "native_percent": now[1] * scale,
-                "system_percent": now[2] * scale,
+                "system_percent": now[2] * scale, "wait_percent": (now[3] + now[4]) * scale,
                 "malloc_mb": malloc_now,
                 "total_time_sec": sum(total),
                 "total_percent": time_share(e),

@@ -272,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="with --pid N: resume that running program")
     control.add_argument("--pid", metavar="N", type=_pid, default=None,
                          help="the process of a program that runs under pyrometer, and its child "
-                              "processes, to pause (--off) or resume (--on)")
+                              "processes, to pause (--off) or resume (--on); with --live (pyrometer "
+                              "top): to show live, from the snapshots it writes (--profile-interval "
+                              "with --json)")
     later = p.add_argument_group("not available yet (accepted, then refused with a message)") if NOT_YET else None
     for flag in NOT_YET:
         if flag in NOT_YET_WITH_VALUE:
@@ -334,6 +336,11 @@ def parse(argv: list[str]) -> Options:
         value = getattr(ns, flag.strip("-").replace("-", "_"))
         if value not in (None, False):
             raise UsageError(f"{flag}: {NOT_YET[flag]} is not available yet")
+    if ns.pid is not None and ns.live:  # pyrometer top --pid N (live.attach)
+        if ns.on or ns.off or module is not None or command is not None or program:
+            raise UsageError("pyrometer top --pid N shows a program already running: it takes no "
+                             "program to run, nor --on or --off")
+        return Options(live=True, pid=ns.pid)
     if ns.pid is not None:
         if ns.on == ns.off:
             raise UsageError("--pid N needs --off (pause) or --on (resume): pyrometer --off --pid N")

@@ -58,7 +58,7 @@ class PeriodicWriter:
         package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         argv = [sys.executable, "-I", "-S", "-c",
                 f"import sys; sys.path.insert(0, {package_parent!r}); "
-                f"from {self.CHILD} import child_main; child_main()"]
+                f"from {self.CHILD} import child_main; child_main()", *self._announced()]
         mine, theirs = _core.periodic_socketpair()
         try:
             self._pid = os.posix_spawn(argv[0], argv, environment_without_memhooks(),
@@ -73,6 +73,11 @@ class PeriodicWriter:
         finally:
             os.close(theirs)
         self._mine = mine
+
+    def _announced(self) -> list[str]:
+        """The writer's arguments, which it does not read: the report's format and
+        path, for pyrometer top --pid to find the snapshots (live.snapshots_of)."""
+        return [self.job["format"], self.job["path"]]
 
     def _more_descriptors(self) -> list[tuple]:
         """posix_spawn file actions giving the writer more than its socket."""

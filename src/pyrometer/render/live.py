@@ -25,7 +25,7 @@ def _rows(entries: list[dict[str, Any]], memory: bool, name) -> tuple[list[list[
     rows, styles = [], []
     for e in entries:
         cells = [_pct(e["percent"]), _pct(e["python_percent"]), _pct(e["native_percent"]),
-                 _pct(e["system_percent"])]
+                 _pct(e["system_percent"]), _pct(e["wait_percent"])]
         if memory:
             cells.append(_mb(e["malloc_mb"]))
         cells.append(_pct(e["total_percent"]))
@@ -41,7 +41,7 @@ def _section(title: str, entries: list[dict[str, Any]], memory: bool, name, room
     """A table of the entries that fits in `room` lines (its title included)."""
     if room < 4:
         return []
-    header = ["Now %", "Python", "native", "system"] + (["Now MB"] if memory else []) + ["Total %"] \
+    header = ["Now %", "Python", "native", "system", "wait"] + (["Now MB"] if memory else []) + ["Total %"] \
         + (["Total MB"] if memory else [])
     rows, styles = _rows(entries[:room - 4], memory, name)
     if not rows:
@@ -62,10 +62,10 @@ def frame(change: dict[str, Any] | None, *, program: str, output: list[str], wid
     else:
         out.append(paint(cut(f"pyrometer top: {visible(program)} · running {change['elapsed_sec']:.1f} s · "
                              f"now = the last {change['interval_sec']:.1f} s", width), BOLD))
-        out.append(cut(f"time charged now {change['time_sec']:.2f} s · in all {change['total_time_sec']:.2f} s"
-                       " · Ctrl-C ends the program; its profile is written when it ends", width))
+        out.append(cut(f"time charged now {change['time_sec']:.2f} s · in all {change['total_time_sec']:.2f} s",
+                       width))
     if note:
-        out.append(paint(cut(note, width), YELLOW))
+        out.append(paint(cut(visible(note), width), DIM))
     tail = output[-OUTPUT_LINES:]
     footer = [paint(cut("program output (all of it is shown again when the program ends):", width), DIM)] \
         + [cut("  " + visible(line), width) for line in tail] if tail else []
