@@ -408,3 +408,37 @@ def test_attach_needs_a_program_that_writes_snapshots(run_pyrometer, start_pyrom
         program.wait()
     proc = run_pyrometer(["top", "--pid", "1", "prog.py"], cwd=tmp_path)
     assert proc.returncode == 2 and "takes no program to run" in proc.stderr
+
+
+def test_since_is_the_change_between_snapshots():
+    """model.since on two made-up snapshots: the seconds and MB of each entry in
+    between, its share of the interval's time, its totals; busiest now first."""
+    from pyrometer import model
+
+    def entry(lineno, line, python, native, mb):
+        return {"lineno": lineno, "line": line, "n_cpu_python_sec": python, "n_cpu_native_sec": native,
+                "n_sys_sec": 0.0, "n_gil_wait_sec": 0.0, "n_cpu_wait_sec": 0.0, "n_malloc_mb": mb,
+                "n_cpu_percent_python": python * 10, "n_cpu_percent_c": native * 10, "n_sys_percent": 0.0}
+
+    def snapshot(elapsed, total, lines, functions=()):
+        return {"elapsed_time_sec": elapsed, "total_time_sec": total, "memory": True,
+                "files": {"/p/prog.py": {"lines": list(lines), "functions": list(functions)}}}
+
+    before = snapshot(4.0, 4.0, [entry(3, "a()", 3.0, 0.0, 10.0), entry(7, "b()", 1.0, 0.0, 0.0),
+                                 entry(9, "c()", 0.0, 0.0, 0.0)])
+    after = snapshot(5.0, 5.0, [entry(3, "a()", 3.2, 0.0, 10.0), entry(7, "b()", 1.0, 0.8, 50.0),
+                                entry(9, "c()", 0.0, 0.0, 0.0)], [entry(1, "main", 5.0, 0.0, 60.0)])
+    change = model.since(before, after)
+    assert change["interval_sec"] == pytest.approx(1.0) and change["time_sec"] == pytest.approx(1.0)
+    first, second = change["lines"]  # line 9 has had nothing at all: not listed
+    assert (first["lineno"], second["lineno"]) == (7, 3)
+    assert first["native_sec"] == pytest.approx(0.8) and first["percent"] == pytest.approx(80.0)
+    assert first["native_percent"] == pytest.approx(80.0) and first["python_percent"] == pytest.approx(0.0)
+    assert first["malloc_mb"] == pytest.approx(50.0) and first["total_malloc_mb"] == pytest.approx(50.0)
+    assert first["total_time_sec"] == pytest.approx(1.8)
+    assert second["python_sec"] == pytest.approx(0.2) and second["malloc_mb"] == pytest.approx(0.0)
+    assert second["total_percent"] == pytest.approx(30.0)
+    (function,) = change["functions"]  # new since before: all of it is now
+    assert function["time_sec"] == pytest.approx(5.0) and function["malloc_mb"] == pytest.approx(60.0)
+    # Since the start (no snapshot before): the totals.
+    assert model.since(None, after)["lines"][0]["time_sec"] == pytest.approx(3.2)
