@@ -415,8 +415,9 @@ def test_since_is_the_change_between_snapshots():
     between, its share of the interval's time, its totals; busiest now first."""
     from pyrometer import model
 
-    def entry(lineno, line, python, native, mb):
-        return {"lineno": lineno, "line": line, "n_cpu_python_sec": python, "n_cpu_native_sec": native,
+    def entry(lineno, line, python, native, mb, samples=0):
+        return {"lineno": lineno, "line": line, "n_samples": samples,
+                "n_cpu_python_sec": python, "n_cpu_native_sec": native,
                 "n_sys_sec": 0.0, "n_gil_wait_sec": 0.0, "n_cpu_wait_sec": 0.0, "n_malloc_mb": mb,
                 "n_cpu_percent_python": python * 10, "n_cpu_percent_c": native * 10, "n_sys_percent": 0.0}
 
@@ -424,16 +425,22 @@ def test_since_is_the_change_between_snapshots():
         return {"elapsed_time_sec": elapsed, "total_time_sec": total, "memory": True,
                 "files": {"/p/prog.py": {"lines": list(lines), "functions": list(functions)}}}
 
-    before = snapshot(4.0, 4.0, [entry(3, "a()", 3.0, 0.0, 10.0), entry(7, "b()", 1.0, 0.0, 0.0),
-                                 entry(9, "c()", 0.0, 0.0, 0.0)])
-    after = snapshot(5.0, 5.0, [entry(3, "a()", 3.2, 0.0, 10.0), entry(7, "b()", 1.0, 0.8, 50.0),
-                                entry(9, "c()", 0.0, 0.0, 0.0)], [entry(1, "main", 5.0, 0.0, 60.0)])
+    # Line 5 was not sampled in between: its seconds moved (the estimate's
+    # unit is the whole run's), but it did nothing now.
+    before = snapshot(4.0, 4.0, [entry(3, "a()", 3.0, 0.0, 10.0, 300), entry(5, "d()", 0.5, 0.0, 0.0, 50),
+                                 entry(7, "b()", 1.0, 0.0, 0.0, 100), entry(9, "c()", 0.0, 0.0, 0.0)])
+    after = snapshot(5.0, 5.0, [entry(3, "a()", 3.2, 0.0, 10.0, 320), entry(5, "d()", 0.6, 0.0, 0.0, 50),
+                                entry(7, "b()", 1.0, 0.8, 50.0, 180), entry(9, "c()", 0.0, 0.0, 0.0)],
+                     [entry(1, "main", 5.0, 0.0, 60.0, 550)])
+    after["unattributed"] = {"python_sec": 0.1, "native_sec": 0.0}
     change = model.since(before, after)
-    assert change["interval_sec"] == pytest.approx(1.0) and change["time_sec"] == pytest.approx(1.0)
-    first, second = change["lines"]  # line 9 has had nothing at all: not listed
+    assert change["interval_sec"] == pytest.approx(1.0)
+    assert change["time_sec"] == pytest.approx(0.2 + 0.8 + 0.1)  # the lines' now, and time on no line
+    first, second, third = change["lines"]  # line 9 has had nothing at all: not listed
+    assert third["lineno"] == 5 and third["time_sec"] == 0.0 and third["total_time_sec"] == pytest.approx(0.6)
     assert (first["lineno"], second["lineno"]) == (7, 3)
-    assert first["native_sec"] == pytest.approx(0.8) and first["percent"] == pytest.approx(80.0)
-    assert first["native_percent"] == pytest.approx(80.0) and first["python_percent"] == pytest.approx(0.0)
+    assert first["native_sec"] == pytest.approx(0.8) and first["percent"] == pytest.approx(80.0 / 1.1)
+    assert first["native_percent"] == pytest.approx(80.0 / 1.1) and first["python_percent"] == pytest.approx(0.0)
     assert first["malloc_mb"] == pytest.approx(50.0) and first["total_malloc_mb"] == pytest.approx(50.0)
     assert first["total_time_sec"] == pytest.approx(1.8)
     assert second["python_sec"] == pytest.approx(0.2) and second["malloc_mb"] == pytest.approx(0.0)
