@@ -42,6 +42,8 @@ class Terminal:
 
     def __init__(self, args: list[str], cwd: Path, env: dict[str, str]):
         self.socket = f"pyrometer-test-{os.getpid()}-{time.monotonic_ns()}"
+        self.config = cwd / "tmux.conf"
+        self.config.write_text("set -g history-limit 100000\n")  # the whole output stays readable
         command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "pyrometer", *map(str, args)])
         # The shell outlives a Ctrl-C (a trap, not an ignored signal: the
         # program must get SIGINT as it would from a shell) to say the status;
@@ -55,7 +57,7 @@ class Terminal:
         self._tmux("new-session", "-d", "-x", str(WIDTH), "-y", str(HEIGHT), shell, env=env)
 
     def _tmux(self, *args: str, env: dict[str, str] | None = None) -> str:
-        return subprocess.run([TMUX, "-L", self.socket, "-f", "/dev/null", *args], capture_output=True,
+        return subprocess.run([TMUX, "-L", self.socket, "-f", str(self.config), *args], capture_output=True,
                               text=True, check=True, env=env, timeout=30).stdout
 
     def screen(self) -> str:
@@ -202,6 +204,24 @@ def test_now_follows_the_phases_and_the_terminal_is_given_back(terminal, tmp_pat
     assert report > lines.index("marker: on stderr"), text
     for n in (line_a, line_b):
         assert any(re.match(rf"\s*{n}│[^a-z]*\d+%", line) for line in lines[report:]), (n, text)
+
+
+@needs_tmux
+def test_crash_after_much_output(terminal, tmp_path):
+    """Output faster than the view draws, then an exception: every line, in
+    order, then the traceback, then the report; the terminal given back."""
+    (tmp_path / "prog.py").write_text(
+        "import time\nend = time.perf_counter() + 1.5\n"
+        "while time.perf_counter() < end: pass  # @busy\n"
+        "for i in range(5000): print(f'line {i}')\n"
+        "raise ValueError('boom')\n")
+    t = terminal(["top", "prog.py"])
+    assert t.exit_status() == 1
+    assert t.flag("alternate_on") == "0" and t.flag("cursor_flag") == "1"
+    lines = t.everything().splitlines()
+    assert [line for line in lines if line.startswith("line ")] == [f"line {i}" for i in range(5000)]
+    boom = lines.index("ValueError: boom")
+    assert lines.index("line 4999") < boom < lines.index("pyrometer: prog.py")
 
 
 LOOP = """
