@@ -217,6 +217,11 @@ def _profile(options: Options) -> int:
         print(e, file=sys.stderr)  # python's own words: the caller compares them with python's
         return e.status
     launcher.prepare(target)
+    if options.live:  # pyrometer top (live.py)
+        from .live import terminal_problem
+        problem = terminal_problem()
+        if problem is not None:
+            return _error(problem)
     fmt = options.format
     path = report_path(fmt, options.outfile, periodic=options.profile_interval is not None)
     shown = path  # as the user gave it, for the line that says where it went
@@ -322,6 +327,12 @@ def _profile(options: Options) -> int:
             writer = PeriodicWriter(options.profile_interval, {
                 "program": target.display, "argv": target.argv, "options": options.as_profile_options(),
                 "format": fmt, "path": path, "sources": target.sources})
+            writer.spawn()
+        elif options.live:  # pyrometer top: the same snapshots, drawn on the terminal (live.py)
+            from .live import LiveView
+            writer = LiveView({"program": target.display, "argv": target.argv,
+                               "options": options.as_profile_options(), "format": fmt, "path": path,
+                               "sources": target.sources})
             writer.spawn()
         if run is not None:
             children.profile_forks(run.settings)  # before the start: what it imports is not the program's
@@ -486,6 +497,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "run":
         argv = argv[1:]
+    elif argv and argv[0] == "top":
+        argv = ["--live", *argv[1:]]  # pyrometer top PROG: the live view (live.py)
     elif argv and argv[0] == "view":
         return _view(argv[1:])
     elif argv and argv[0] == "kernel":
@@ -495,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
         options = parse(argv)
     except UsageError as e:
         return _error(str(e))
+    if options.pid is not None and options.live:
+        from . import live  # pyrometer top --pid N
+        return live.attach(options.pid)
     if options.pid is not None:
         from . import remote
         return remote.main(options.pid, resume=options.on)

@@ -42,6 +42,7 @@ class Options:
     children: bool = True
     force_version: bool = False
     quiet: bool = False
+    live: bool = False  # pyrometer top: the live view while the program runs (live.py)
     off: bool = False  # start paused (pyrometer.start() or --on --pid resumes)
     on: bool = False   # with pid: resume that program
     pid: int | None = None  # pause (--off) or resume (--on) that running program
@@ -218,6 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
                      type=_float_in(0.0, 1e9, " seconds"),
                      help="also write the report every SECONDS while the program runs, to --outfile "
                           "or pyrometer-profile.txt, .json or .html (default: off, one report at the end)")
+    # pyrometer top PROG is pyrometer --live PROG (cli.main).
+    out.add_argument("--live", action="store_true",
+                     help="while the program runs, show the lines and functions taking time and memory "
+                          "now, redrawn every second on the terminal's alternate screen (the program's "
+                          "output is shown again when it ends), then write the report as usual; also "
+                          "pyrometer top PROG")
     out.add_argument("--reduced-profile", action="store_true",
                      help="show only lines at or above the thresholds")
     out.add_argument("--malloc-threshold", metavar="MB", default=100.0,
@@ -281,7 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="with --pid N: resume that running program")
     control.add_argument("--pid", metavar="N", type=_pid, default=None,
                          help="the process of a program that runs under pyrometer, and its child "
-                              "processes, to pause (--off) or resume (--on)")
+                              "processes, to pause (--off) or resume (--on); with --live (pyrometer "
+                              "top): to show live, from the snapshots it writes (--profile-interval "
+                              "with --json)")
     later = p.add_argument_group("not available yet (accepted, then refused with a message)") if NOT_YET else None
     for flag in NOT_YET:
         if flag in NOT_YET_WITH_VALUE:
@@ -392,6 +401,11 @@ def parse(argv: list[str]) -> Options:
         value = getattr(ns, flag.strip("-").replace("-", "_"))
         if value not in (None, False):
             raise UsageError(f"{flag}: {NOT_YET[flag]} is not available yet")
+    if ns.pid is not None and ns.live:  # pyrometer top --pid N (live.attach)
+        if ns.on or ns.off or module is not None or command is not None or program:
+            raise UsageError("pyrometer top --pid N shows a program already running: it takes no "
+                             "program to run, nor --on or --off")
+        return Options(live=True, pid=ns.pid)
     if ns.pid is not None:
         if ns.on == ns.off:
             raise UsageError("--pid N needs --off (pause) or --on (resume): pyrometer --off --pid N")
@@ -405,6 +419,9 @@ def parse(argv: list[str]) -> Options:
         raise UsageError("--memory contradicts " + ("--no-memory" if ns.memory_off else "--cpu-only"))
     if ns.gpu_on and ns.gpu_off:
         raise UsageError("--gpu contradicts --no-gpu")
+    if ns.live and ns.profile_interval is not None:
+        raise UsageError("--live (pyrometer top) and --profile-interval are exclusive: the live view "
+                         "takes the program's snapshots every second")
     formats = [flag for flag, on in (("--json", ns.json), ("--cli", ns.cli), ("--html", ns.html),
                                      ("--web", ns.web)) if on]
     if len(formats) > 1 and set(formats) != {"--html", "--web"}:

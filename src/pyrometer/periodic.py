@@ -38,6 +38,12 @@ from .render import json_out
 
 
 class PeriodicWriter:
+    # The module whose child_main() the writer process runs (live.py's view is
+    # another consumer of the same reports), and how long a writer that was told
+    # the run is over gets to end by itself.
+    CHILD = "pyrometer.periodic"
+    EXIT_S = 2.0
+
     def __init__(self, interval: float, job: dict[str, Any]):
         self.interval = interval
         self.job = job            # program, argv, options, format, path (start_time: begin)
@@ -55,12 +61,13 @@ class PeriodicWriter:
         package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         argv = [sys.executable, "-I", "-S", "-c",
                 f"import sys; sys.path.insert(0, {package_parent!r}); "
-                "from pyrometer.periodic import child_main; child_main()"]
+                f"from {self.CHILD} import child_main; child_main()", *self._announced()]
         mine, theirs = _core.periodic_socketpair()
         try:
             self._pid = os.posix_spawn(argv[0], argv, environment_without_memhooks(),
                                        file_actions=[(os.POSIX_SPAWN_DUP2, theirs, 0),
-                                                     (os.POSIX_SPAWN_DUP2, theirs, 1)],
+                                                     (os.POSIX_SPAWN_DUP2, theirs, 1),
+                                                     *self._more_descriptors()],
                                        setpgroup=0)
         except OSError as e:
             self.error = f"cannot start the periodic report writer: {e}"
@@ -69,6 +76,15 @@ class PeriodicWriter:
         finally:
             os.close(theirs)
         self._mine = mine
+
+    def _announced(self) -> list[str]:
+        """The writer's arguments, which it does not read: the report's format and
+        path, for pyrometer top --pid to find the snapshots (live.snapshots_of)."""
+        return [self.job["format"], self.job["path"]]
+
+    def _more_descriptors(self) -> list[tuple]:
+        """posix_spawn file actions giving the writer more than its socket."""
+        return []
 
     def begin(self, start_time: float, t0: float) -> None:
         """Start the reports; the sampler, which drives them, is running."""
@@ -102,20 +118,28 @@ class PeriodicWriter:
                 quiet = True
             self._mine = -1
         if self._pid != 0:
-            self._reap(patience=WRITER_EXIT_S if quiet else 0.0)
+            self.ended_itself = self._reap(patience=self._patience(quiet))
             self._pid = 0
 
-    def _reap(self, patience: float) -> None:
+    ended_itself = True  # whether the writer process ended by itself (stop)
+
+    def _patience(self, quiet: bool) -> float:
+        """How long the writer gets to end by itself: none where it may be
+        stopped or still writing a report (quiet False)."""
+        return self.EXIT_S if quiet else 0.0
+
+    def _reap(self, patience: float) -> bool:
         """Wait up to patience seconds for the writer to end, then end it: stopped
-        or late, it must not write over the final report, nor outlive the run."""
+        or late, it must not write over the final report, nor outlive the run.
+        Whether it ended by itself."""
         deadline = time.monotonic() + patience
         while True:
             try:
                 pid, _ = os.waitpid(self._pid, os.WNOHANG)
             except ChildProcessError:  # reaped by the program (os.wait())
-                return
+                return True
             if pid != 0:
-                return
+                return True
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.005)
@@ -124,10 +148,7 @@ class PeriodicWriter:
             os.waitpid(self._pid, 0)
         except OSError:
             pass
-
-
-# How long a writer that was told the run is over gets to end by itself.
-WRITER_EXIT_S = 2.0
+        return False
 
 
 def _read_exactly(fd: int, n: int) -> bytes:
