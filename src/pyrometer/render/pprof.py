@@ -70,31 +70,31 @@ class Message:
     def __init__(self) -> None:
         self.parts: list[bytes] = []
 
-    def int(self, field: int, value: int) -> "Message":
+    def number(self, field: int, value: int) -> "Message":
         if value:  # proto3: a zero is the default, left out
             self.parts += (varint(field << 3 | VARINT), varint(value))
         return self
 
-    def bytes(self, field: int, data: bytes) -> "Message":
+    def payload(self, field: int, data: bytes) -> "Message":
         self.parts += (varint(field << 3 | LENGTH_DELIMITED), varint(len(data)), data)
         return self
 
     def message(self, field: int, message: "Message") -> "Message":
-        return self.bytes(field, message.encode())
+        return self.payload(field, message.encode())
 
     def packed(self, field: int, values: list[int]) -> "Message":
         if values:
             data = bytearray()
             for v in values:
                 _append_varint(data, v)
-            return self.bytes(field, bytes(data))
+            return self.payload(field, bytes(data))
         return self
 
     def packed_ids(self, field: int, ids: list[int]) -> "Message":
         """packed() for ids (locations), which recur in every stack: their
         encodings are kept."""
         if ids:
-            return self.bytes(field, b"".join([_id_varint(i) for i in ids]))
+            return self.payload(field, b"".join([_id_varint(i) for i in ids]))
         return self
 
     def encode(self) -> bytes:
@@ -123,8 +123,8 @@ def encode(profile: dict[str, Any], path: str = "the profile") -> bytes:
     strings = _Strings()
     out = Message()
     for m in kinds:
-        out.message(PROFILE_SAMPLE_TYPE, Message().int(VALUE_TYPE_TYPE, strings(SAMPLE_TYPES[m.name]))
-                    .int(VALUE_TYPE_UNIT, strings(UNITS[m.unit])))
+        out.message(PROFILE_SAMPLE_TYPE, Message().number(VALUE_TYPE_TYPE, strings(SAMPLE_TYPES[m.name]))
+                    .number(VALUE_TYPE_UNIT, strings(UNITS[m.unit])))
 
     # Samples: one per stack and kind of figure (its leaf frame), values summed.
     values: dict[tuple[int, ...], list[int]] = {}
@@ -140,8 +140,8 @@ def encode(profile: dict[str, Any], path: str = "the profile") -> bytes:
         out.message(PROFILE_SAMPLE, Message().packed_ids(SAMPLE_LOCATION_ID, [f + 1 for f in reversed(stack)])
                     .packed(SAMPLE_VALUE, row))
 
-    out.message(PROFILE_MAPPING, Message().int(MAPPING_ID, 1).int(MAPPING_FILENAME, strings(profile.get("program", "")))
-                .int(MAPPING_HAS_FUNCTIONS, 1).int(MAPPING_HAS_FILENAMES, 1).int(MAPPING_HAS_LINE_NUMBERS, 1))
+    out.message(PROFILE_MAPPING, Message().number(MAPPING_ID, 1).number(MAPPING_FILENAME, strings(profile.get("program", "")))
+                .number(MAPPING_HAS_FUNCTIONS, 1).number(MAPPING_HAS_FILENAMES, 1).number(MAPPING_HAS_LINE_NUMBERS, 1))
     # A location per frame (a line of a function), a function per (name, file, first line).
     functions: dict[tuple[str, str, int], int] = {}
     for f in sorted(used):
@@ -150,25 +150,25 @@ def encode(profile: dict[str, Any], path: str = "the profile") -> bytes:
         fid = functions.get(key)
         if fid is None:
             fid = functions[key] = len(functions) + 1
-        out.message(PROFILE_LOCATION, Message().int(LOCATION_ID, f + 1).int(LOCATION_MAPPING_ID, 1)
-                    .message(LOCATION_LINE, Message().int(LINE_FUNCTION_ID, fid).int(LINE_LINE, frame.lineno)))
+        out.message(PROFILE_LOCATION, Message().number(LOCATION_ID, f + 1).number(LOCATION_MAPPING_ID, 1)
+                    .message(LOCATION_LINE, Message().number(LINE_FUNCTION_ID, fid).number(LINE_LINE, frame.lineno)))
     for (name, filename, first_lineno), fid in functions.items():
-        out.message(PROFILE_FUNCTION, Message().int(FUNCTION_ID, fid).int(FUNCTION_NAME, strings(name))
-                    .int(FUNCTION_SYSTEM_NAME, strings(name)).int(FUNCTION_FILENAME, strings(filename))
-                    .int(FUNCTION_START_LINE, first_lineno))
+        out.message(PROFILE_FUNCTION, Message().number(FUNCTION_ID, fid).number(FUNCTION_NAME, strings(name))
+                    .number(FUNCTION_SYSTEM_NAME, strings(name)).number(FUNCTION_FILENAME, strings(filename))
+                    .number(FUNCTION_START_LINE, first_lineno))
 
-    out.int(PROFILE_TIME_NANOS, round(profile.get("start_time_absolute", 0) * 1e9))
-    out.int(PROFILE_DURATION_NANOS, round(profile.get("elapsed_time_sec", 0) * 1e9))
-    out.message(PROFILE_PERIOD_TYPE, Message().int(VALUE_TYPE_TYPE, strings("cpu"))
-                .int(VALUE_TYPE_UNIT, strings("nanoseconds")))
-    out.int(PROFILE_PERIOD, round(profile.get("sampling_interval_sec", 0) * 1e9))
+    out.number(PROFILE_TIME_NANOS, round(profile.get("start_time_absolute", 0) * 1e9))
+    out.number(PROFILE_DURATION_NANOS, round(profile.get("elapsed_time_sec", 0) * 1e9))
+    out.message(PROFILE_PERIOD_TYPE, Message().number(VALUE_TYPE_TYPE, strings("cpu"))
+                .number(VALUE_TYPE_UNIT, strings("nanoseconds")))
+    out.number(PROFILE_PERIOD, round(profile.get("sampling_interval_sec", 0) * 1e9))
     command = " ".join([str(profile.get("program", "")), *map(str, profile.get("args", []))])
     out.packed(PROFILE_COMMENT, [strings(f"pyrometer: {command}")])
-    out.int(PROFILE_DEFAULT_SAMPLE_TYPE, strings(SAMPLE_TYPES["time"]))
+    out.number(PROFILE_DEFAULT_SAMPLE_TYPE, strings(SAMPLE_TYPES["time"]))
     # The string table last: every index above is in it by now.
     for s in strings.table:
         # a lone surrogate (a file name that was not UTF-8) becomes "?"
-        out.bytes(PROFILE_STRING_TABLE, s.encode("utf-8", "replace"))
+        out.payload(PROFILE_STRING_TABLE, s.encode("utf-8", "replace"))
     return out.encode()
 
 
