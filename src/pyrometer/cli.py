@@ -421,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         argv = argv[1:]
     elif argv and argv[0] == "view":
         return _view(argv[1:])
+    elif argv and argv[0] == "diff":
+        from .diff import command as diff  # compare two saved profiles
+        return diff(argv[1:])
     elif argv and argv[0] == "kernel":
         from .kernel import command  # Jupyter kernels with memory profiling
         return command(argv[1:])
