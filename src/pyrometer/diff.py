@@ -590,11 +590,18 @@ def compare(before: dict[str, Any], after: dict[str, Any], before_path: str = "B
             lines.append(entry)
             _collect(findings, within_noise, "lines", entry, headline, name_a, name_b)
         functions = []
+        mapped_after = set(line_map.values())
         for i, j in _match_functions(fa.get("functions", []), fb.get("functions", []), line_map):
             ea = fa["functions"][i] if i is not None else None
             eb = fb["functions"][j] if j is not None else None
             values = {f.name: _compare(f, ea, eb, run_a, run_b) for f in figures}
-            entry = {"status": "same" if ea and eb else "new" if eb else "removed",
+            # A function listed in one run only may just not have been sampled
+            # in the other: it is new or removed only when its first line is.
+            if ea and eb or (ea and ea["lineno"] in line_map) or (eb and eb["lineno"] in mapped_after):
+                status = "same"
+            else:
+                status = "new" if eb else "removed"
+            entry = {"status": status,
                      "lineno_before": ea["lineno"] if ea else None,
                      "lineno_after": eb["lineno"] if eb else None,
                      "function": (eb or ea)["line"], "figures": values, "verdict": _verdict(values, headline)}

@@ -75,7 +75,7 @@ def _findings(diff: dict[str, Any]) -> list[str]:
         cls = "good" if direction in GOOD else "bad"
         out.append(f"<h3 class=\"{cls}\">{_e(direction.capitalize())}: {len(rows)}</h3>")
         out.append("<table class=\"diff findings\"><thead><tr><th>ratio</th><th>before</th><th>after</th>"
-                   "<th>change</th><th>noise</th><th>where</th><th class=\"src\">what</th></tr></thead><tbody>")
+                   "<th>change</th><th>noise</th><th class=\"where\">where</th><th class=\"src\">what</th></tr></thead><tbody>")
         for f in rows:
             name = display_name(f["file_after"] or f["file_before"])
             where = f"{name}:{_lines(f['lineno_before'], f['lineno_after'])}"
@@ -114,7 +114,8 @@ def _file(f: dict[str, Any]) -> list[str]:
     t = f["figures"]["time_sec"]
     verdict = ", ".join(f["verdict"])
     counts = f["line_counts"]
-    out = [f"<details class=\"file\"{' open' if f['verdict'] else ''}><summary><b>{_e(title)}</b> · "
+    found = bool(f["verdict"]) or any(e["verdict"] for e in f["lines"] + f["functions"])
+    out = [f"<details class=\"file\"{' open' if found else ''}><summary><b>{_e(title)}</b> · "
            f"time {_e(_amount(t['before'], 's'))} → {_e(_amount(t['after'], 's'))}"
            + (f" · <span class=\"verdict\">{_e(verdict)}</span>" if verdict else "")
            + f" <span class=\"muted\">· lines: {counts['same'] + counts['moved']} matched, {counts['edited']} "
