@@ -479,3 +479,78 @@ def test_a_basename_two_after_files_share_is_not_guessed():
     pairs, only_a, only_b = pdiff.match_files(["/a/util.py"], ["/b/one/util.py", "/b/two/util.py"],
                                                lambda side, name: [])
     assert pairs == [] and only_a == ["/a/util.py"]
+
+
+GPU_PROGRAM = """\
+import ctypes, sys, time
+nv = ctypes.CDLL("libnvidia-ml.so.1")
+nv.fake_nvml_memory.argtypes = [ctypes.c_int, ctypes.c_ulonglong]
+
+
+def gpu_wait(seconds):
+    nv.fake_nvml_busy(0, 1)
+    time.sleep(seconds)  # @busy
+    nv.fake_nvml_busy(0, 0)
+
+
+def hold():
+    nv.fake_nvml_memory(0, 1 << 30)
+    time.sleep(0.6)  # @hold
+    nv.fake_nvml_memory(0, 0)
+
+
+time.sleep(0.3)
+gpu_wait(float(sys.argv[1]))
+hold()
+time.sleep(0.3)
+"""
+
+
+@pytest.mark.accuracy
+def test_gpu_line_three_times_slower(tmp_path, fake_nvml_dir):
+    """GPU figures are compared when both runs profiled a GPU (NVML's test
+    double, tests/gpu/fake_nvml.c): the line keeping the GPU busy 0.9 s, then
+    2.7 s, is reported slower on the GPU by about 3; the line holding 1 GiB of
+    GPU memory in both is not reported."""
+    previous = os.environ.get("LD_LIBRARY_PATH")
+    env = {"LD_LIBRARY_PATH": str(fake_nvml_dir) + (os.pathsep + previous if previous else "")}
+
+    def run(directory: Path, seconds: str) -> Path:
+        directory.mkdir()
+        (directory / "gpu.py").write_text(GPU_PROGRAM)
+        out = directory / "profile.json"
+        proc = subprocess.run([sys.executable, "-m", "pyrometer", "--quiet", "--cpu-only", "--gpu", "--json",
+                               "--outfile", str(out), "gpu.py", seconds], cwd=directory, capture_output=True,
+                              text=True, env=program_env(None, env), timeout=PROGRAM_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, proc.stderr
+        return out
+
+    a, b = run(tmp_path / "a", "0.9"), run(tmp_path / "b", "2.7")
+    d = pdiff.compare(model.load(str(a)), model.load(str(b)), str(a), str(b))
+    assert d["compared"]["gpu"], d["notices"]
+    busy = _line(d, "@busy")["figures"]["gpu_sec"]
+    assert busy["significant"] and 2.4 <= busy["ratio"] <= 3.6, busy
+    hold = _line(d, "@hold")["figures"]
+    assert not hold["gpu_peak_memory_mb"]["significant"], hold["gpu_peak_memory_mb"]
+    assert hold["gpu_peak_memory_mb"]["before"] == pytest.approx(1024, rel=0.1)
+    gpu = [f for f in d["findings"] if f["figure"].startswith("gpu")]
+    # (Not checked: the busy line's GPU memory peak, which a reading taken
+    # just as `hold` begins may give 1 GiB in one run and not the other.)
+    assert {(f["text"].strip(), f["direction"]) for f in gpu if f["figure"] == "gpu_sec" and f["kind"] == "line"} == {
+        ("time.sleep(seconds)  # @busy", "GPU slower")}, gpu
+    text = diff_text.render(d)
+    assert "GPU slower: " in text and "GPU" in [t["label"] for t in d["totals"]]
+
+
+def test_function_not_sampled_in_one_run_is_not_removed(pair):
+    """A run lists only the functions it sampled: one missing from AFTER whose
+    first line is still there is the same function, at zero, not removed."""
+    d, a, b = pair
+    before, after = model.load(str(a)), model.load(str(b))
+    (f,) = after["files"].values()
+    f["functions"] = [e for e in f["functions"] if e["line"] != "unchanged"]
+    result = pdiff.compare(before, after)
+    entry = _function(result, "unchanged")
+    assert entry["status"] == "same" and entry["lineno_after"] is None
+    assert entry["figures"]["time_sec"]["after"] == 0.0

@@ -175,7 +175,10 @@ class _Run:
             sampling = (v + w) * w
             share = RUN_SHARE_MEMORY
         elif kind == "gpu":
-            sampling = (v + w) * w
+            # GPU time is not a count: each utilisation window's busy time is
+            # spread over the lines that ran in it, so a line's time is off by
+            # what the windows at its edges put on its neighbours, a window at most.
+            sampling = w * w
             share = RUN_SHARE_GPU
         else:
             sampling = 0.0

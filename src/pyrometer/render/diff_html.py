@@ -73,7 +73,7 @@ def _findings(diff: dict[str, Any]) -> list[str]:
         rows = sorted(sections[key], key=lambda f: -abs(f["change"]))
         unit = units.get(figure, "")
         cls = "good" if direction in GOOD else "bad"
-        out.append(f"<h3 class=\"{cls}\">{_e(direction.capitalize())}: {len(rows)}</h3>")
+        out.append(f"<h3 class=\"{cls}\">{_e(direction[:1].upper() + direction[1:])}: {len(rows)}</h3>")
         out.append("<table class=\"diff findings\"><thead><tr><th>ratio</th><th>before</th><th>after</th>"
                    "<th>change</th><th>noise</th><th class=\"where\">where</th><th class=\"src\">what</th></tr></thead><tbody>")
         for f in rows:

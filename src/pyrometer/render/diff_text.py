@@ -100,7 +100,7 @@ def render(diff: dict[str, Any], color: bool = False, width: int = 132) -> str:
         out.append("")
         good = direction in ("faster", "allocates less", "peak smaller", "keeps less", "copies less",
                              "GPU faster", "GPU memory smaller")
-        add(f"{direction.capitalize()}: {len(rows)} beyond noise", BOLD, GREEN if good else RED)
+        add(f"{direction[:1].upper() + direction[1:]}: {len(rows)} beyond noise", BOLD, GREEN if good else RED)
         unit = units.get(figure, "")
         table = [[_ratio(f["before"], f["after"]), _amount(f["before"], unit), _amount(f["after"], unit),
                   _amount(f["change"], unit, True), "±" + _amount(f["noise"], unit), visible(_where(f))]
