@@ -456,7 +456,8 @@ def test_a_function_moved_below_another_is_matched_within_its_name():
 
 
 def test_enclosing_names_are_qualified_as_python_names_code():
-    src = "class C:\n    def m(self):\n        def inner():\n            return 1\n        return inner\n@dec\ndef h():\n    pass\n"
+    src = ("class C:\n    def m(self):\n        def inner():\n            return 1\n        return inner\n"
+           "@dec\ndef h():\n    pass\n")
     assert pdiff._enclosing(_entries(src), []) == ["", "C.m", "C.m.<locals>.inner", "C.m.<locals>.inner",
                                                    "C.m", "h", "h", "h"]
 

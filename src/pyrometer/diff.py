@@ -211,7 +211,6 @@ def match_files(before: list[str], after: list[str],
                 lines_of: Callable[[str, str], list[str]]) -> tuple[list[tuple[str, str, str]], list[str], list[str]]:
     """Pairs (before, after, how: "path", "suffix", "source"), then the files
     of BEFORE only and of AFTER only.  lines_of(side, name): a file's line texts."""
-    pairs = []
     left = [f for f in before if f not in after]
     right = [f for f in after if f not in before]
     pairs = [(f, f, "path") for f in before if f in after]
@@ -329,9 +328,13 @@ EDITED_SIMILARITY = 0.6
 # Lines moved out of order are matched as blocks of at least this many lines
 # (within the same function: any block).
 MOVED_BLOCK = 3
-# Edited lines are looked for within replaced stretches of at most this many
-# lines a side (the similarity is quadratic).
-EDITED_STRETCH = 200
+# An edited line's old text is looked for among the next few lines of the
+# stretch the alignment replaced (an edit keeps a line about where it was;
+# comparing every pair would be quadratic in the stretch).
+EDITED_LOOKAHEAD = 8
+# A stretch replaced whole beyond this many lines a side is a rewrite: its
+# lines are new and removed, not edited one by one.
+EDITED_STRETCH = 40
 
 
 def match_lines(a: list[dict[str, Any]], b: list[dict[str, Any]], context_a: list[str],
@@ -383,11 +386,10 @@ def match_lines(a: list[dict[str, Any]], b: list[dict[str, Any]], context_a: lis
             if i in partner_a or not keys_a[i]:
                 continue
             best, best_j = EDITED_SIMILARITY, None
-            for j in range(after, j2):
-                if j in partner_b or not keys_b[j]:
-                    continue
+            candidates = [j for j in range(after, j2) if j not in partner_b and keys_b[j]][:EDITED_LOOKAHEAD]
+            for j in candidates:
                 s = difflib.SequenceMatcher(None, keys_a[i], keys_b[j])
-                if s.quick_ratio() >= best and s.ratio() >= best:
+                if s.real_quick_ratio() >= best and s.quick_ratio() >= best and s.ratio() >= best:
                     best, best_j = s.ratio(), j
             if best_j is not None:
                 pair(i, best_j, "edited")
@@ -578,10 +580,11 @@ def compare(before: dict[str, Any], after: dict[str, Any], before_path: str = "B
             counts[status] += 1
             ea = la[i] if i is not None else None
             eb = lb[j] if j is not None else None
-            values = {f.name: _compare(f, ea, eb, run_a, run_b) for f in figures}
-            has_data = any(v["before"] or v["after"] for v in values.values())
+            has_data = ((ea is not None and any(f.read(ea, run_a.elapsed) for f in figures))
+                        or (eb is not None and any(f.read(eb, run_b.elapsed) for f in figures)))
             if status == "same" and not has_data:
                 continue  # an unchanged line with nothing measured: not listed
+            values = {f.name: _compare(f, ea, eb, run_a, run_b) for f in figures}
             entry = {"status": status,
                      "lineno_before": ea["lineno"] if ea else None,
                      "lineno_after": eb["lineno"] if eb else None,

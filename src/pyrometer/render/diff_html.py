@@ -75,7 +75,8 @@ def _findings(diff: dict[str, Any]) -> list[str]:
         cls = "good" if direction in GOOD else "bad"
         out.append(f"<h3 class=\"{cls}\">{_e(direction[:1].upper() + direction[1:])}: {len(rows)}</h3>")
         out.append("<table class=\"diff findings\"><thead><tr><th>ratio</th><th>before</th><th>after</th>"
-                   "<th>change</th><th>noise</th><th class=\"where\">where</th><th class=\"src\">what</th></tr></thead><tbody>")
+                   "<th>change</th><th>noise</th><th class=\"where\">where</th><th class=\"src\">what</th>"
+                   "</tr></thead><tbody>")
         for f in rows:
             name = display_name(f["file_after"] or f["file_before"])
             where = f"{name}:{_lines(f['lineno_before'], f['lineno_after'])}"
