@@ -5,6 +5,7 @@ lays its tables out as the profile's text report does (render/text.py)."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -91,8 +92,8 @@ def render(diff: dict[str, Any], color: bool = False, width: int = 132) -> str:
         sections.setdefault((f["figure"], f["direction"]), []).append(f)
     units = {t["figure"]: t["unit"] for t in diff["totals"]}
     units.update(time_sec="s", peak_mb="MB", growth_mb="MB")
-    out.append("")
     if not sections:
+        out.append("")
         add("No change beyond noise: every line and function is within its sampling noise "
             "(see docs/diff.md).", BOLD)
     for (figure, direction), rows in sorted(sections.items(), key=lambda kv: _section_order(kv[0])):
@@ -105,8 +106,8 @@ def render(diff: dict[str, Any], color: bool = False, width: int = 132) -> str:
         table = [[_ratio(f["before"], f["after"]), _amount(f["before"], unit), _amount(f["after"], unit),
                   _amount(f["change"], unit, True), "±" + _amount(f["noise"], unit), visible(_where(f))]
                  for f in rows[:FINDING_ROWS]]
-        out.extend(_table(table, ["ratio", "before", "after", "change", "noise", "where"], 5, width,
-                          [()] * len(table), paint, said))
+        out.extend(_without_blank_names(_table(table, ["ratio", "before", "after", "change", "noise", "where"], 5,
+                                               width, [()] * len(table), paint, said)))
         if len(rows) > FINDING_ROWS:
             add(f"... and {len(rows) - FINDING_ROWS} more (--json or --html lists them all)", DIM)
 
@@ -124,6 +125,15 @@ def render(diff: dict[str, Any], color: bool = False, width: int = 132) -> str:
             add(f"File {display_name(f['before'])} ↔ {display_name(f['after'])} (matched {how})")
     out.append("")
     return "\n".join(out)
+
+
+_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _without_blank_names(lines: list[str]) -> list[str]:
+    """A table whose column names are all one word has, in the layouts that
+    put names on two rows, an empty first row: left out."""
+    return lines[1:] if lines and not _ESCAPE.sub("", lines[0]).strip() else lines
 
 
 _SECTIONS = ["time_sec", "allocated_mb", "peak_mb", "growth_mb", "copy_mb", "gpu_sec", "gpu_peak_memory_mb"]
@@ -147,7 +157,8 @@ def _totals(totals: list[dict[str, Any]], width: int, paint: _Painter) -> list[s
         ratio = f"{t['ratio']:.2f}x" if t["ratio"] is not None else ""
         rows.append([_amount(t["before"], unit), _amount(t["after"], unit), _amount(t["change"], unit, True),
                      ratio, mark, t["label"]])
-    out = _table(rows, ["before", "after", "change", "ratio", "", "run"], 5, width, [()] * len(rows), paint)
+    out = _without_blank_names(_table(rows, ["before", "after", "change", "ratio", "", "run"], 5, width,
+                                      [()] * len(rows), paint))
     out.append(paint(cut("(~: within noise; ratio: after / before)", width), DIM))
     return out
 
