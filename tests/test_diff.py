@@ -407,6 +407,11 @@ def test_bad_input_has_one_clear_message(pair, tmp_path):
     assert "damaged" in error(a, tmp_path / "damaged.json")
     assert _diff(a, b, "--json", tmp_path / "d.json", "--quiet").returncode == 0
     assert "not a pyrometer profile" in error(a, tmp_path / "d.json")  # a diff is not a profile
+    huge = json.loads(b.read_text())
+    for e in next(iter(huge["files"].values()))["lines"][:3]:
+        e["n_cpu_python_sec"] = 1.5e308  # each finite; their sum is not
+    (tmp_path / "huge.json").write_text(json.dumps(huge))
+    assert "beyond any number" in error(a, tmp_path / "huge.json")
     assert "the following arguments are required" in error(a)
     assert "cannot write" in error(a, b, "--html", tmp_path / "no" / "such" / "dir.html")
 

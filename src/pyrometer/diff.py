@@ -183,7 +183,16 @@ class _Run:
         else:
             sampling = 0.0
             share = RUN_SHARE_GPU
-        return math.sqrt(sampling + (share * v) ** 2)
+        run = share * v
+        return math.sqrt(sampling + run * run)  # inf, not OverflowError, past the largest float
+
+
+def _ratio(before: float, after: float) -> float | None:
+    """after / before; None where before is 0 (or the ratio is beyond a float)."""
+    if before <= 0:
+        return None
+    r = after / before
+    return r if math.isfinite(r) else None
 
 
 def _compare(figure: Figure, a: dict[str, Any] | None, b: dict[str, Any] | None,
@@ -193,7 +202,7 @@ def _compare(figure: Figure, a: dict[str, Any] | None, b: dict[str, Any] | None,
     y = figure.read(b, run_b.elapsed) if b is not None else 0.0
     noise = NOISE_Z * math.hypot(run_a.error(x, a, figure.kind), run_b.error(y, b, figure.kind))
     change = y - x
-    return {"before": x, "after": y, "change": change, "ratio": (y / x) if x > 0 else None,
+    return {"before": x, "after": y, "change": change, "ratio": _ratio(x, y),
             "noise": noise, "significant": abs(change) > noise}
 
 
@@ -335,6 +344,9 @@ EDITED_LOOKAHEAD = 8
 # A stretch replaced whole beyond this many lines a side is a rewrite: its
 # lines are new and removed, not edited one by one.
 EDITED_STRETCH = 40
+# Longer lines are matched only by equality (the similarity is quadratic in
+# the length of the text, and a profile may hold lines of any length).
+EDITED_CHARS = 400
 
 
 def match_lines(a: list[dict[str, Any]], b: list[dict[str, Any]], context_a: list[str],
@@ -383,10 +395,11 @@ def match_lines(a: list[dict[str, Any]], b: list[dict[str, Any]], context_a: lis
             continue
         after = j1
         for i in range(i1, i2):
-            if i in partner_a or not keys_a[i]:
+            if i in partner_a or not keys_a[i] or len(keys_a[i]) > EDITED_CHARS:
                 continue
             best, best_j = EDITED_SIMILARITY, None
-            candidates = [j for j in range(after, j2) if j not in partner_b and keys_b[j]][:EDITED_LOOKAHEAD]
+            candidates = [j for j in range(after, j2) if j not in partner_b and keys_b[j]
+                          and len(keys_b[j]) <= EDITED_CHARS][:EDITED_LOOKAHEAD]
             for j in candidates:
                 s = difflib.SequenceMatcher(None, keys_a[i], keys_b[j])
                 if s.real_quick_ratio() >= best and s.quick_ratio() >= best and s.ratio() >= best:
@@ -543,7 +556,7 @@ def _totals(a: dict[str, Any], b: dict[str, Any], run_a: _Run, run_b: _Run,
             # The run as one entry: its windows are the run's mean window.
             noise = NOISE_Z * math.hypot(run_a.error(x, None, kind), run_b.error(y, None, kind))
         out.append({"figure": name, "label": label, "unit": unit, "before": x, "after": y, "change": y - x,
-                    "ratio": y / x if x > 0 else None, "noise": noise,
+                    "ratio": _ratio(x, y), "noise": noise,
                     "significant": name != "cpu_samples" and abs(y - x) > noise})
     return out
 
@@ -619,7 +632,7 @@ def compare(before: dict[str, Any], after: dict[str, Any], before_path: str = "B
         for f in figures:
             x, y = sums_a[f.name], sums_b[f.name]
             noise = NOISE_Z * math.hypot(run_a.error(x, None, f.kind), run_b.error(y, None, f.kind))
-            file_figures[f.name] = {"before": x, "after": y, "change": y - x, "ratio": y / x if x > 0 else None,
+            file_figures[f.name] = {"before": x, "after": y, "change": y - x, "ratio": _ratio(x, y),
                                     "noise": noise, "significant": abs(y - x) > noise}
         files.append({"before": name_a, "after": name_b, "matched_by": how,
                       "status": "matched" if how else ("removed" if name_a else "new"),
@@ -732,6 +745,21 @@ def load_pair(before_path: str, after_path: str,
     return a, b
 
 
+def _finite(value: Any) -> bool:
+    """Whether every number in value is finite (walked without recursion)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                return False
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return True
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit status 2
         from .options import UsageError
@@ -768,6 +796,12 @@ def command(argv: list[str]) -> int:
         result = compare(before, after, ns.before, ns.after)
     except (model.ProfileError, DiffError) as e:
         return _error(str(e))
+    except OverflowError:
+        result = None
+    if result is None or not _finite(result):
+        # Each figure of a checked profile is finite, but sums of figures near
+        # the largest float are not.
+        return _error(f"{ns.before} and {ns.after} cannot be compared: their figures add up beyond any number")
     try:
         written = []
         if ns.json is not None:
