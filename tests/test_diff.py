@@ -560,3 +560,24 @@ def test_function_not_sampled_in_one_run_is_not_removed(pair):
     entry = _function(result, "unchanged")
     assert entry["status"] == "same" and entry["lineno_after"] is None
     assert entry["figures"]["time_sec"]["after"] == 0.0
+
+
+@pytest.mark.parametrize("shape", ["alternating", "halves", "three_texts"])
+def test_matching_stays_fast_where_thousands_of_lines_read_alike(shape):
+    """A profile may hold any text: 20,000 lines of two or three texts in
+    another order must not make the alignment quadratic (before the leftover
+    lines were aligned with difflib's autojunk, this took 23 s and more)."""
+    import random
+    import time
+    n = 10_000
+    rng = random.Random(1)
+    ka, kb = {"alternating": (["x", "y"] * n, ["y", "x"] * n),
+              "halves": (["x"] * n + ["y"] * n, ["y"] * n + ["x"] * n),
+              "three_texts": ([rng.choice("abc") for _ in range(2 * n)],
+                              [rng.choice("abc") for _ in range(2 * n)])}[shape]
+    a = [{"lineno": i + 1, "line": k} for i, k in enumerate(ka)]
+    b = [{"lineno": i + 1, "line": k} for i, k in enumerate(kb)]
+    start = time.process_time()
+    pairs = pdiff.match_lines(a, b, [""] * len(a), [""] * len(b))
+    assert time.process_time() - start < 5.0
+    assert sorted(j for _, j, _ in pairs if j is not None) == list(range(len(b)))

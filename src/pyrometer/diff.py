@@ -431,7 +431,10 @@ def _match_blocks(ia: list[int], jb: list[int], keys_a: list[str], keys_b: list[
                   pair: Callable[[int, int, str], None]) -> None:
     """Align the lines left over (subsequences ia, jb) and pair blocks of at
     least `least` lines."""
-    sub = difflib.SequenceMatcher(None, [keys_a[i] for i in ia], [keys_b[j] for j in jb], autojunk=False)
+    # autojunk (difflib's default): a text that fills more than 1% of a long
+    # side anchors no match (it is matched beside others), which keeps the
+    # alignment near linear where thousands of lines read alike.
+    sub = difflib.SequenceMatcher(None, [keys_a[i] for i in ia], [keys_b[j] for j in jb])
     for block in sub.get_matching_blocks():
         if block.size >= least:
             for k in range(block.size):
