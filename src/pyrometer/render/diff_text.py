@@ -118,11 +118,17 @@ def render(diff: dict[str, Any], color: bool = False, width: int = 132) -> str:
         add(f"Within noise: {_count(noise['lines'], 'line')} and {_count(noise['functions'], 'function')} "
             f"changed by less than their noise ({diff['noise']['z']:g} standard errors): not findings.", DIM)
     for f in diff["files"]:
+        t = f["figures"]["time_sec"]
+        times = f"time {_amount(t['before'], 's')} → {_amount(t['after'], 's')}"
+        verdict = f", {', '.join(f['verdict'])}" if f["verdict"] else ""
         if f["status"] != "matched":
-            add(f"{'New' if f['status'] == 'new' else 'Removed'} file: {display_name(f['after'] or f['before'])}")
-        elif f["matched_by"] != "path":
-            how = {"suffix": "by its path's end", "source": "by its source"}[f["matched_by"]]
-            add(f"File {display_name(f['before'])} ↔ {display_name(f['after'])} (matched {how})")
+            add(f"{'New' if f['status'] == 'new' else 'Removed'} file: {display_name(f['after'] or f['before'])} "
+                f"({times})")
+        elif f["matched_by"] != "path" or f["verdict"]:
+            how = {"path": "", "suffix": ", matched by its path's end", "source": ", matched by its source"}
+            names = (display_name(f["after"]) if f["before"] == f["after"]
+                     else f"{display_name(f['before'])} ↔ {display_name(f['after'])}")
+            add(f"File {names} ({times}{verdict}{how[f['matched_by']]})")
     out.append("")
     return "\n".join(out)
 
