@@ -55,8 +55,8 @@ _NO_MEMORY_COMMAND = ("memory was not profiled: pytest was not started as a comm
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("pyrometer", "profiling each test with pyrometer")
     group.addoption("--pyrometer", action="store_true", default=False,
-                    help="profile each test's call phase (CPU: Python, native; system; memory: peak and "
-                         "allocated; the top lines), print a summary per test, write it to a file with "
+                    help="profile each test's call phase (CPU time, Python and native; system time; peak "
+                         "and allocated memory; the top lines), print a summary per test, write it to a file with "
                          "one merged profile, and enforce @pytest.mark.pyrometer_limit budgets")
     group.addoption("--pyrometer-json", metavar="FILE", default=None,
                     help=f"where the merged profile of all tests goes (default: {DEFAULT_JSON}; "
@@ -155,6 +155,9 @@ class Profiling:
                                     "the whole run already: run `pytest --pyrometer` by itself")
         self.config = config
         self.worker = hasattr(config, "workerinput")
+        if config.getoption("pyrometer_show") < 0:
+            raise pytest.UsageError(f"pytest --pyrometer: --pyrometer-show must be 0 (all) or more, "
+                                    f"not {config.getoption('pyrometer_show')}")
         # Relative to where pytest was started, whatever the tests do with the current directory.
         here = str(config.invocation_params.dir)
         self.summary_path = os.path.join(here, config.getoption("pyrometer_summary") or DEFAULT_SUMMARY)
@@ -204,7 +207,7 @@ class Profiling:
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             try:
-                Budget(item)
+                item.stash[_limits_key] = Budget(item).limits
             except ValueError as e:
                 self.budget_errors[item.nodeid] = f"@pytest.mark.{MARKER}: {e}"
 
@@ -226,7 +229,7 @@ class Profiling:
         finally:
             raw = run.collect()
             self.ran_here = True
-            item.stash[_result_key] = summary(run.build(raw), Budget(item).limits, self.options.memory)
+            item.stash[_result_key] = summary(run.build(raw), item.stash.get(_limits_key, {}), self.options.memory)
             self._merge(raw, run.session.start_time, run.session.elapsed)
 
     def _merge(self, raw: dict[str, Any], start_time: float, elapsed: float) -> None:
@@ -335,6 +338,7 @@ class Profiling:
 
 
 _result_key = pytest.StashKey[dict]()
+_limits_key = pytest.StashKey[dict]()
 
 
 # ---- figures from a test's profile (the model's; nothing re-derived) -------------------
