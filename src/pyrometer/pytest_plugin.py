@@ -82,7 +82,7 @@ def _started_as_pytest(config: pytest.Config) -> bool:
     args = tuple(str(a) for a in config.invocation_params.args)
     script = os.path.basename(sys.argv[0]) if sys.argv else ""
     command = (script.startswith(("pytest", "py.test"))
-               or os.path.basename(os.path.dirname(sys.argv[0])) == "pytest" and script == "__main__.py")
+               or (script == "__main__.py" and os.path.basename(os.path.dirname(sys.argv[0])) == "pytest"))
     return command and args == tuple(sys.argv[1:])
 
 
@@ -93,18 +93,22 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     cannot be done, with the reason kept for the summary)."""
     ns = early_config.known_args_namespace
     if getattr(ns, "pyrometer", False) and not getattr(ns, "pyrometer_no_memory", False) and not _is_worker():
-        if _started_as_pytest(early_config):
+        from .cli import _interpreter_problem
+        if _interpreter_problem(force_version=False) is not None:
+            pass  # pytest_configure says why, as a usage error
+        elif _started_as_pytest(early_config):
             from .preload import ensure_memhooks_preloaded
             problem = ensure_memhooks_preloaded()
-            early_config.stash[_preload_problem] = (f"memory was not profiled: {problem}"
-                                                    if problem is not None else None)
+            # The command's words name its own option; this one is pytest's.
+            early_config.stash[_preload_problem] = (
+                f"memory was not profiled: {problem.replace('--no-memory', '--pyrometer-no-memory')}"
+                if problem is not None else None)
         else:
             early_config.stash[_preload_problem] = _NO_MEMORY_COMMAND
     yield
 
 
 _preload_problem = pytest.StashKey[Any]()
-_plugin_key = pytest.StashKey[Any]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -115,7 +119,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("pyrometer"):
         return
     plugin = Profiling(config)
-    config.stash[_plugin_key] = plugin
     config.pluginmanager.register(plugin, "pyrometer-profiling")
 
 
@@ -144,12 +147,12 @@ class Profiling:
     """--pyrometer's hooks, registered only then."""
 
     def __init__(self, config: pytest.Config):
-        from . import _core
         from .cli import _interpreter_problem, _unwritable
-        from .inprocess import default_options, memory_available
-        problem = _interpreter_problem(force_version=False)
+        problem = _interpreter_problem(force_version=False)  # before the core is imported: it may refuse to load
         if problem is not None:
             raise pytest.UsageError(f"pytest --pyrometer: {problem}")
+        from . import _core
+        from .inprocess import default_options, memory_available
         if _core.running():
             raise pytest.UsageError("pytest --pyrometer cannot run under the pyrometer command, which profiles "
                                     "the whole run already: run `pytest --pyrometer` by itself")
@@ -299,8 +302,8 @@ class Profiling:
         return model.build(raw, program="pytest", argv=["pytest", *args], options=self.options.as_profile_options(),
                            elapsed=self.profiled_sec, start_time=self.first_start,
                            exit_status=min(max(getattr(self, "exitstatus", 0), 0), 255), ended_by="exit",
-                           notices=[*self.notices, f"pytest --pyrometer: the call phases of {len(self.results)} "
-                                    "tests, merged (setup and teardown are not profiled)"],
+                           notices=[*self.notices, f"pytest --pyrometer: the call phases of "
+                                    f"{_tests(len(self.results))}, merged (setup and teardown are not profiled)"],
                            processes=self.processes, process_count=len(self.processes))
 
     # ---- the report ------------------------------------------------------------------
@@ -405,16 +408,20 @@ def summary(profile: dict[str, Any], limits: dict[str, float], memory: bool) -> 
     return out
 
 
+def _tests(n: int) -> str:
+    return f"{n} test" if n == 1 else f"{n} tests"
+
+
 def summary_lines(results: list[dict[str, Any]], memory: bool, notices: list[str], show: int = 0) -> list[str]:
     """The per-test summary as text: the tests with the most CPU first (show
     of them, 0: all), each with its top lines."""
     ordered = sorted(results, key=lambda r: -r["cpu_sec"])
-    out = [f"{len(results)} tests profiled (call phase only; CPU sampled, memory "
+    out = [f"{_tests(len(results))} profiled (call phase only; CPU sampled, memory "
            f"{'sampled' if memory else 'not profiled'})"]
     out += [f"notice: {n}" for n in notices]
     unchecked = sum(1 for r in results if r["unchecked"])
     if unchecked:
-        out.append(f"notice: the memory budgets of {unchecked} tests were not checked: memory was not profiled")
+        out.append(f"notice: the memory budgets of {_tests(unchecked)} were not checked: memory was not profiled")
     for r in ordered[:show or None]:
         head = (f"{r['nodeid']}  CPU {r['cpu_sec']:.3f} s (Python {r['python_sec']:.3f}, native "
                 f"{r['native_sec']:.3f})  system {r['system_sec']:.3f} s")
@@ -429,5 +436,5 @@ def summary_lines(results: list[dict[str, Any]], memory: bool, notices: list[str
             out.append(f"    {t['where']}  {t['peak_mb']:.1f} MB peak  {t['allocated_mb']:.1f} MB allocated  "
                        f"{t['line'][:60]}")
     if show and len(ordered) > show:
-        out.append(f"... and {len(ordered) - show} more tests (all of them in the summary file)")
+        out.append(f"... and {len(ordered) - show} more (all of them in the summary file)")
     return out
