@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -296,3 +297,24 @@ def test_unwritable_output_said_before_the_tests(tmp_path):
     assert run.status == 4, run.out
     assert "pytest --pyrometer: cannot write the report to" in run.out and "no/such/dir" in run.out
     assert not (run.truth / "cpu_heavy").exists()  # no test ran
+
+
+def test_nearest_marker_sets_each_budget(tmp_path):
+    suite = textwrap.dedent('''
+        import pytest
+        pytestmark = pytest.mark.pyrometer_limit(cpu_seconds=100, allocated_mb=700)
+
+        @pytest.mark.pyrometer_limit(memory_mb=300)
+        class TestGroup:
+            @pytest.mark.pyrometer_limit(cpu_seconds=50)
+            def test_inner(self):
+                pass
+
+        def test_outer():
+            pass
+    ''').lstrip()
+    run = run_suite(tmp_path, "--pyrometer", "--pyrometer-no-memory", "--pyrometer-summary", "s.json", suite=suite)
+    assert run.status == 0, run.out
+    limits = {t["nodeid"].split("::")[-1]: t["limits"] for t in json.loads((tmp_path / "s.json").read_text())["tests"]}
+    assert limits == {"test_inner": {"cpu_seconds": 50.0, "memory_mb": 300.0, "allocated_mb": 700.0},
+                      "test_outer": {"cpu_seconds": 100.0, "allocated_mb": 700.0}}
