@@ -501,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["--live", *argv[1:]]  # pyrometer top PROG: the live view (live.py)
     elif argv and argv[0] == "view":
         return _view(argv[1:])
+    elif argv and argv[0] == "diff":
+        from .diff import command as diff  # compare two saved profiles
+        return diff(argv[1:])
     elif argv and argv[0] == "kernel":
         from .kernel import command  # Jupyter kernels with memory profiling
         return command(argv[1:])

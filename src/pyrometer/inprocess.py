@@ -94,7 +94,7 @@ class InProcessRun:
 
     def __init__(self, options: Options, program: str, *, program_prefixes: list[str] = (),
                  program_codes: list[types.CodeType] = (), notices: list[str] = (),
-                 no_memory_notice: str = NO_MEMORY_LIBRARY):
+                 no_memory_notice: str = NO_MEMORY_LIBRARY, program_directory: str | None = None):
         from .cli import _interpreter_problem  # the command's own words
         problem = _interpreter_problem(force_version=False)
         if problem is not None:
@@ -109,7 +109,8 @@ class InProcessRun:
             self.notices.append(no_memory_notice)
         # The codes stay referenced here for the run: the filter knows them by
         # address, which must not be reused meanwhile.
-        self.session = Session(options, _program_directory(), self.program_prefixes, list(program_codes))
+        self.session = Session(options, program_directory or _program_directory(), self.program_prefixes,
+                               list(program_codes))
 
     def start(self) -> None:
         from . import _core
@@ -120,24 +121,33 @@ class InProcessRun:
 
     def finish(self, error: BaseException | None = None) -> dict[str, Any]:
         """Stop and build the profile; error: what the code raised, if anything."""
-        from . import model
+        return self.build(self.collect(), error)
+
+    def collect(self) -> dict[str, Any]:
+        """Stop; the core's raw aggregates (children.Merger adds several up)."""
         self.session.stop()
-        raw = self.session.collect()
+        return self.session.collect()
+
+    def build(self, raw: dict[str, Any], error: BaseException | None = None) -> dict[str, Any]:
+        """The profile of raw, collected by this run or merged from several."""
+        from . import model
         notices = list(self.notices)
         if error is not None:
             notices.append(f"the code raised {type(error).__name__}: {error}"[:300])
         return model.build(raw, program=self.program, argv=[self.program], options=self.options.as_profile_options(),
                            elapsed=self.session.elapsed, start_time=self.session.start_time, exit_status=None,
                            ended_by="exit", notices=notices, sources=program_sources(self.program_prefixes),
-                           processes=[self._process(raw)], process_count=1)
+                           processes=[process_row(raw, self.session.elapsed)], process_count=1)
 
-    def _process(self, raw: dict[str, Any]) -> dict[str, Any]:
-        memory = raw.get("memory")
-        return {"pid": os.getpid(), "ppid": os.getppid(), "command": list(getattr(sys, "orig_argv", sys.argv)),
-                "started_by": "in-process", "profiled": True, "wall_sec": self.session.elapsed,
-                "cpu_sec": raw["process_cpu_ns"] * 1e-9,
-                "peak_mb": max(memory["max_footprint_bytes"], 0) / 1048576.0 if memory else None,
-                "exit_status": None, "ended_by": "exit", "note": None}
+
+def process_row(raw: dict[str, Any], elapsed: float, started_by: str = "in-process") -> dict[str, Any]:
+    """This process's row in a profile's process table, from its raw aggregates."""
+    memory = raw.get("memory")
+    return {"pid": os.getpid(), "ppid": os.getppid(), "command": list(getattr(sys, "orig_argv", sys.argv)),
+            "started_by": started_by, "profiled": True, "wall_sec": elapsed,
+            "cpu_sec": raw["process_cpu_ns"] * 1e-9,
+            "peak_mb": max(memory["max_footprint_bytes"], 0) / 1048576.0 if memory else None,
+            "exit_status": None, "ended_by": "exit", "note": None}
 
 
 def default_options(**changes: Any) -> Options:

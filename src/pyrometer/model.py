@@ -518,6 +518,7 @@ def _run_memory(memory: dict[str, Any], mem_lines: dict, elapsed: float) -> dict
         "max_footprint_fname": where[0] if where else None,
         "max_footprint_lineno": where[1] if where and where[1] > 0 else None,
         "growth_rate": 100.0 * memory["footprint_bytes"] / allocated if allocated > 0 else 0.0,
+        "allocated_mb": allocated / MB,  # every byte allocated in the run (sampled), freed or not
         "max_footprint_time_sec": memory["max_footprint_time_sec"],
         "footprint_mb": memory["footprint_bytes"] / MB,
         "growth_rate_mb_s": memory["footprint_bytes"] / MB / elapsed if elapsed > 0 else 0.0,
@@ -889,6 +890,7 @@ _MEMORY_TOP = _Object({
     "max_footprint_time_sec": (_NONNEG, 0.0),
     "footprint_mb": (_ANY_NUMBER, 0.0),
     "growth_rate_mb_s": (_ANY_NUMBER, _REQUIRED),
+    "allocated_mb": (_NONNEG, _OPTIONAL),  # older profiles lack it
     # Scalene's names (checked against max_footprint_where by check()); older
     # profiles lack them.
     "growth_rate": (_ANY_NUMBER, _OPTIONAL),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import site
 import sys
@@ -18,8 +19,11 @@ def _with_sep(path: str) -> str:
     return path.rstrip(os.sep) + os.sep
 
 
+@functools.lru_cache(maxsize=1)
 def _installation_directories() -> list[str]:
-    """Where the standard library and installed packages live: not the program."""
+    """Where the standard library and installed packages live: not the program.
+    Worked out once per process: a process that starts the core many times (a
+    profile per test under pytest --pyrometer) would spend a millisecond each."""
     dirs = set()
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         path = sysconfig.get_paths().get(key)

@@ -1,0 +1,320 @@
+"""The pytest plugin (src/pyrometer/pytest_plugin.py): a small generated suite
+run by `python -m pytest` in a subprocess, as a user runs it, with and without
+--pyrometer, alone and under pytest-xdist workers.
+
+The suite has a CPU-heavy test (which measures its own CPU time with
+time.process_time and writes it down: the truth for the plugin's figure), a
+memory-heavy test (50 MiB allocated and kept to its end: the truth for its
+peak and allocation), a test over its CPU budget, one over its memory budget,
+and one under both."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pyrometer import model
+
+TIMEOUT_S = 120
+KEPT_MB = 50
+# The CPU test's figure is sampled (every 10 ms) over its call phase, which
+# also holds a little of pytest's own work around the function: within 25% of
+# what the test measured itself, plus 50 ms (five samples) on this loaded machine.
+CPU_RELATIVE_TOLERANCE = 0.25
+CPU_ABSOLUTE_TOLERANCE_S = 0.05
+# Memory is sampled every 1 MiB allocated: each 1 MiB bytearray is a sample of
+# its own size, so the kept 50 MiB are seen within a few MiB (the list, Python's
+# own allocations on the way).
+MEMORY_TOLERANCE_MB = 4
+
+SUITE = '''\
+import json, os, time
+import pytest
+
+def busy(sums):
+    total = 0
+    for _ in range(sums):  # about 10 us each
+        total += sum(i * i for i in range(300))  # busy line
+    return total
+
+def record(name, value):
+    with open(os.path.join(os.environ["TRUTH_DIR"], name), "w") as f:
+        json.dump(value, f)
+
+def test_cpu_heavy():
+    start = time.process_time()
+    busy(60000)
+    record("cpu_heavy", time.process_time() - start)
+
+def test_memory_heavy():
+    kept = [bytearray(1 << 20) for _ in range({kept})]  # kept line
+    assert len(kept) == {kept}
+    record("threads_during_test", len(os.listdir("/proc/self/task")))
+
+@pytest.mark.pyrometer_limit(cpu_seconds=0.05)
+def test_over_cpu_budget():
+    busy(40000)
+
+@pytest.mark.pyrometer_limit(memory_mb=20, allocated_mb=1000)
+def test_over_memory_budget():
+    kept = [bytearray(1 << 20) for _ in range(40)]  # over-memory line
+    assert kept
+
+@pytest.mark.pyrometer_limit(cpu_seconds=30, memory_mb=500)
+def test_within_budget():
+    busy(4000)
+'''.replace("{kept}", str(KEPT_MB))
+
+# What the suite's conftest writes down at the end of the session: whether the
+# plugin was loaded, and what of pyrometer was imported.
+CONFTEST = '''\
+import json, os, sys
+
+def pytest_sessionfinish(session):
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    with open(os.path.join(os.environ["TRUTH_DIR"], "session"), "w") as f:
+        json.dump({"plugin_loaded": session.config.pluginmanager.hasplugin("pyrometer"),
+                   "modules": sorted(m for m in sys.modules if m.startswith("pyrometer")),
+                   "threads": len(os.listdir("/proc/self/task"))}, f)
+'''
+
+
+def _line_of(source: str, marker: str) -> int:
+    return next(n for n, text in enumerate(source.splitlines(), 1) if marker in text)
+
+
+def _env(truth: Path) -> dict[str, str]:
+    env = dict(os.environ, TRUTH_DIR=str(truth))
+    # This suite may itself run under pytest-xdist or with options meant for it.
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_ADDOPTS",
+                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "LD_PRELOAD"):
+        env.pop(name, None)
+    return env
+
+
+class Run:
+    def __init__(self, directory: Path, proc: subprocess.CompletedProcess):
+        self.directory = directory
+        self.status = proc.returncode
+        self.out = proc.stdout + proc.stderr
+        self.truth = directory / "truth"
+
+    def read(self, name: str):
+        return json.loads((self.truth / name).read_text())
+
+
+def run_suite(directory: Path, *args: str, suite: str = SUITE, command: list[str] | None = None) -> Run:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "test_suite.py").write_text(suite)
+    (directory / "conftest.py").write_text(CONFTEST)
+    truth = directory / "truth"
+    truth.mkdir(exist_ok=True)
+    cmd = command or [sys.executable, "-m", "pytest"]
+    proc = subprocess.run([*cmd, "-p", "no:cacheprovider", "-p", "no:rerunfailures", "-rA", *args],
+                          cwd=directory, env=_env(truth), capture_output=True, text=True, timeout=TIMEOUT_S)
+    return Run(directory, proc)
+
+
+def _outcomes(out: str) -> dict[str, str]:
+    """test name -> PASSED/FAILED/ERROR, from -rA's short summary."""
+    return {m[1]: m[0] for m in re.findall(r"^(PASSED|FAILED|ERROR) test_suite\.py::(\w+)", out, re.M)}
+
+
+def _check_profiled_run(run: Run, summary: dict, profile_path: Path, processes: int) -> None:
+    where_busy = f"test_suite.py:{_line_of(SUITE, '# busy line')}"
+    where_over_memory = f"test_suite.py:{_line_of(SUITE, '# over-memory line')}"
+    assert _outcomes(run.out) == {"test_cpu_heavy": "PASSED", "test_memory_heavy": "PASSED",
+                                  "test_over_cpu_budget": "FAILED", "test_over_memory_budget": "FAILED",
+                                  "test_within_budget": "PASSED"}, run.out
+    assert run.status == 1, run.out
+    # The budgets' failures name the lines responsible, with their figures.
+    assert re.search(r"pyrometer_limit: CPU time \d\.\d+ s is over the budget cpu_seconds=0\.05; the lines "
+                     rf"responsible:\n\s+{re.escape(where_busy)} \d\.\d+ s \(Python ", run.out), run.out
+    assert re.search(r"pyrometer_limit: peak memory \d+\.\d+ MB is over the budget memory_mb=20; the lines "
+                     rf"responsible:\n\s+{re.escape(where_over_memory)} \d+\.\d MB peak", run.out), run.out
+    assert "allocated_mb=1000" not in run.out  # a budget kept is not reported
+
+    tests = {t["nodeid"].split("::")[1]: t for t in summary["tests"]}
+    assert sorted(tests) == ["test_cpu_heavy", "test_memory_heavy", "test_over_cpu_budget",
+                             "test_over_memory_budget", "test_within_budget"]
+    assert summary["memory"] is True, summary["notices"]
+    cpu = tests["test_cpu_heavy"]
+    truth = run.read("cpu_heavy")
+    assert abs(cpu["cpu_sec"] - truth) <= CPU_RELATIVE_TOLERANCE * truth + CPU_ABSOLUTE_TOLERANCE_S, (cpu, truth)
+    assert cpu["python_sec"] + cpu["native_sec"] == pytest.approx(cpu["cpu_sec"])
+    assert cpu["top_cpu"][0]["where"] == where_busy
+    assert cpu["over_budget"] == []
+    memory = tests["test_memory_heavy"]
+    assert abs(memory["peak_mb"] - KEPT_MB) <= MEMORY_TOLERANCE_MB, memory
+    assert abs(memory["allocated_mb"] - KEPT_MB) <= MEMORY_TOLERANCE_MB, memory
+    assert memory["top_memory"][0]["where"] == f"test_suite.py:{_line_of(SUITE, '# kept line')}"
+    assert memory["cpu_sec"] < truth, memory  # allocating 50 MiB is not 0.6 s of work
+    assert len(tests["test_over_cpu_budget"]["over_budget"]) == 1
+    assert tests["test_within_budget"]["over_budget"] == []
+    assert tests["test_within_budget"]["limits"] == {"cpu_seconds": 30.0, "memory_mb": 500.0}
+
+    # The terminal summary lists every test, most CPU first.
+    block = run.out[run.out.index("pyrometer: per-test profile"):]
+    assert block.index("test_cpu_heavy") < block.index("test_over_cpu_budget") < block.index("test_memory_heavy")
+    assert f"    {where_busy}  0." in block
+
+    # The merged profile: every test's lines, in one profile that loads.
+    profile = model.load(str(profile_path))
+    assert profile["memory"] is True
+    assert profile["process_count"] == processes
+    assert len(profile["processes"]) == processes
+    lines = {e["lineno"]: e for e in profile["files"][str(run.directory / "test_suite.py")]["lines"]}
+    # busy() ran in three tests, the CPU-heavy one's share measured by itself.
+    loop = [lines[_line_of(SUITE, "# busy line") - k] for k in (0, 1)]
+    assert sum(e["n_cpu_python_sec"] + e["n_cpu_native_sec"] for e in loop) > truth * (1 - CPU_RELATIVE_TOLERANCE)
+    assert lines[_line_of(SUITE, "# kept line")]["n_malloc_mb"] >= KEPT_MB - MEMORY_TOLERANCE_MB
+    assert profile["max_footprint_mb"] == pytest.approx(KEPT_MB, abs=MEMORY_TOLERANCE_MB)
+    assert profile["allocated_mb"] >= KEPT_MB + 40 - 2 * MEMORY_TOLERANCE_MB
+    assert any("setup and teardown are not profiled" in n for n in profile["notices"])
+    view = subprocess.run([sys.executable, "-m", "pyrometer", "view", "--cli", str(profile_path)],
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert view.returncode == 0 and "busy line" in view.stdout, view.stderr
+
+
+@pytest.mark.accuracy
+def test_profiled_suite(tmp_path):
+    run = run_suite(tmp_path, "--pyrometer", "--pyrometer-json", "merged.json",
+                    "--pyrometer-summary", "summary.json")
+    _check_profiled_run(run, json.loads((tmp_path / "summary.json").read_text()), tmp_path / "merged.json", 1)
+    session = run.read("session")
+    assert "pyrometer._core" in session["modules"]
+    # The sampler is a thread of its own while a test runs, and is gone after.
+    assert run.read("threads_during_test") > 1
+    assert session["threads"] == 1
+    assert "summary written to summary.json; merged profile to merged.json" in run.out
+
+
+@pytest.mark.accuracy
+def test_xdist_workers(tmp_path):
+    """Each worker profiles its tests (with memory: the library comes from the
+    controller), the controller merges: the same figures as without xdist; the
+    merged profile goes to its default file."""
+    pytest.importorskip("xdist")
+    run = run_suite(tmp_path, "--pyrometer", "-p", "xdist", "-n", "2", "--pyrometer-summary", "summary.json")
+    assert "[gw0]" in run.out or "[gw1]" in run.out, run.out  # -rA names each test's worker
+    profile_path = tmp_path / "pyrometer-pytest.json"
+    _check_profiled_run(run, json.loads((tmp_path / "summary.json").read_text()), profile_path, 2)
+    workers = {p["started_by"] for p in model.load(str(profile_path))["processes"]}
+    assert workers == {"pytest-xdist worker gw0", "pytest-xdist worker gw1"}
+
+
+def test_off_without_the_option(tmp_path):
+    """Installed, loaded, and doing nothing: no core imported, no thread, no
+    output, no file; the budget marker is registered (--strict-markers) and
+    not enforced."""
+    run = run_suite(tmp_path, "--strict-markers")
+    session = run.read("session")
+    assert session["plugin_loaded"] is True
+    assert session["modules"] == ["pyrometer", "pyrometer.control", "pyrometer.focus", "pyrometer.pytest_plugin"]
+    assert session["threads"] == 1
+    assert run.read("threads_during_test") == 1
+    assert run.status == 0, run.out
+    assert set(_outcomes(run.out).values()) == {"PASSED"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conftest.py", "test_suite.py", "truth"]
+    # The output is the output of a run without the plugin, but for pytest's
+    # list of plugins and the time taken (the marker declared there as the plugin does).
+    unplugged = run_suite(tmp_path, "--strict-markers", "-p", "no:pyrometer", "-o", "markers=pyrometer_limit: x")
+    assert unplugged.read("session")["plugin_loaded"] is False
+    assert _plain_output(run.out) == _plain_output(unplugged.out)
+    assert "pyrometer" not in _plain_output(run.out)
+
+
+def _plain_output(out: str) -> str:
+    return re.sub(r" in [0-9.]+s", " in Ns", re.sub(r"^plugins: .*\n", "", out, flags=re.M))
+
+
+BAD_MARKERS = {
+    "positional": ("pyrometer_limit(1.0)", "takes keyword arguments only (cpu_seconds, memory_mb, "
+                                           "allocated_mb), not 1.0"),
+    "unknown": ("pyrometer_limit(cpu_secs=1)", "unknown budget cpu_secs=: the budgets are cpu_seconds, "
+                                              "memory_mb, allocated_mb"),
+    "text": ("pyrometer_limit(memory_mb='50MB')", "memory_mb must be a positive number (MB), not '50MB'"),
+    "negative": ("pyrometer_limit(cpu_seconds=-1)", "cpu_seconds must be a positive number (s), not -1"),
+    "boolean": ("pyrometer_limit(allocated_mb=True)", "allocated_mb must be a positive number (MB), not True"),
+    "empty": ("pyrometer_limit()", "names no budget: give one or more of cpu_seconds, memory_mb, allocated_mb"),
+}
+
+
+def test_bad_marker_arguments(tmp_path):
+    """Each bad marker is that test's error, one line naming the marker and
+    what is wrong; the other tests run."""
+    suite = "import pytest\n\ndef test_good():\n    pass\n" + "".join(
+        f"\n@pytest.mark.{marker}\ndef test_{name}():\n    pass\n" for name, (marker, _) in BAD_MARKERS.items())
+    run = run_suite(tmp_path, "--pyrometer", "--pyrometer-no-memory", "--strict-markers", suite=suite)
+    outcomes = _outcomes(run.out)
+    assert outcomes == {"test_good": "PASSED", **{f"test_{name}": "ERROR" for name in BAD_MARKERS}}, run.out
+    for name, (_, message) in BAD_MARKERS.items():
+        assert f"ERROR at setup of test_{name} _" in run.out
+        assert f"@pytest.mark.pyrometer_limit: {message}\n" in run.out, (name, run.out)
+    assert "Traceback" not in run.out and "pytest_plugin.py" not in run.out
+
+
+def test_cpu_only_when_not_a_command(tmp_path):
+    """pytest.main() inside another program cannot be re-executed under the
+    memory library: CPU only, one notice saying why, memory budgets unchecked
+    (and said so), CPU budgets still enforced."""
+    driver = "import sys, pytest; sys.exit(pytest.main(sys.argv[1:]))"
+    run = run_suite(tmp_path, "--pyrometer", command=[sys.executable, "-c", driver])
+    assert _outcomes(run.out) == {"test_cpu_heavy": "PASSED", "test_memory_heavy": "PASSED",
+                                  "test_over_cpu_budget": "FAILED", "test_over_memory_budget": "PASSED",
+                                  "test_within_budget": "PASSED"}, run.out
+    assert ("notice: memory was not profiled: pytest was not started as a command (pytest.main() from another "
+            "program)") in run.out
+    assert "notice: the memory budgets of 2 tests were not checked: memory was not profiled" in run.out
+    assert "peak" not in run.out.split("pyrometer: per-test profile")[1]
+    profile = model.load(str(tmp_path / "pyrometer-pytest.json"))
+    assert profile["memory"] is False
+    text = (tmp_path / "pyrometer-pytest.txt").read_text()  # the default summary file: the terminal's lines
+    assert text.startswith("5 tests profiled (call phase only; CPU sampled, memory not profiled)\n")
+    assert text.strip() in run.out
+
+
+def test_refused_under_the_command(tmp_path):
+    """Under `pyrometer -m pytest`, which profiles the whole run already: one
+    clear line, and pytest's usage-error status."""
+    run = run_suite(tmp_path, "--pyrometer", command=[sys.executable, "-m", "pyrometer", "--cpu-only",
+                                                      "--quiet", "-m", "pytest"])
+    assert run.status == 4, run.out
+    assert ("pytest --pyrometer cannot run under the pyrometer command, which profiles the whole run already"
+            in run.out)
+
+
+def test_unwritable_output_said_before_the_tests(tmp_path):
+    run = run_suite(tmp_path, "--pyrometer", "--pyrometer-no-memory", "--pyrometer-json", "no/such/dir/merged.json")
+    assert run.status == 4, run.out
+    assert "pytest --pyrometer: cannot write the report to" in run.out and "no/such/dir" in run.out
+    assert not (run.truth / "cpu_heavy").exists()  # no test ran
+
+
+def test_nearest_marker_sets_each_budget(tmp_path):
+    suite = textwrap.dedent('''
+        import pytest
+        pytestmark = pytest.mark.pyrometer_limit(cpu_seconds=100, allocated_mb=700)
+
+        @pytest.mark.pyrometer_limit(memory_mb=300)
+        class TestGroup:
+            @pytest.mark.pyrometer_limit(cpu_seconds=50)
+            def test_inner(self):
+                pass
+
+        def test_outer():
+            pass
+    ''').lstrip()
+    run = run_suite(tmp_path, "--pyrometer", "--pyrometer-no-memory", "--pyrometer-summary", "s.json", suite=suite)
+    assert run.status == 0, run.out
+    limits = {t["nodeid"].split("::")[-1]: t["limits"] for t in json.loads((tmp_path / "s.json").read_text())["tests"]}
+    assert limits == {"test_inner": {"cpu_seconds": 50.0, "memory_mb": 300.0, "allocated_mb": 700.0},
+                      "test_outer": {"cpu_seconds": 100.0, "allocated_mb": 700.0}}
