@@ -295,8 +295,15 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     focus = Focus(raw.get("profiled_functions", []))
 
     files: dict[str, Any] = {}
+    # Every line with figures, shown or not (@profile, --reduced-profile): the
+    # verdict is about the whole run.
+    every_entry: list[tuple[str, dict[str, Any]]] = []
     for filename in sorted(lines):
         if not focus.covers_file(filename):
+            every_entry.extend(_hidden_entries(filename, lines[filename], mem_lines.get(filename, {}),
+                                               gpu_lines.get(filename, {}), lambda n: False, denominator,
+                                               await_total, memory, activity, elapsed, gpu_used, gpu_total,
+                                               sources))
             continue
         per_line = lines[filename]
         per_line_mem = mem_lines.get(filename, {})
@@ -305,6 +312,9 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         leaks = {}
         shown = focus.lines_of(filename)
         per_line_gpu = gpu_lines.get(filename, {})
+        every_entry.extend(_hidden_entries(filename, per_line, per_line_mem, per_line_gpu, shown, denominator,
+                                           await_total, memory, activity, elapsed, gpu_used, gpu_total,
+                                           sources, source))
         for lineno in _lines_to_report(len(source), set(per_line) | set(per_line_mem) | set(per_line_gpu)):
             if not shown(lineno):
                 continue
@@ -321,6 +331,8 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
                     leaks[str(lineno)] = {"likelihood": likelihood,
                                           "velocity_mb_s": m.net / MB / elapsed if elapsed > 0 else 0.0,
                                           "growth_mb": m.net / MB}
+            if lineno in per_line or lineno in per_line_mem or lineno in per_line_gpu:
+                every_entry.append((filename, entry))
             if not reduced or _significant(entry, threshold, malloc_threshold):
                 line_entries.append(entry)
         function_entries = []
@@ -352,7 +364,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             "leaks": leaks,
         }
 
-    return {
+    profile = {
         "pyrometer_schema": SCHEMA_VERSION,
         "program": program,
         "args": argv[1:],
@@ -408,6 +420,32 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         "profiled_functions": focus.fields(),
         "files": files,
     }
+    from .verdict import decide
+    profile["verdict"] = decide(profile, every_entry,
+                                lambda filename, lineno: focus.covers_file(filename) and focus.lines_of(filename)(lineno))
+    return profile
+
+
+def _hidden_entries(filename: str, per_line: dict, per_line_mem: dict, per_line_gpu: dict, shown,
+                    denominator: float, await_total: float, memory: Any, activity: float, elapsed: float,
+                    gpu_used: bool, gpu_total: float, sources: dict[str, str] | None,
+                    source: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Entries, for the verdict only, of the lines with figures that the
+    report does not show (outside the @profile functions)."""
+    out = []
+    for lineno in sorted(set(per_line) | set(per_line_mem) | set(per_line_gpu)):
+        if shown(lineno):
+            continue
+        if source is None:
+            source = _source_lines(filename, sources)
+        entry = {"lineno": lineno, "line": source[lineno - 1] if 0 < lineno <= len(source) else ""}
+        entry.update((per_line.get(lineno) or _Sums()).fields(denominator, await_total))
+        if gpu_used:
+            entry.update(per_line_gpu.get(lineno, _NO_GPU).fields(gpu_total))
+        if memory:
+            entry.update(per_line_mem.get(lineno, _NO_MEMORY).fields(activity, elapsed))
+        out.append((filename, entry))
+    return out
 
 
 class Focus:
@@ -855,6 +893,21 @@ _RUN.fields.update({
                                           "lineno": (_LINENO, _REQUIRED), "end_lineno": (_LINENO, _REQUIRED)})),
                            []),
 })
+# The verdict (verdict.py); a profile of an older pyrometer lacks it and gets
+# one made from its own figures (check()).
+_VERDICT = _Object({
+    "bound": (_STR, _REQUIRED),  # one of verdict.BOUNDS: checked by check()
+    "summary": (_STR, _REQUIRED),
+    "evidence": (_Object({name: (_Null(_NONNEG), _OPTIONAL) for name in (
+        "total_time_sec", "overlapped_wait_sec", "judged_time_sec", "own_time_sec", "python_percent", "native_percent",
+        "system_percent", "gil_wait_percent", "cpu_wait_percent", "allocated_mb_per_cpu_sec",
+        "freed_fraction", "copy_mb_per_cpu_sec", "gpu_busy_percent", "lines_percent")}
+        | {"samples": (_COUNT, _OPTIONAL)}), {}),
+    "lines": (_List(_Object({"filename": (_STR, _REQUIRED), "lineno": (_LINENO, _REQUIRED),
+                             "line": (_STR, ""), "value": (_NONNEG, _REQUIRED), "unit": (_STR, "s"),
+                             "percent": (_number(0.0, 100.0), 0.0), "shown": (_BOOL, True)})), []),
+})
+_RUN.fields["verdict"] = (_VERDICT, _OPTIONAL)
 _TOP_WITH_MEMORY = _Object({**_RUN.fields, **_MEMORY_TOP.fields})
 _TOP_CPU_ONLY = _Object({**_RUN.fields, **_optional(_MEMORY_TOP)})
 
@@ -1102,4 +1155,15 @@ def check(profile: Any, path: str = "the profile") -> dict[str, Any]:
     file_kind = _FILE_WITH_MEMORY if memory else _FILE_CPU_ONLY
     for name, f in profile["files"].items():
         _check_value(f, file_kind, f"{where}files[{_shown_name(name)}]")
+    from .verdict import BOUNDS, decide
+    verdict = profile.get("verdict")
+    if verdict is None:
+        # An older pyrometer's profile: the verdict from the figures it has.  Its
+        # lines are those the profile kept (with @profile, only the decorated
+        # functions'; with --reduced-profile, the significant ones).
+        profile["verdict"] = decide(profile, ((name, e) for name, f in profile["files"].items()
+                                              for e in f["lines"]))
+    elif verdict["bound"] not in BOUNDS:
+        raise ProfileError(f"{where}verdict.bound is {_shown(verdict['bound'])}: it must be one of "
+                           + ", ".join(BOUNDS))
     return profile
