@@ -896,7 +896,8 @@ _RUN.fields.update({
 # The verdict (verdict.py); a profile of an older pyrometer lacks it and gets
 # one made from its own figures (check()).
 _VERDICT = _Object({
-    "bound": (_STR, _REQUIRED),  # one of verdict.BOUNDS: checked by check()
+    "bound": (_STR, _REQUIRED),  # one of verdict.BOUNDS, as own_bound: checked by check()
+    "own_bound": (_STR, _OPTIONAL),
     "summary": (_STR, _REQUIRED),
     "evidence": (_Object({name: (_Null(_NONNEG), _OPTIONAL) for name in (
         "total_time_sec", "overlapped_wait_sec", "judged_time_sec", "own_time_sec", "python_percent", "native_percent",
@@ -1163,7 +1164,9 @@ def check(profile: Any, path: str = "the profile") -> dict[str, Any]:
         # functions'; with --reduced-profile, the significant ones).
         profile["verdict"] = decide(profile, ((name, e) for name, f in profile["files"].items()
                                               for e in f["lines"]))
-    elif verdict["bound"] not in BOUNDS:
-        raise ProfileError(f"{where}verdict.bound is {_shown(verdict['bound'])}: it must be one of "
-                           + ", ".join(BOUNDS))
+    else:
+        for name in ("bound", "own_bound"):
+            if verdict.get(name, "none") not in BOUNDS:
+                raise ProfileError(f"{where}verdict.{name} is {_shown(verdict[name])}: it must be one of "
+                                   + ", ".join(BOUNDS))
     return profile

@@ -152,7 +152,13 @@ def decide(run: dict[str, Any], entries: Iterable[tuple[str, dict[str, Any]]],
         wall = max(run.get("elapsed_time_sec", 0.0) - run.get("paused_sec", 0.0), 0.0)
         evidence["gpu_busy_percent"] = min(100.0, 100.0 * run["gpu_time_sec"] / devices / wall) if wall > 0 else 0.0
 
-    bound = _bound(share, cpu_wait, cpu_share, evidence, samples, judged)
+    own_bound = _own_bound(share, cpu_share, evidence) if samples >= MIN_SAMPLES and own > 0 else "unknown"
+    bound = own_bound
+    if samples < MIN_SAMPLES or judged <= 0:
+        bound = "unknown"
+    elif cpu_wait >= MAJORITY and cpu_wait >= MARGIN * max(v * (100.0 - cpu_wait) / 100.0 for v in share.values()):
+        # Waiting for a CPU bounds the run when it is most of the judged time, by a margin.
+        bound = "cpu_wait"
     measure, unit = _MEASURES[bound]
     if bound == "cpu_wait" and folded:
         measure = _line_waits
@@ -168,19 +174,31 @@ def decide(run: dict[str, Any], entries: Iterable[tuple[str, dict[str, Any]]],
                            "percent": 100.0 * value / of_bound if of_bound > 0 else 0.0,
                            "shown": True if shown is None else bool(shown(filename, e["lineno"]))})
     evidence["lines_percent"] = sum(p["percent"] for p in picked)
-    return {"bound": bound, "summary": _summary(bound, share, cpu_wait, cpu_share, evidence, picked, n_cpus),
-            "evidence": evidence, "lines": picked}
+    summary = _summary(bound, share, cpu_wait, cpu_share, evidence, picked, n_cpus)
+    if bound == "cpu_wait" and own_bound != "unknown":
+        summary += f" Of the time it ran or waited on its own: {_OWN_WORDS[own_bound](share, cpu_share, evidence)}."
+    return {"bound": bound, "own_bound": own_bound, "summary": summary, "evidence": evidence, "lines": picked}
 
 
-def _bound(share: dict[str, float], cpu_wait: float, cpu_share: float, evidence: dict[str, Any],
-           samples: int, judged: float) -> str:
-    """The rule, first match wins (how-it-works.md, "The verdict")."""
-    if samples < MIN_SAMPLES or judged <= 0:
-        return "unknown"
-    # Waiting for a CPU bounds the run when it is most of the judged time, by a margin.
-    own_in_judged = [v * (100.0 - cpu_wait) / 100.0 for v in share.values()]
-    if cpu_wait >= MAJORITY and cpu_wait >= MARGIN * max(own_in_judged, default=0.0):
-        return "cpu_wait"
+# The program's own bound in a few words, where a busy machine bounds the run.
+_OWN_WORDS = {
+    "python_cpu": lambda sh, c, ev: f"Python CPU ({_pct(sh['python'])} bytecode)",
+    "native_cpu": lambda sh, c, ev: f"native CPU ({_pct(sh['native'])})",
+    "system": lambda sh, c, ev: f"system time ({_pct(sh['system'])} off CPU in system calls)",
+    "gil_wait": lambda sh, c, ev: f"waiting for the GIL ({_pct(sh['gil_wait'])})",
+    "allocation_churn": lambda sh, c, ev: f"allocation churn ({_rate(ev['allocated_mb_per_cpu_sec'])} allocated "
+                                          "per second of CPU)",
+    "copying": lambda sh, c, ev: f"copying ({_rate(ev['copy_mb_per_cpu_sec'])} per second of CPU)",
+    "gpu_idle": lambda sh, c, ev: f"the GPU idle ({_pct(ev['gpu_busy_percent'])} busy) while the CPU works",
+    "none": lambda sh, c, ev: "no single bound (" + ", ".join(
+        f"{dict((k, label) for k, _, label in _TIME_KINDS)[k]} {_pct(v)}"
+        for k, v in sorted(sh.items(), key=lambda kv: -kv[1]) if v >= 5) + ")",
+}
+
+
+def _own_bound(share: dict[str, float], cpu_share: float, evidence: dict[str, Any]) -> str:
+    """The program's own bound, CPU wait left out: the rule, first match wins
+    (how-it-works.md, "The verdict")."""
     ranked = sorted(share.items(), key=lambda kv: -kv[1])
     (first, top), (_, second) = ranked[0], ranked[1]
     majority = top >= MAJORITY and top >= MARGIN * second
