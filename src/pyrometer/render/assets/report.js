@@ -353,7 +353,7 @@
     var V = S.verdict;
     if (!V || typeof V.summary !== "string") return "";
     var lines = Array.isArray(V.lines) ? V.lines : [];
-    return '<div class="verdict" id="verdict" data-bound="' + esc(V.bound) + '"><b>Verdict</b> ' +
+    return '<div class="verdict" id="verdict" data-bound="' + esc(V.bound) + '"><strong>Verdict</strong> ' +
       esc(V.summary) + (lines.length ? '<div class="verdict-lines">' + lines.map(function (l) {
         var figure = l.unit === "MB" ? fix(l.value, 0) + " MB" : secs(l.value);
         return "<span>" + whereName(l.filename, l.lineno) + " " + esc(figure) + " (" + fix(l.percent, 0) + "%)" +
