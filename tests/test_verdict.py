@@ -471,3 +471,11 @@ def test_view_of_a_damaged_verdict_is_one_line(saved, tmp_path, run_pyrometer):
     proc = run_pyrometer(["view", bad], cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "verdict.evidence.native_percent" in proc.stderr, proc.stderr
+
+
+def test_a_line_holding_all_of_it_is_at_most_100_percent():
+    """100 * 0.07 / 0.07 is 100.00000000000001 in floating point: the share is
+    kept within what model.check allows."""
+    v = verdict.decide(_run(python=0.07, elapsed=0.07), [_line(3, n_cpu_python_sec=0.07)])
+    assert v["lines"][0]["percent"] == 100.0 and v["evidence"]["lines_percent"] == 100.0
+    model._check_value(v, model._VERDICT, "verdict")

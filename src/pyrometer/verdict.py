@@ -171,9 +171,10 @@ def decide(run: dict[str, Any], entries: Iterable[tuple[str, dict[str, Any]]],
         for value, filename, e in values:
             picked.append({"filename": filename, "lineno": e["lineno"], "line": str(e.get("line", "")).strip(),
                            "value": value / MB if unit == "MB" else value, "unit": unit,
-                           "percent": 100.0 * value / of_bound if of_bound > 0 else 0.0,
+                           # (rounding can put a line holding all of it a hair above 100)
+                           "percent": min(100.0, 100.0 * value / of_bound) if of_bound > 0 else 0.0,
                            "shown": True if shown is None else bool(shown(filename, e["lineno"]))})
-    evidence["lines_percent"] = sum(p["percent"] for p in picked)
+    evidence["lines_percent"] = min(100.0, sum(p["percent"] for p in picked))
     summary = _summary(bound, share, cpu_wait, cpu_share, evidence, picked, n_cpus)
     if bound == "cpu_wait" and own_bound != "unknown":
         summary += f" Of the time it ran or waited on its own: {_OWN_WORDS[own_bound](share, cpu_share, evidence)}."
