@@ -474,8 +474,8 @@ def test_view_of_a_damaged_verdict_is_one_line(saved, tmp_path, run_pyrometer):
 
 
 def test_a_line_holding_all_of_it_is_at_most_100_percent():
-    """100 * 0.07 / 0.07 is 100.00000000000001 in floating point: the share is
+    """100 * 0.007 / 0.007 is 100.00000000000001 in floating point: the share is
     kept within what model.check allows."""
-    v = verdict.decide(_run(python=0.07, elapsed=0.07), [_line(3, n_cpu_python_sec=0.07)])
+    v = verdict.decide(_run(python=0.007, elapsed=0.007), [_line(3, n_cpu_python_sec=0.007)])
     assert v["lines"][0]["percent"] == 100.0 and v["evidence"]["lines_percent"] == 100.0
     model._check_value(v, model._VERDICT, "verdict")
