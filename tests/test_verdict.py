@@ -479,3 +479,18 @@ def test_a_line_holding_all_of_it_is_at_most_100_percent():
     v = verdict.decide(_run(python=0.007, elapsed=0.007), [_line(3, n_cpu_python_sec=0.007)])
     assert v["lines"][0]["percent"] == 100.0 and v["evidence"]["lines_percent"] == 100.0
     model._check_value(v, model._VERDICT, "verdict")
+
+
+def test_figures_too_large_to_judge_are_one_line(saved, tmp_path, run_pyrometer):
+    """An older profile (no verdict) whose figures are each finite but whose
+    sums are not: the verdict cannot be made, and view says so in one line."""
+    profile = json.loads(saved.read_text())
+    del profile["verdict"]
+    profile["cpu_time_sec"].update(python=1.7e308, native=1.7e308)
+    profile["total_time_sec"] = 1.7e308
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(profile))
+    for fmt in ([], ["--json"]):
+        proc = run_pyrometer(["view", huge, *fmt], cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout[:300]
+        assert proc.stderr.count("\n") == 1 and "too large to add up" in proc.stderr, proc.stderr

@@ -1162,8 +1162,14 @@ def check(profile: Any, path: str = "the profile") -> dict[str, Any]:
         # An older pyrometer's profile: the verdict from the figures it has.  Its
         # lines are those the profile kept (with @profile, only the decorated
         # functions'; with --reduced-profile, the significant ones).
-        profile["verdict"] = decide(profile, ((name, e) for name, f in profile["files"].items()
-                                              for e in f["lines"]))
+        made = decide(profile, ((name, e) for name, f in profile["files"].items() for e in f["lines"]))
+        try:
+            _check_value(made, _VERDICT, "verdict")
+        except ProfileError:
+            # Each figure is finite, but their sums or ratios are not.
+            raise ProfileError(f"{where}its times and volumes are too large to add up (a verdict made from "
+                               "them is not finite)") from None
+        profile["verdict"] = made
     else:
         for name in ("bound", "own_bound"):
             if verdict.get(name, "none") not in BOUNDS:
