@@ -165,7 +165,7 @@ def decide(run: dict[str, Any], entries: Iterable[tuple[str, dict[str, Any]]],
     picked: list[dict[str, Any]] = []
     of_bound = 0.0
     if measure is not None:
-        values = [(measure(e, n_cpus), f, e) for f, e in entries]
+        values = [(measure(e), f, e) for f, e in entries]
         of_bound = sum(v for v, _, _ in values)
         values = sorted((x for x in values if x[0] > 0), key=lambda x: (-x[0], x[1], x[2]["lineno"]))[:LINES]
         for value, filename, e in values:
@@ -219,28 +219,28 @@ def _own_bound(share: dict[str, float], cpu_share: float, evidence: dict[str, An
     return "none"
 
 
-def _seconds_of(field: str) -> Callable[[dict[str, Any], int], float]:
-    return lambda e, n_cpus: float(e.get(field, 0.0))
+def _seconds_of(field: str) -> Callable[[dict[str, Any]], float]:
+    return lambda e: float(e.get(field, 0.0))
 
 
-def _line_waits(e: dict[str, Any], n_cpus: int) -> float:
+def _line_waits(e: dict[str, Any]) -> float:
     return float(e.get("n_cpu_wait_sec", 0.0)) + float(e.get("n_gil_wait_sec", 0.0))
 
 
-def _line_time(e: dict[str, Any], n_cpus: int) -> float:
+def _line_time(e: dict[str, Any]) -> float:
     return sum(float(e.get(field, 0.0)) for _, field, _ in _TIME_KINDS)
 
 
 # Per bound: the figure each line is ranked by, and its unit.
-_MEASURES: dict[str, tuple[Callable[[dict[str, Any], int], float] | None, str]] = {
+_MEASURES: dict[str, tuple[Callable[[dict[str, Any]], float] | None, str]] = {
     "python_cpu": (_seconds_of("n_cpu_python_sec"), "s"),
     "native_cpu": (_seconds_of("n_cpu_native_sec"), "s"),
     "system": (_seconds_of("n_sys_sec"), "s"),
     "gil_wait": (_seconds_of("n_gil_wait_sec"), "s"),
     "cpu_wait": (_seconds_of("n_cpu_wait_sec"), "s"),
-    "allocation_churn": (lambda e, n: _bytes(e, "n_malloc_bytes", "n_malloc_mb"), "MB"),
-    "copying": (lambda e, n: _bytes(e, "n_copy_bytes"), "MB"),
-    "gpu_idle": (lambda e, n: float(e.get("n_cpu_python_sec", 0.0)) + float(e.get("n_cpu_native_sec", 0.0)), "s"),
+    "allocation_churn": (lambda e: _bytes(e, "n_malloc_bytes", "n_malloc_mb"), "MB"),
+    "copying": (lambda e: _bytes(e, "n_copy_bytes"), "MB"),
+    "gpu_idle": (lambda e: float(e.get("n_cpu_python_sec", 0.0)) + float(e.get("n_cpu_native_sec", 0.0)), "s"),
     "none": (_line_time, "s"),
     "unknown": (None, "s"),
 }
