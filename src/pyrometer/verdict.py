@@ -41,8 +41,9 @@ COPY_MB_PER_CPU_SEC = 3072.0
 COPY_OF_ALLOC = 0.5
 # The GPU idles when it is busy less than this share of the run while the CPU works.
 GPU_BUSY = 50.0
-# The lines named.
+# The lines named, at most, and the least share of the bound's figure a named line has.
 LINES = 3
+LINE_MIN = 0.01
 # The summary says the machine was busy when the program waited this share of
 # its time for a CPU (and that is not the bound).
 BUSY_NOTE = 10.0
@@ -167,7 +168,9 @@ def decide(run: dict[str, Any], entries: Iterable[tuple[str, dict[str, Any]]],
     if measure is not None:
         values = [(measure(e), f, e) for f, e in entries]
         of_bound = sum(v for v, _, _ in values)
-        values = sorted((x for x in values if x[0] > 0), key=lambda x: (-x[0], x[1], x[2]["lineno"]))[:LINES]
+        # A line with less than LINE_MIN of the figure makes nothing so: not named.
+        values = sorted((x for x in values if x[0] > 0 and x[0] >= LINE_MIN * of_bound),
+                        key=lambda x: (-x[0], x[1], x[2]["lineno"]))[:LINES]
         for value, filename, e in values:
             picked.append({"filename": filename, "lineno": e["lineno"], "line": str(e.get("line", "")).strip(),
                            "value": value / MB if unit == "MB" else value, "unit": unit,
