@@ -178,9 +178,8 @@ def decide(run: dict[str, Any], entries: Iterable[tuple[str, dict[str, Any]]],
                            "percent": min(100.0, 100.0 * value / of_bound) if of_bound > 0 else 0.0,
                            "shown": True if shown is None else bool(shown(filename, e["lineno"]))})
     evidence["lines_percent"] = min(100.0, sum(p["percent"] for p in picked))
-    summary = _summary(bound, share, cpu_wait, cpu_share, evidence, picked, n_cpus)
-    if bound == "cpu_wait" and own_bound != "unknown":
-        summary += f" Of the time it ran or waited on its own: {_OWN_WORDS[own_bound](share, cpu_share, evidence)}."
+    own_words = _OWN_WORDS[own_bound](share, cpu_share, evidence) if own_bound in _OWN_WORDS else ""
+    summary = _summary(bound, share, cpu_wait, cpu_share, evidence, picked, n_cpus, own_words)
     return {"bound": bound, "own_bound": own_bound, "summary": summary, "evidence": evidence, "lines": picked}
 
 
@@ -283,13 +282,12 @@ def _on_lines(picked: list[dict[str, Any]], evidence: dict[str, Any], what: str 
 
 
 def _summary(bound: str, share: dict[str, float], cpu_wait: float, cpu_share: float, evidence: dict[str, Any],
-             picked: list[dict[str, Any]], n_cpus: int) -> str:
+             picked: list[dict[str, Any]], n_cpus: int, own_words: str) -> str:
     if bound == "unknown":
         return (f"Too few samples ({evidence['samples']}) to tell what bounds this run: a longer run or a "
                 "lower --cpu-sampling-rate gives a verdict.")
     overlapped = evidence["overlapped_wait_sec"]
-    of_time = "of the time" if overlapped < 0.05 * evidence["total_time_sec"] else (
-        f"of the time (not counting {overlapped:.2f} s that threads waited while the program worked elsewhere)")
+    of_time = "of the time"
     on = _on_lines(picked, evidence)
     if bound == "python_cpu":
         head = f"Python CPU bounds this run: {_pct(share['python'])} {of_time} is Python bytecode{on}."
@@ -321,8 +319,13 @@ def _summary(bound: str, share: dict[str, float], cpu_wait: float, cpu_share: fl
         ranked = [f"{names[k]} {_pct(v)}" for k, v in sorted(share.items(), key=lambda kv: -kv[1]) if v >= 5]
         head = (f"No single bound: the time is split ({', '.join(ranked) or 'nothing dominates'})"
                 + (f"; most of it on {_where(picked)}" if picked else "") + ".")
-    busy = ""
+    tail = ""
     if bound != "cpu_wait" and cpu_wait >= BUSY_NOTE:
-        busy = (f" The machine was busy besides: the program also waited for a CPU {_pct(cpu_wait)} of the "
+        tail = (f" The machine was busy besides: the program also waited for a CPU {_pct(cpu_wait)} of the "
                 "time (not in the shares above).")
-    return head + busy if bound == "none" else f"{head} {_ADVICE[bound]}{busy}"
+    if bound == "cpu_wait" and own_words:
+        tail = f" Of the time it ran or waited on its own: {own_words}."
+    if overlapped >= 0.05 * evidence["total_time_sec"]:
+        tail += (f" Not counted: {overlapped:.2f} s that threads waited for the program's own work elsewhere "
+                 "(join, queues, locks, child processes).")
+    return head + tail if bound == "none" else f"{head} {_ADVICE[bound]}{tail}"
