@@ -356,7 +356,10 @@
     return '<div class="verdict" id="verdict" data-bound="' + esc(V.bound) + '"><strong>Verdict</strong> ' +
       esc(V.summary) + (lines.length ? '<div class="verdict-lines">' + lines.map(function (l) {
         var figure = l.unit === "MB" ? fix(l.value, 0) + " MB" : secs(l.value);
-        return "<span>" + whereName(l.filename, l.lineno) + " " + esc(figure) + " (" + fix(l.percent, 0) + "%)" +
+        // A line outside the @profile functions has no row to link to.
+        var at = l.shown === false ? esc(String(l.filename).split("/").pop()) + ":" + esc(l.lineno)
+          : whereName(l.filename, l.lineno);
+        return "<span>" + at + " " + esc(figure) + " (" + fix(l.percent, 0) + "%)" +
           (l.shown === false ? ' <span class="muted">not shown (outside the @profile functions)</span>' : "") +
           "</span>";
       }).join("") + "</div>" : "") + "</div>";
