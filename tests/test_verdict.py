@@ -317,6 +317,7 @@ def test_verdict_is_the_whole_runs_with_profile(profile_program):
     v = _check_bound(run, "python_cpu")
     first = v["lines"][0]
     assert first["lineno"] == run.lineno("@heavy") and first["shown"] is False, _describe(run)
+    assert first["line"] == "" and "@heavy" not in json.dumps(run.profile), "source outside @profile in the profile"
     assert "not all of them in the @profile functions shown" in v["summary"]
     assert all(e["lineno"] != run.lineno("@heavy") for e in run.file()["lines"])
 

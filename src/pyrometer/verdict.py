@@ -172,11 +172,15 @@ def decide(run: dict[str, Any], entries: Iterable[tuple[str, dict[str, Any]]],
         values = sorted((x for x in values if x[0] > 0 and x[0] >= LINE_MIN * of_bound),
                         key=lambda x: (-x[0], x[1], x[2]["lineno"]))[:LINES]
         for value, filename, e in values:
-            picked.append({"filename": filename, "lineno": e["lineno"], "line": str(e.get("line", "")).strip(),
+            visible = True if shown is None else bool(shown(filename, e["lineno"]))
+            picked.append({"filename": filename, "lineno": e["lineno"],
+                           # A line the report does not show (@profile) is named by its place
+                           # only: the report holds no source outside the decorated functions.
+                           "line": str(e.get("line", "")).strip() if visible else "",
                            "value": value / MB if unit == "MB" else value, "unit": unit,
                            # (rounding can put a line holding all of it a hair above 100)
                            "percent": min(100.0, 100.0 * value / of_bound) if of_bound > 0 else 0.0,
-                           "shown": True if shown is None else bool(shown(filename, e["lineno"]))})
+                           "shown": visible})
     evidence["lines_percent"] = min(100.0, sum(p["percent"] for p in picked))
     own_words = _OWN_WORDS[own_bound](share, cpu_share, evidence) if own_bound in _OWN_WORDS else ""
     summary = _summary(bound, share, cpu_wait, cpu_share, evidence, picked, n_cpus, own_words)
