@@ -496,3 +496,29 @@ def test_figures_too_large_to_judge_are_one_line(saved, tmp_path, run_pyrometer)
         proc = run_pyrometer(["view", huge, *fmt], cwd=tmp_path)
         assert proc.returncode == 2 and proc.stdout == "", proc.stdout[:300]
         assert proc.stderr.count("\n") == 1 and "too large to add up" in proc.stderr, proc.stderr
+
+
+ASYNC_SLEEPS = """
+import asyncio
+
+async def tick(n, delay):
+    for _ in range(n):
+        await asyncio.sleep(delay)     # @await
+
+async def main():
+    await asyncio.gather(tick(100, 0.012), tick(60, 0.02))
+
+asyncio.run(main())
+"""
+
+
+@accuracy
+def test_idle_event_loop_is_system(profile_program):
+    """Coroutines awaiting timers: the event loop sits idle (in no share of the
+    profile) nearly all the run, and that waiting bounds it; the line named is
+    where the coroutines wait."""
+    run = profile_program(ASYNC_SLEEPS)
+    v = _check_bound(run, "system")
+    assert v["evidence"]["event_loop_idle_sec"] > 0.5 * run.profile["elapsed_time_sec"], _describe(run)
+    assert v["lines"][0]["lineno"] == run.lineno("@await"), _describe(run)
+    assert "idle event loops" in v["summary"], _describe(run)

@@ -900,7 +900,7 @@ _VERDICT = _Object({
     "own_bound": (_STR, _OPTIONAL),
     "summary": (_STR, _REQUIRED),
     "evidence": (_Object({name: (_Null(_NONNEG), _OPTIONAL) for name in (
-        "total_time_sec", "overlapped_wait_sec", "judged_time_sec", "own_time_sec", "python_percent", "native_percent",
+        "total_time_sec", "event_loop_idle_sec", "overlapped_wait_sec", "judged_time_sec", "own_time_sec", "python_percent", "native_percent",
         "system_percent", "gil_wait_percent", "cpu_wait_percent", "allocated_mb_per_cpu_sec",
         "freed_fraction", "copy_mb_per_cpu_sec", "gpu_busy_percent", "lines_percent")}
         | {"samples": (_COUNT, _OPTIONAL)}), {}),
