@@ -61,8 +61,10 @@ def _overlapped(run: dict[str, Any]) -> float:
     then what bounds the run.  Each second a thread runs, or waits for the GIL
     or a CPU, covers at most one second of the run's wall time, so the wall
     time during which the program did nothing but wait in system calls is at
-    least wall - (everything else); system time beyond that overlapped the
-    program's own work.  Exact for one thread; never more than the truth."""
+    least wall - (everything else); system time beyond that is taken as
+    overlapping the program's own work.  Exact for one thread; with several,
+    the time the program only waited is a lower bound, so the overlap may be
+    more than the truth (how-it-works.md, "The verdict": known limits)."""
     cpu = run["cpu_time_sec"]
     system = _system(run)
     busy = sum(cpu.get(k, 0.0) for k in ("python", "native", "gil_wait", "cpu_wait"))
