@@ -7,10 +7,9 @@ from are in docs/how-it-works.md ("The verdict")."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Iterable
 
-MB = 1048576.0
+from .model import MB, display_name
 
 # What can bound a run, in the words of the JSON's `bound` field.
 BOUNDS = ("python_cpu", "native_cpu", "system", "gil_wait", "cpu_wait", "allocation_churn", "copying",
@@ -19,13 +18,15 @@ BOUNDS = ("python_cpu", "native_cpu", "system", "gil_wait", "cpu_wait", "allocat
 # Fewer samples than this and the shares are too rough to name a bound
 # (the reports' own "the percentages are rough" line: render/text.py).
 MIN_SAMPLES = 20
-# A kind of time bounds the run when it is at least half of the judged time and
-# at least MARGIN times the next kind: a 51/48 split is no single bound, and
-# sampling noise cannot flip one bound into another.
+# A kind of time bounds the run when it is at least half of its time (the own
+# time; for CPU wait, the judged time) and at least MARGIN times the next kind:
+# a 51/48 split is no single bound, so sampling noise does not flip one bound
+# into another.
 MAJORITY = 50.0
 MARGIN = 1.5
-# Threads wait for the GIL: single-threaded programs measure 0-1%, two threads
-# contending 18-25% on a loaded 2-core machine and about half on an idle one.
+# Threads wait for the GIL: programs whose threads do not contend measure 0-1%,
+# two and four threads running bytecode 41-77% of the own time (2-core machine
+# at load 4-12).
 GIL_WAIT = 20.0
 # CPU work (Python + native) at least this share before its memory traffic is
 # judged, and the rates (per second of CPU) that make churn or copying the bound:
@@ -54,7 +55,7 @@ _TIME_KINDS = (("python", "n_cpu_python_sec", "Python"), ("native", "n_cpu_nativ
 
 
 def _overlapped(run: dict[str, Any]) -> float:
-    """The system time that certainly overlapped the program's other work.
+    """The system time taken as overlapping the program's own work.
     Time is charged per thread (and per process), so a thread waiting in
     join(), a queue, a lock or pool.map() while others compute is system time
     as much as a sleep is; but it waits for the program's own work, which is
@@ -84,14 +85,6 @@ def _bytes(e: dict[str, Any], name: str, mb_name: str | None = None) -> float:
     if name in e:
         return float(e[name])
     return float(e.get(mb_name, 0.0)) * MB if mb_name else 0.0
-
-
-def _place(filename: str) -> str:
-    try:
-        rel = os.path.relpath(filename)
-    except ValueError:
-        return filename
-    return filename if rel.startswith("..") else rel
 
 
 def _pct(x: float) -> str:
@@ -286,7 +279,7 @@ def _where(picked: list[dict[str, Any]]) -> str:
     parts = []
     for p in picked:
         figure = _pct(p["percent"]) if p["unit"] == "s" else f"{_rate(p['value'])}, {_pct(p['percent'])}"
-        parts.append(f"{_place(p['filename'])}:{p['lineno']} ({figure})")
+        parts.append(f"{display_name(p['filename'])}:{p['lineno']} ({figure})")
     return ", ".join(parts)
 
 
