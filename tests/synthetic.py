@@ -101,6 +101,13 @@ def _rename_first_file(profile: dict[str, Any], name: str) -> None:
     profile["max_footprint_where"]["filename"] = name
 
 
+def _verdict(profile: dict[str, Any], summary: str = "Python CPU bounds this run.",
+             filename: str = "/src/app.py") -> None:
+    profile["verdict"] = {"bound": "python_cpu", "own_bound": "python_cpu", "summary": summary, "evidence": {},
+                          "lines": [{"filename": filename, "lineno": 3, "line": "x = 1", "value": 1.5, "unit": "s",
+                                     "percent": 60.0, "shown": True}]}
+
+
 def _hot_line(profile: dict[str, Any], text: str) -> None:
     entry = next(iter(profile["files"].values()))["lines"][0]
     entry.update(line=text, n_cpu_percent_python=60.0)
@@ -123,10 +130,13 @@ STRING_FIELDS = {
     "top_allocations.filename": lambda p, s: p["top_allocations"][0].update(filename="/elsewhere/" + s),
     "python_allocator": lambda p, s: p.update(python_allocator=s),
     "a field of a newer pyrometer": lambda p, s: p.update(comment={"text": [s]}),
+    "verdict.summary": lambda p, s: _verdict(p, summary=s),
+    "verdict.lines.filename": lambda p, s: _verdict(p, filename="/elsewhere/" + s),
 }
 # Those the terminal report shows (the others are in the web page only).
 SHOWN_IN_TEXT = {"program", "args", "notices", "options.profile_only", "options.profile_exclude", "file name",
-                 "source line", "function name", "max_footprint_where.filename", "top_allocations.filename"}
+                 "source line", "function name", "max_footprint_where.filename", "top_allocations.filename",
+                 "verdict.summary"}
 
 
 if __name__ == "__main__":

@@ -475,7 +475,8 @@ def test_text_header_says_how_long_it_was_paused(run_pyrometer, tmp_path):
         """)
     proc = run_pyrometer(["--off", "--cli", "--cpu-only", "prog.py"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    header = proc.stdout.splitlines()[1]
+    # The header line under the title and the verdict.
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("elapsed "))
     assert "(paused " in header and "not charged)" in header, proc.stdout
     paused = float(header.split("(paused ")[1].split(" s")[0])
     elapsed = float(header.split("elapsed ")[1].split(" s")[0])

@@ -137,6 +137,21 @@ def test_summary(page):
     assert "Possible leaks" in page.eval("document.getElementById('card-leaks').textContent")
 
 
+def test_verdict_first(page, report):
+    """The verdict (the model's field, tests/test_verdict.py) heads the page,
+    before the run's figures, its lines linked to their rows."""
+    assert page.eval("!!document.getElementById('verdict')"), "no verdict on the page"
+    first = page.eval("document.getElementById('verdict').compareDocumentPosition("
+                      "document.getElementById('run-meta')) & Node.DOCUMENT_POSITION_FOLLOWING")
+    assert first, "the verdict is not above the run's figures"
+    summary = page.eval("JSON.parse(document.getElementById('pyrometer-data').textContent).summary.verdict.summary")
+    shown = page.eval("document.getElementById('verdict').firstChild.nextSibling.textContent")
+    assert shown == " " + summary, (shown, summary)
+    links = page.eval("Array.from(document.querySelectorAll('#verdict a[data-goto]')).map(function (a) {"
+                      " return a.textContent; })")
+    assert f"prog.py:{lineno('@hot')}" in links, links
+
+
 def test_footprint_hover(page):
     page.hover("#footprint")
     text = page.eval("document.getElementById('tip').textContent")

@@ -300,8 +300,15 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     focus = Focus(raw.get("profiled_functions", []))
 
     files: dict[str, Any] = {}
+    # Every line with figures, shown or not (@profile, --reduced-profile): the
+    # verdict is about the whole run.
+    every_entry: list[tuple[str, dict[str, Any]]] = []
     for filename in sorted(lines):
         if not focus.covers_file(filename):
+            every_entry.extend(_hidden_entries(filename, lines[filename], mem_lines.get(filename, {}),
+                                               gpu_lines.get(filename, {}), lambda n: False, denominator,
+                                               await_total, memory, activity, elapsed, gpu_used, gpu_total,
+                                               sources))
             continue
         per_line = lines[filename]
         per_line_mem = mem_lines.get(filename, {})
@@ -310,6 +317,9 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         leaks = {}
         shown = focus.lines_of(filename)
         per_line_gpu = gpu_lines.get(filename, {})
+        every_entry.extend(_hidden_entries(filename, per_line, per_line_mem, per_line_gpu, shown, denominator,
+                                           await_total, memory, activity, elapsed, gpu_used, gpu_total,
+                                           sources, source))
         for lineno in _lines_to_report(len(source), set(per_line) | set(per_line_mem) | set(per_line_gpu)):
             if not shown(lineno):
                 continue
@@ -326,6 +336,8 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
                     leaks[str(lineno)] = {"likelihood": likelihood,
                                           "velocity_mb_s": m.net / MB / elapsed if elapsed > 0 else 0.0,
                                           "growth_mb": m.net / MB}
+            if lineno in per_line or lineno in per_line_mem or lineno in per_line_gpu:
+                every_entry.append((filename, entry))
             if not reduced or _significant(entry, threshold, malloc_threshold):
                 line_entries.append(entry)
         function_entries = []
@@ -357,7 +369,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             "leaks": leaks,
         }
 
-    return {
+    profile = {
         "pyrometer_schema": SCHEMA_VERSION,
         "program": program,
         "args": argv[1:],
@@ -416,6 +428,32 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         **({"call_stacks": stacks} if (stacks := call_stacks(raw, bool(memory), gpu_used)) is not None else {}),
         "files": files,
     }
+    from .verdict import decide
+    profile["verdict"] = decide(profile, every_entry,
+                                lambda filename, lineno: focus.covers_file(filename) and focus.lines_of(filename)(lineno))
+    return profile
+
+
+def _hidden_entries(filename: str, per_line: dict, per_line_mem: dict, per_line_gpu: dict, shown,
+                    denominator: float, await_total: float, memory: Any, activity: float, elapsed: float,
+                    gpu_used: bool, gpu_total: float, sources: dict[str, str] | None,
+                    source: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Entries, for the verdict only, of the lines with figures that the
+    report does not show (outside the @profile functions)."""
+    out = []
+    for lineno in sorted(set(per_line) | set(per_line_mem) | set(per_line_gpu)):
+        if shown(lineno):
+            continue
+        if source is None:
+            source = _source_lines(filename, sources)
+        entry = {"lineno": lineno, "line": source[lineno - 1] if 0 < lineno <= len(source) else ""}
+        entry.update((per_line.get(lineno) or _Sums()).fields(denominator, await_total))
+        if gpu_used:
+            entry.update(per_line_gpu.get(lineno, _NO_GPU).fields(gpu_total))
+        if memory:
+            entry.update(per_line_mem.get(lineno, _NO_MEMORY).fields(activity, elapsed))
+        out.append((filename, entry))
+    return out
 
 
 class Focus:
@@ -946,6 +984,23 @@ _CALL_STACKS = _Object({
     "max_depth": (_whole(0, _STACK_DEPTH_MAX), _REQUIRED),
 })
 _RUN.fields["call_stacks"] = (_CALL_STACKS, _OPTIONAL)
+
+# The verdict (verdict.py); a profile of an older pyrometer lacks it and gets
+# one made from its own figures (check()).
+_VERDICT = _Object({
+    "bound": (_STR, _REQUIRED),  # one of verdict.BOUNDS, as own_bound: checked by check()
+    "own_bound": (_STR, _OPTIONAL),
+    "summary": (_STR, _REQUIRED),
+    "evidence": (_Object({name: (_Null(_NONNEG), _OPTIONAL) for name in (
+        "total_time_sec", "event_loop_idle_sec", "overlapped_wait_sec", "judged_time_sec", "own_time_sec", "python_percent", "native_percent",
+        "system_percent", "gil_wait_percent", "cpu_wait_percent", "allocated_mb_per_cpu_sec",
+        "freed_fraction", "copy_mb_per_cpu_sec", "gpu_busy_percent", "lines_percent")}
+        | {"samples": (_COUNT, _OPTIONAL)}), {}),
+    "lines": (_List(_Object({"filename": (_STR, _REQUIRED), "lineno": (_LINENO, _REQUIRED),
+                             "line": (_STR, ""), "value": (_NONNEG, _REQUIRED), "unit": (_STR, "s"),
+                             "percent": (_number(0.0, 100.0), 0.0), "shown": (_BOOL, True)})), []),
+})
+_RUN.fields["verdict"] = (_VERDICT, _OPTIONAL)
 _TOP_WITH_MEMORY = _Object({**_RUN.fields, **_MEMORY_TOP.fields})
 _TOP_CPU_ONLY = _Object({**_RUN.fields, **_optional(_MEMORY_TOP)})
 
@@ -1213,4 +1268,23 @@ def check(profile: Any, path: str = "the profile") -> dict[str, Any]:
     file_kind = _FILE_WITH_MEMORY if memory else _FILE_CPU_ONLY
     for name, f in profile["files"].items():
         _check_value(f, file_kind, f"{where}files[{_shown_name(name)}]")
+    from .verdict import BOUNDS, decide
+    verdict = profile.get("verdict")
+    if verdict is None:
+        # An older pyrometer's profile: the verdict from the figures it has.  Its
+        # lines are those the profile kept (with @profile, only the decorated
+        # functions'; with --reduced-profile, the significant ones).
+        made = decide(profile, ((name, e) for name, f in profile["files"].items() for e in f["lines"]))
+        try:
+            _check_value(made, _VERDICT, "verdict")
+        except ProfileError:
+            # Each figure is finite, but their sums or ratios are not.
+            raise ProfileError(f"{where}its times and volumes are too large to add up (a verdict made from "
+                               "them is not finite)") from None
+        profile["verdict"] = made
+    else:
+        for name in ("bound", "own_bound"):
+            if verdict.get(name, "none") not in BOUNDS:
+                raise ProfileError(f"{where}verdict.{name} is {_shown(verdict[name])}: it must be one of "
+                                   + ", ".join(BOUNDS))
     return profile

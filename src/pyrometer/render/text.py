@@ -410,6 +410,9 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         out.extend(paint(line, *styles) for line in _wrapped(text, width))
 
     add(visible(title), BOLD)
+    verdict = profile.get("verdict")
+    if verdict:
+        add("verdict: " + verdict["summary"], BOLD, *((YELLOW,) if verdict["bound"] not in ("none", "unknown") else ()))
     threads = profile["threads"]
     add(
         f"elapsed {profile['elapsed_time_sec']:.3f} s"

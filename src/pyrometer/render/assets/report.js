@@ -347,11 +347,30 @@
     return fi >= 0 ? where(fi, lineno) : esc(name) + ":" + esc(lineno);
   }
 
+  // The verdict (the model's verdict field): its sentence as text, and the
+  // lines it names as links into the tables.
+  function verdictHtml() {
+    var V = S.verdict;
+    if (!V || typeof V.summary !== "string") return "";
+    var lines = Array.isArray(V.lines) ? V.lines : [];
+    return '<div class="verdict" id="verdict" data-bound="' + esc(V.bound) + '"><strong>Verdict</strong> ' +
+      esc(V.summary) + (lines.length ? '<div class="verdict-lines">' + lines.map(function (l) {
+        var figure = l.unit === "MB" ? fix(l.value, 0) + " MB" : secs(l.value);
+        // A line outside the @profile functions has no row to link to.
+        var at = l.shown === false ? esc(String(l.filename).split("/").pop()) + ":" + esc(l.lineno)
+          : whereName(l.filename, l.lineno);
+        return "<span>" + at + " " + esc(figure) + " (" + fix(l.percent, 0) + "%)" +
+          (l.shown === false ? ' <span class="muted">not shown (outside the @profile functions)</span>' : "") +
+          "</span>";
+      }).join("") + "</div>" : "") + "</div>";
+  }
+
   function summaryHtml() {
     var cpu = S.cpu_time_sec || {}, h = "";
     var samples = num(S.cpu_samples, 0), threads = num(S.threads, 0);
     h += '<h1>pyrometer: <span class="prog">' + esc(S.program || "?") + '</span> <span class="args">' +
       esc((S.args || []).join(" ")) + "</span></h1>";
+    h += verdictHtml();
     var paused = num(S.paused_sec, 0);
     h += '<div class="meta" id="run-meta">elapsed ' + secs(ELAPSED) +
       (paused >= 0.0005 ? " (paused " + secs(paused) + ", not charged)" : "") + " · " + plural(samples, "sample") +
