@@ -222,6 +222,47 @@ open("n.txt", "w").write(str(n))
     assert run.profile["gpu_kernel_unattributed_sec"] == 0.0, why
 
 
+def test_launches_from_a_native_thread_go_to_the_main_threads_line(profile_program, kernel_env):
+    """A thread without Python state (PyTorch's autograd threads) launches: its
+    kernels go to the line the main thread is on, the line waiting for them."""
+    source = PRELUDE + """
+NOGIL.fake_cupti_launch_on_native_thread.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint]
+time.sleep(0.1)
+NOGIL.fake_cupti_launch_on_native_thread(20, 2_000_000, 100)   # NATIVE
+cu.fake_cupti_synchronize()
+time.sleep(0.1)                                                # AFTER
+"""
+    run = profile_program(source, options=["--gpu-kernels"], env=kernel_env())
+    why = _figures(run, "NATIVE", "AFTER")
+    assert run.line("NATIVE")["n_gpu_kernels"] == 20, why
+    assert run.line("NATIVE")["n_gpu_kernel_sec"] == pytest.approx(0.04, rel=KERNEL_TOLERANCE), why
+    assert run.line("AFTER")["n_gpu_kernel_sec"] == 0.0, why
+
+
+def test_a_refusing_cupti_leaves_the_nvml_tier(profile_program, kernel_env):
+    """cuptiSubscribe fails (CUPTI_ERROR_UNKNOWN, as the real library does
+    without a driver): the NVML tier goes on; one notice says why."""
+    run = profile_program(PROGRAM, options=["--gpu-kernels"], env=kernel_env(subscribe_error=999))
+    p = run.profile
+    why = _figures(run, "MANY")
+    assert p["gpu"] is True and p["gpu_kernel_tier"] == "failed", why
+    assert len(p["notices"]) == 1 and "cuptiSubscribe failed" in p["notices"][0], why
+    assert "n_gpu_kernel_sec" not in run.line("MANY"), why
+    model.check(json.loads(json.dumps(p)))
+
+
+@pytest.mark.skipif(not _real_cupti_present(), reason="no real CUPTI library here")
+def test_the_real_cupti_library_never_crashes(profile_program, kernel_env):
+    """NVIDIA's own libcupti (here, probably with no GPU or driver): the run
+    ends normally; the tier is on, or off with one notice."""
+    run = profile_program(NVML_ONLY, options=["--gpu-kernels"], env=kernel_env(cupti=False))
+    p = run.profile
+    assert p["gpu"] is True and p["gpu_kernel_tier"] in ("on", "failed", "busy"), _figures(run)
+    assert run.line("BUSY")["n_gpu_sec"] > 0.3, _figures(run, "BUSY")
+    assert len(p["notices"]) == (0 if p["gpu_kernel_tier"] == "on" else 1), p["notices"]
+    model.check(json.loads(json.dumps(p)))
+
+
 def test_another_subscriber_leaves_the_nvml_tier(profile_program, kernel_env):
     """torch.profiler (here: the double's other subscriber) holds CUPTI: the
     kernel tier falls back to NVML's utilisation, and the profile says so."""
@@ -248,14 +289,17 @@ open({str(out)!r}, "a").write(str(cu.fake_cupti_subscribe()) + "\\n")
     assert out.read_text().split() == ["39", "0"]
 
 
-@pytest.mark.skipif(_real_cupti_present(), reason="a real CUPTI library is installed here")
-def test_no_cupti_library_leaves_the_nvml_tier(profile_program, kernel_env):
-    source = """
+# A program that uses the NVML double only (its GPU busy 0.6 s on BUSY).
+NVML_ONLY = """
 import ctypes, time
 nv = ctypes.CDLL("libnvidia-ml.so.1")
 nv.fake_nvml_busy(0, 1); time.sleep(0.6); nv.fake_nvml_busy(0, 0)   # BUSY
 """
-    run = profile_program(source, options=["--gpu-kernels"], env=kernel_env(cupti=False))
+
+
+@pytest.mark.skipif(_real_cupti_present(), reason="a real CUPTI library is installed here")
+def test_no_cupti_library_leaves_the_nvml_tier(profile_program, kernel_env):
+    run = profile_program(NVML_ONLY, options=["--gpu-kernels"], env=kernel_env(cupti=False))
     p = run.profile
     why = _figures(run, "BUSY")
     assert p["gpu"] is True and p["gpu_kernel_tier"] == "absent", why

@@ -24,6 +24,7 @@
 #include "launches.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -220,9 +221,26 @@ static void on_api_call(void *userdata, int domain, CUpti_CallbackId cbid, const
     }
 }
 
+/* Buffers handed back are kept for the next request (up to SPARE_BUFFERS):
+ * a fresh mapping costs a page fault per 4 KiB as CUPTI fills it. */
+#define SPARE_BUFFERS 4
+static struct {
+    pthread_mutex_t lock;
+    void *buffers[SPARE_BUFFERS];
+    int count;
+} spare = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
 static void on_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
 {
-    void *p = mmap(NULL, BUFFER_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = MAP_FAILED;
+    pthread_mutex_lock(&spare.lock);
+    if (spare.count > 0) {
+        p = spare.buffers[--spare.count];
+    }
+    pthread_mutex_unlock(&spare.lock);
+    if (p == MAP_FAILED) {
+        p = mmap(NULL, BUFFER_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
     /* mmap's pages are page-aligned: ACTIVITY_RECORD_ALIGNMENT holds. */
     *buffer = p == MAP_FAILED ? NULL : p;
     *size = p == MAP_FAILED ? 0 : BUFFER_BYTES;
@@ -315,7 +333,16 @@ static void on_buffer_completed(void *context, uint32_t stream, uint8_t *buffer,
     if (C.dropped_records != NULL && C.dropped_records(context, stream, &dropped) == CUPTI_SUCCESS) {
         atomic_fetch_add(&C.dropped, (uint64_t)dropped);
     }
-    if (buffer != NULL && size > 0) {
+    if (buffer == NULL || size != BUFFER_BYTES) {
+        return; /* not one of ours */
+    }
+    pthread_mutex_lock(&spare.lock);
+    int kept = spare.count < SPARE_BUFFERS;
+    if (kept) {
+        spare.buffers[spare.count++] = buffer;
+    }
+    pthread_mutex_unlock(&spare.lock);
+    if (!kept) {
         munmap(buffer, size);
     }
 }

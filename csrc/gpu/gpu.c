@@ -679,7 +679,14 @@ void gpu_stop(void)
              * then every launch is placed and every record charged. */
             G.kernel_backend->close();
             launches_stop();
+            /* No collection meanwhile, as in a snapshot: registering a code
+             * object allocates, and a collection could free one the drain has
+             * found alive a moment before. */
+            int collecting = PyGC_Disable();
             launches_drain(1);
+            if (collecting) {
+                PyGC_Enable();
+            }
         }
     }
     line_timeline_enable(0);

@@ -94,6 +94,20 @@ void launches_stop(void)
     }
 }
 
+/* The line of the calling thread's previous launch: a loop launches from the
+ * same instruction again and again, and finding its line scans the code's
+ * line table from the start.  Keyed by the code's site as well as its
+ * address, so that a code object freed and another made at its address is
+ * not taken for it unless it is the same function's (then the line is the
+ * same but for an edit made by exec, which the profile could not tell apart
+ * anyway). */
+static _Thread_local struct {
+    const void *code;
+    int lasti;
+    uint32_t site;
+    int32_t lineno;
+} last_line;
+
 /* The nearest reported line of the calling thread, read at once: 1 when every
  * code object up to it is known (codes_find never registers, so it calls
  * nothing that allocates), with *site SITE_NONE when there is none; 0 when one
@@ -102,14 +116,24 @@ static int place_now(PyThreadState *ts, uint32_t *site, int32_t *lineno)
 {
     *site = SITE_NONE;
     for (pyframe f = pyframe_innermost(ts); f != NULL; f = pyframe_caller(f)) {
-        const code_info *info = codes_find(pyframe_code(f));
+        PyCodeObject *code = pyframe_code(f);
+        const code_info *info = codes_find(code);
         if (info == NULL) {
             return 0;
         }
         if (info->reported) {
+            int lasti = pyframe_lasti(f);
             *site = info->site;
+            if (last_line.code == code && last_line.lasti == lasti && last_line.site == info->site) {
+                *lineno = last_line.lineno;
+                return 1;
+            }
             /* PyCode_Addr2Line only reads the code's line table. */
-            *lineno = codes_line(pyframe_code(f), pyframe_lasti(f));
+            *lineno = codes_line(code, lasti);
+            last_line.code = code;
+            last_line.lasti = lasti;
+            last_line.site = info->site;
+            last_line.lineno = *lineno;
             return 1;
         }
     }

@@ -23,7 +23,8 @@
  * through the driver API only, fake_cupti_memcpy(kind, bytes) copies
  * (CUpti_ActivityMemcpyKind: 1 HtoD, 2 DtoH, 8 DtoD), fake_cupti_memset(bytes),
  * fake_cupti_malloc(bytes) allocates device memory, fake_cupti_synchronize()
- * waits for the device, fake_cupti_subscribe() tries to subscribe as a second
+ * waits for the device, fake_cupti_launch_on_native_thread(count, ns, delay_ms)
+ * launches from a thread without Python state, fake_cupti_subscribe() tries to subscribe as a second
  * tool would (returns CUPTI's result).
  *
  * Environment: FAKE_CUPTI_OTHER_SUBSCRIBER (another tool subscribed before
@@ -540,6 +541,35 @@ EXPORT void fake_cupti_synchronize(void)
     if (until > now) {
         struct timespec wait = {(time_t)((until - now) / 1000000000ULL), (long)((until - now) % 1000000000ULL)};
         nanosleep(&wait, NULL);
+    }
+}
+
+/* A thread of the library's own (no Python state, as PyTorch's autograd
+ * threads): after delay_ms, it launches count kernels of device_ns each; the
+ * caller waits for it. */
+typedef struct {
+    int count;
+    uint64_t device_ns;
+    unsigned delay_ms;
+} native_launches;
+
+static void *native_main(void *arg)
+{
+    const native_launches *job = arg;
+    struct timespec delay = {(time_t)(job->delay_ms / 1000), (long)(job->delay_ms % 1000) * 1000000L};
+    nanosleep(&delay, NULL);
+    for (int i = 0; i < job->count; i++) {
+        fake_cupti_launch(job->device_ns);
+    }
+    return NULL;
+}
+
+EXPORT void fake_cupti_launch_on_native_thread(int count, uint64_t device_ns, unsigned delay_ms)
+{
+    native_launches job = {count, device_ns, delay_ms};
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, native_main, &job) == 0) {
+        pthread_join(thread, NULL);
     }
 }
 
