@@ -360,3 +360,25 @@ def test_usage_errors(run_pyrometer, tmp_path):
                        (["--gpu-kernels", "--cpu-only"], "--gpu-kernels contradicts --cpu-only")):
         proc = run_pyrometer([*args, prog])
         assert proc.returncode != 0 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    # --cpu-only --gpu profiles the GPU (tests/test_control.py): the kernel tier may join it.
+    proc = run_pyrometer(["--cpu-only", "--gpu", "--gpu-kernels", "--json", "--outfile", tmp_path / "o.json", prog])
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_launches_while_paused_are_not_charged(profile_program, kernel_env):
+    source = PRELUDE + """
+import pyrometer
+for _ in range(10):
+    cu.fake_cupti_launch(1_000_000)                            # PROFILED
+pyrometer.stop()
+for _ in range(10):
+    cu.fake_cupti_launch(1_000_000)                            # PAUSED
+pyrometer.start()
+cu.fake_cupti_synchronize()
+"""
+    run = profile_program(source, options=["--gpu-kernels"], env=kernel_env())
+    p = run.profile
+    why = _figures(run, "PROFILED", "PAUSED")
+    assert run.line("PROFILED")["n_gpu_kernels"] == 10, why
+    assert run.line("PAUSED")["n_gpu_kernels"] == 0, why
+    assert p["gpu_kernels"] == 10 and p["gpu_kernel_unattributed_sec"] == 0.0, why

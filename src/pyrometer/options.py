@@ -352,8 +352,9 @@ def parse(argv: list[str]) -> Options:
         raise UsageError("--gpu contradicts --no-gpu")
     if ns.gpu_kernels_on and ns.gpu_kernels_off:
         raise UsageError("--gpu-kernels contradicts --no-gpu-kernels")
-    if ns.gpu_kernels_on and (ns.gpu_off or ns.cpu_only):
-        raise UsageError(f"--gpu-kernels contradicts {'--no-gpu' if ns.gpu_off else '--cpu-only'}")
+    if ns.gpu_kernels_on and (ns.gpu_off or (ns.cpu_only and not ns.gpu_on)):
+        raise UsageError(f"--gpu-kernels contradicts {'--no-gpu' if ns.gpu_off else '--cpu-only'} "
+                         "(--cpu-only --gpu --gpu-kernels profiles CPU and GPU)")
     formats = [flag for flag, on in (("--json", ns.json), ("--cli", ns.cli), ("--html", ns.html),
                                      ("--web", ns.web)) if on]
     if len(formats) > 1 and set(formats) != {"--html", "--web"}:
