@@ -35,6 +35,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "launches.h"
+
 #define GPU_POLL_NS 100000000ULL       /* utilisation: 100 ms, half a window */
 #define GPU_MEMORY_POLL_NS 20000000ULL  /* memory: 20 ms (a cheap call), so that a line
                                          * holding memory 1 s gets 50 readings */
@@ -135,7 +137,6 @@ extern const gpu_kernel_backend gpu_cupti_backend;
 /* Charges one record to a line (site SITE_NONE: to no line); any thread.
  * Takes the subsystem's lock: callers may hold launches.c's, never the other
  * way round. */
-#include "launches.h"
 void gpu_charge_work(uint32_t site, int32_t lineno, const gpu_work *work);
 
 #endif

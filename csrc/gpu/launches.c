@@ -54,6 +54,8 @@ typedef struct {
 } placed_launch;
 
 static launch_note queue[QUEUE_SLOTS];
+/* Counts launches_start calls: see last_line. */
+static atomic_uint run_number;
 
 static struct {
     /* Whether notes may be taken, and how many are being written: stop waits
@@ -75,6 +77,7 @@ static struct {
 
 int launches_start(void)
 {
+    atomic_fetch_add(&run_number, 1);
     pthread_mutex_lock(&L.lock);
     memset(L.placed, 0, sizeof L.placed);
     L.waiting_count = 0;
@@ -106,6 +109,7 @@ static _Thread_local struct {
     int lasti;
     uint32_t site;
     int32_t lineno;
+    unsigned run; /* a cache from an earlier run (whose sites may be gone) is not used */
 } last_line;
 
 /* The nearest reported line of the calling thread, read at once: 1 when every
@@ -124,7 +128,9 @@ static int place_now(PyThreadState *ts, uint32_t *site, int32_t *lineno)
         if (info->reported) {
             int lasti = pyframe_lasti(f);
             *site = info->site;
-            if (last_line.code == code && last_line.lasti == lasti && last_line.site == info->site) {
+            unsigned run = atomic_load_explicit(&run_number, memory_order_relaxed);
+            if (last_line.code == code && last_line.lasti == lasti && last_line.site == info->site &&
+                last_line.run == run) {
                 *lineno = last_line.lineno;
                 return 1;
             }
@@ -134,6 +140,7 @@ static int place_now(PyThreadState *ts, uint32_t *site, int32_t *lineno)
             last_line.lasti = lasti;
             last_line.site = info->site;
             last_line.lineno = *lineno;
+            last_line.run = run;
             return 1;
         }
     }
