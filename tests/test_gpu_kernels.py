@@ -193,7 +193,9 @@ def test_launches_without_the_gil(profile_program, kernel_env):
     still running then (LOOP: 0.2 s of launches, some Python between them)
     gets its own launches; one
     that the profiler never met and that has returned by then (ONCE) goes to
-    the nearest caller still known (CALLER), as docs/how-it-works.md says."""
+    the nearest caller still known (CALLER), as docs/how-it-works.md says.
+    (A note is placed at the next snapshot: one that comes only after the
+    program has ended finds no frame of it alive, and charges no line.)"""
     source = PRELUDE + """
 def loop():
     end = time.time() + 0.2
@@ -209,7 +211,8 @@ def once():
 
 n = loop()
 once()                                                         # CALLER
-cu.fake_cupti_synchronize()
+NOGIL.fake_cupti_synchronize()       # without the GIL, as torch.cuda.synchronize
+time.sleep(0.1)                      # a snapshot places the notes while the caller runs
 open("n.txt", "w").write(str(n))
 """
     run = profile_program(source, options=["--gpu-kernels"], env=kernel_env())
