@@ -364,12 +364,18 @@ static void enable_calls(int domain)
         C.enable_domain(1, C.subscriber, domain);
         return;
     }
-    /* The ids of a domain run from 1 without gaps; the first refused ends it. */
-    for (uint32_t cbid = 1; cbid < 100000; cbid++) {
+    /* The ids of a domain run from 1 to its size (487 runtime and 784 driver
+     * ids in CUDA 12.9, more in 13); the headers keep the ids of removed calls,
+     * but should a version refuse some in the middle, the search goes on past
+     * them: it ends after 256 refused in a row. */
+    int refused = 0;
+    for (uint32_t cbid = 1; cbid < 65536 && refused < 256; cbid++) {
         const char *name = NULL;
         if (C.get_callback_name(domain, cbid, &name) != CUPTI_SUCCESS || name == NULL) {
-            break;
+            refused++;
+            continue;
         }
+        refused = 0;
         if (wanted(domain, name)) {
             C.enable_callback(1, C.subscriber, domain, cbid);
         }
