@@ -190,8 +190,10 @@ cu.fake_cupti_synchronize()
 def test_launches_without_the_gil(profile_program, kernel_env):
     """A launch made without the GIL cannot read the profiler's tables: its
     thread's frames are queued and placed at the next snapshot.  A function
-    still running then (LOOP: 0.2 s of launches, some Python between them)
-    gets its own launches; one
+    still running then (LOOP: 0.2 s of launches, with Python between them as
+    a framework's ops have: a bare ctypes loop launches 300,000 a second, past
+    the 16,384 notes the queue holds between two snapshots on a loaded
+    machine) gets its own launches; one
     that the profiler never met and that has returned by then (ONCE) goes to
     the nearest caller still known (CALLER), as docs/how-it-works.md says.
     (A note is placed at the next snapshot: one that comes only after the
@@ -203,7 +205,7 @@ def loop():
     while time.time() < end:
         NOGIL.fake_cupti_launch(10_000)                        # LOOP
         n += 1
-        sum(range(200))
+        sum(range(3000))  # ~20 us of Python a launch, as a framework's op
     return n
 
 def once():

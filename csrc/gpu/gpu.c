@@ -557,8 +557,10 @@ static void kernels_start(void)
 {
     char why[NOTICE_SIZE] = "";
     G.kernel_backend = &gpu_cupti_backend;
+    pthread_mutex_lock(&G.lock);
     memset(&G.kernel_totals, 0, sizeof G.kernel_totals);
     G.kernel_why[0] = '\0';
+    pthread_mutex_unlock(&G.lock);
     launches_start();
     int rc = G.kernel_backend->open(why, sizeof why);
     char text[NOTICE_SIZE];
