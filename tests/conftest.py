@@ -3,6 +3,8 @@
 - ``groundtruth_dir``: builds the test-only C extension tests/groundtruth/_groundtruth.c
   once per session (gcc, flags from sysconfig, -Wall -Wextra -Werror) into a
   temporary directory; test programs import it through PYTHONPATH.
+- ``fake_cupti_dir``: builds the CUPTI test double tests/gpu/fake_cupti.c the
+  same way (libcupti.so.13).
 - ``fake_nvml_dir``: builds the NVML test double tests/gpu/fake_nvml.c once per
   session into a temporary directory as libnvidia-ml.so.1 (tests/test_gpu.py puts
   it on LD_LIBRARY_PATH).
@@ -93,6 +95,28 @@ def build_fake_nvml(out_dir: Path) -> Path:
 def fake_nvml_dir(tmp_path_factory) -> Path:
     """Directory holding the freshly built fake libnvidia-ml.so.1."""
     return build_fake_nvml(tmp_path_factory.mktemp("fake_nvml"))
+
+
+FAKE_CUPTI_SOURCE = TESTS_DIR / "gpu" / "fake_cupti.c"
+
+
+def build_fake_cupti(out_dir: Path) -> Path:
+    """Compile the CUPTI test double (tests/gpu/fake_cupti.c) into out_dir as
+    libcupti.so.13, a name pyrometer's dlopen looks for; returns out_dir, which
+    a test puts on LD_LIBRARY_PATH."""
+    target = out_dir / "libcupti.so.13"
+    cmd = [*_compiler(), "-std=c11", "-O2", "-g", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
+           str(FAKE_CUPTI_SOURCE), "-o", str(target), "-lpthread"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the CUPTI test double failed:\n$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def fake_cupti_dir(tmp_path_factory) -> Path:
+    """Directory holding the freshly built fake libcupti.so.13."""
+    return build_fake_cupti(tmp_path_factory.mktemp("fake_cupti"))
 
 
 def program_env(groundtruth: Path | None, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -55,7 +55,10 @@ DEFAULT_TESTS = ["tests/test_accuracy_memory.py", "tests/test_hardening.py", "te
                  "tests/test_accuracy_cpu.py::test_threads_get_their_own_cpu",
                  # Also the new bounded tests (an exec loop's code objects come
                  # and go: the weak references' callbacks under ASan).
-                 "tests/test_bounded.py"]
+                 "tests/test_bounded.py",
+                 # The GPU kernel tier: its callbacks run inside the program's
+                 # CUDA calls, on the program's threads (the CUPTI test double).
+                 "tests/test_gpu_kernels.py"]
 STRESS_SECONDS = "8"
 INJECTED = (
     "csrc/memory/pyalloc.c",

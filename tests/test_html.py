@@ -330,6 +330,48 @@ def test_saved_profile_from_elsewhere_escapes_source_and_shows_gpu(tmp_path, bro
     assert page.requests() == [page.url]
 
 
+def test_gpu_kernel_columns(tmp_path, browser, run_pyrometer):
+    """With the kernel tier's figures (gpu_kernel_tier "on"): the GPU kernel,
+    GPU copy (its tooltip by direction) and GPU alloc columns; without, none."""
+    profile = make_profile(1, 20, seed=5)
+    profile.update(gpu=True, gpu_kernel_tier="on", gpu_kernels=4, gpu_copies=2, gpu_memsets=0, gpu_allocations=1,
+                   gpu_kernel_time_sec=0.24, gpu_kernel_unattributed_sec=0.0, gpu_copy_htod_mb=64.0,
+                   gpu_copy_dtoh_mb=16.0, gpu_copy_dtod_mb=0.0, gpu_kernel_records_lost=0)
+    name = next(iter(profile["files"]))
+    for e in profile["files"][name]["lines"]:
+        e.update(n_gpu_percent=0.0, n_gpu_peak_memory_mb=0.0, n_gpu_kernel_sec=0.0, n_gpu_kernels=0,
+                 n_gpu_copy_mb=0.0, n_gpu_copy_htod_mb=0.0, n_gpu_copy_dtoh_mb=0.0, n_gpu_copy_dtod_mb=0.0,
+                 n_gpu_memset_mb=0.0, n_gpu_alloc_mb=0.0)
+    first = profile["files"][name]["lines"][0]
+    first.update(n_cpu_percent_python=50.0, n_gpu_kernel_sec=0.24, n_gpu_kernels=4, n_gpu_copy_mb=80.0,
+                 n_gpu_copy_htod_mb=64.0, n_gpu_copy_dtoh_mb=16.0, n_gpu_alloc_mb=256.0)
+    saved = tmp_path / "kernels.json"
+    saved.write_text(json.dumps(profile))
+    out = tmp_path / "kernels.html"
+    proc = run_pyrometer(["view", saved, "--html", "-o", out], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    page = browser.open(out)
+    page.settle()
+    assert page.errors() == []
+    if not page.eval("document.getElementById('F0').classList.contains('open')"):
+        page.click("#F0 .file-head")
+    heads = headers(page, "#F0 .prof.lines")
+    cells = page.eval("Array.from(document.getElementById('L0-1').children).map(function (c) {"
+                      " return c.textContent; })")
+    assert cells[heads.index("GPU kernel")] == "240ms", (heads, cells)
+    assert cells[heads.index("GPU copy")] == "80 MB", (heads, cells)
+    assert cells[heads.index("GPU alloc")] == "256 MB", (heads, cells)
+    tip = page.eval("document.getElementById('L0-1').children[%d].querySelector('span').title"
+                    % heads.index("GPU copy"))
+    assert tip == "HtoD 64.0 MB, DtoH 16.0 MB, DtoD 0.0 MB", tip
+    profile["gpu_kernel_tier"] = "busy"
+    saved.write_text(json.dumps(profile))
+    assert run_pyrometer(["view", saved, "--html", "-o", out], cwd=tmp_path).returncode == 0
+    page = browser.open(out)
+    page.settle()
+    assert "GPU kernel" not in headers(page, "#F0 .prof.lines") and "GPU" in headers(page, "#F0 .prof.lines")
+
+
 # Markup that, put into the page as markup, adds elements a test can find: a
 # form posting to an outside address (what the issue saw), an image (a request),
 # a bold word.

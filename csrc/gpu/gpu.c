@@ -44,7 +44,30 @@ typedef struct {
     double memory_sum_bytes;
     uint64_t memory_samples;
     uint64_t memory_peak_bytes;
+    /* The kernel tier's (gpu_charge_work): what the line launched. */
+    uint64_t kernel_ns;
+    uint64_t kernels;
+    uint64_t copy_bytes[GPU_COPY_DIRECTIONS];
+    uint64_t memset_bytes;
+    uint64_t alloc_bytes;
 } gpu_line;
+
+enum kernel_tier_status {
+    KERNELS_OFF,     /* not asked for */
+    KERNELS_ON,      /* subscribed, recording */
+    KERNELS_ABSENT,  /* no library */
+    KERNELS_BUSY,    /* another subscriber holds it: the NVML tier only */
+    KERNELS_FAILED,  /* the library refused */
+};
+
+/* The kernel tier's totals, under G.lock. */
+typedef struct {
+    uint64_t kernels, copies, memsets, allocations;
+    uint64_t kernel_ns;
+    uint64_t copy_bytes[GPU_COPY_DIRECTIONS];
+    uint64_t unattributed_kernel_ns;   /* records whose launch has no reported line */
+    uint64_t unattributed_copy_bytes;
+} kernel_totals;
 
 typedef struct {
     char name[NAME_SIZE];
@@ -98,6 +121,13 @@ static struct {
     int notice_count;
     char notices[NOTICES_MAX][NOTICE_SIZE];
     char why[NOTICE_SIZE]; /* PHASE_ABSENT or PHASE_FAILED: the reason */
+
+    /* The kernel tier: its status is set at gpu_start and read by the
+     * sampler's snapshots (gpu_kernels_drain). */
+    const gpu_kernel_backend *kernel_backend;
+    atomic_int kernel_status;
+    char kernel_why[NOTICE_SIZE];
+    kernel_totals kernel_totals;
 } G = {.wake_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* ---- the GPU thread (no GIL, no CPython) ------------------------------------ */
@@ -141,6 +171,47 @@ static void charge_stack_unlocked(uint32_t stack, double busy)
     if (into != NULL) {
         *into += busy;
     }
+}
+
+void gpu_charge_work(uint32_t site, int32_t lineno, const gpu_work *work)
+{
+    pthread_mutex_lock(&G.lock);
+    kernel_totals *t = &G.kernel_totals;
+    gpu_line *line = site == SITE_NONE ? NULL : line_at_unlocked(site, (int32_t)lineno);
+    switch (work->kind) {
+    case GPU_WORK_KERNEL:
+        t->kernels++;
+        t->kernel_ns += work->device_ns;
+        if (line != NULL) {
+            line->kernel_ns += work->device_ns;
+            line->kernels++;
+        } else {
+            t->unattributed_kernel_ns += work->device_ns;
+        }
+        break;
+    case GPU_WORK_COPY:
+        t->copies++;
+        t->copy_bytes[work->direction] += work->bytes;
+        if (line != NULL) {
+            line->copy_bytes[work->direction] += work->bytes;
+        } else {
+            t->unattributed_copy_bytes += work->bytes;
+        }
+        break;
+    case GPU_WORK_MEMSET:
+        t->memsets++;
+        if (line != NULL) {
+            line->memset_bytes += work->bytes;
+        }
+        break;
+    case GPU_WORK_ALLOC:
+        t->allocations++;
+        if (line != NULL) {
+            line->alloc_bytes += work->bytes;
+        }
+        break;
+    }
+    pthread_mutex_unlock(&G.lock);
 }
 
 /* Entries copied out of the line timeline for one window (GPU thread only). */
@@ -387,6 +458,11 @@ static void poll_once(int final, int with_utilisation)
             poll_utilisation(i, dev, now_us, final);
         }
     }
+    if (with_utilisation && atomic_load(&G.kernel_status) == KERNELS_ON) {
+        /* The records of finished work, every 100 ms: a record waits in the
+         * library's buffer until it is full (~20,000 kernels) otherwise. */
+        G.kernel_backend->flush(0);
+    }
     if (memory_known) {
         note_memory(line_timeline_now_ns(), memory);
     }
@@ -486,6 +562,9 @@ static void forget_in_child(void)
     atomic_store(&G.running, 0);
     G.thread_started = 0;
     line_timeline_enable(0); /* nobody reads it here */
+    /* CUPTI's state (its threads, the driver's) is not usable after a fork. */
+    atomic_store(&G.kernel_status, KERNELS_OFF);
+    launches_forget_in_child();
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     G.wake_lock = fresh;
     G.lock = fresh;
@@ -494,7 +573,35 @@ static void forget_in_child(void)
     }
 }
 
-int gpu_start(int explicit_request)
+/* The kernel tier's start, before the program launches anything: a failure
+ * leaves the NVML tier on its own, with one notice saying why. */
+static void kernels_start(void)
+{
+    char why[NOTICE_SIZE] = "";
+    G.kernel_backend = &gpu_cupti_backend;
+    pthread_mutex_lock(&G.lock);
+    memset(&G.kernel_totals, 0, sizeof G.kernel_totals);
+    G.kernel_why[0] = '\0';
+    pthread_mutex_unlock(&G.lock);
+    launches_start();
+    int rc = G.kernel_backend->open(why, sizeof why);
+    char text[NOTICE_SIZE];
+    if (rc == GPU_OK) {
+        atomic_store(&G.kernel_status, KERNELS_ON);
+        if (why[0]) {
+            notice(why);
+        }
+        return;
+    }
+    launches_stop();
+    atomic_store(&G.kernel_status, rc == GPU_UNSUPPORTED ? KERNELS_ABSENT : rc == GPU_BUSY ? KERNELS_BUSY
+                                                                                           : KERNELS_FAILED);
+    snprintf(G.kernel_why, sizeof G.kernel_why, "%s", why);
+    snprintf(text, sizeof text, "GPU kernel tier off, NVML utilisation only: %s", why);
+    notice(text);
+}
+
+int gpu_start(int explicit_request, int kernels)
 {
     static int atfork_registered;
     if (G.thread_started) {
@@ -515,6 +622,7 @@ int gpu_start(int explicit_request)
     }
     G.backend = &gpu_nvml_backend;
     G.explicit_request = explicit_request;
+    atomic_store(&G.kernel_status, KERNELS_OFF);
     G.pid = getpid();
     G.start_ns = line_timeline_now_ns();
     G.device_count = 0;
@@ -550,7 +658,17 @@ int gpu_start(int explicit_request)
         return -1;
     }
     G.thread_started = 1;
+    if (kernels) {
+        kernels_start();
+    }
     return 0;
+}
+
+void gpu_kernels_drain(void)
+{
+    if (atomic_load(&G.kernel_status) == KERNELS_ON) {
+        launches_drain(0);
+    }
 }
 
 void gpu_stop(void)
@@ -581,6 +699,20 @@ void gpu_stop(void)
         pthread_mutex_unlock(&G.lock);
     } else {
         pthread_cond_destroy(&G.wake);
+        if (atomic_load(&G.kernel_status) == KERNELS_ON) {
+            /* The last records are delivered on this thread (a forced flush),
+             * then every launch is placed and every record charged. */
+            G.kernel_backend->close();
+            launches_stop();
+            /* No collection meanwhile, as in a snapshot: registering a code
+             * object allocates, and a collection could free one the drain has
+             * found alive a moment before. */
+            int collecting = PyGC_Disable();
+            launches_drain(1);
+            if (collecting) {
+                PyGC_Enable();
+            }
+        }
     }
     line_timeline_enable(0);
 }
@@ -594,7 +726,32 @@ static PyObject *device_dict(const gpu_device *dev)
                          dev->shared ? Py_True : Py_False);
 }
 
-static PyObject *collect_unlocked(void)
+/* The kernel tier's status and totals; None when it was not asked for.
+ * Caller holds G.lock. */
+static PyObject *kernels_dict(uint64_t lost_launches, uint64_t lost_records)
+{
+    int status = atomic_load(&G.kernel_status);
+    if (status == KERNELS_OFF) {
+        Py_RETURN_NONE;
+    }
+    static const char *const names[] = {"off", "on", "absent", "busy", "failed"};
+    const kernel_totals *t = &G.kernel_totals;
+    uint64_t dropped = G.kernel_backend != NULL ? G.kernel_backend->dropped() : 0;
+    return Py_BuildValue("{s:s,s:s,s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "backend",
+                         G.kernel_backend != NULL ? G.kernel_backend->name : "", "status", names[status], "why",
+                         G.kernel_why, "kernels", (unsigned long long)t->kernels, "copies",
+                         (unsigned long long)t->copies, "memsets", (unsigned long long)t->memsets, "allocations",
+                         (unsigned long long)t->allocations, "kernel_ns", (unsigned long long)t->kernel_ns,
+                         "copy_htod_bytes", (unsigned long long)t->copy_bytes[GPU_COPY_HTOD], "copy_dtoh_bytes",
+                         (unsigned long long)t->copy_bytes[GPU_COPY_DTOH], "copy_dtod_bytes",
+                         (unsigned long long)t->copy_bytes[GPU_COPY_DTOD], "unattributed_kernel_ns",
+                         (unsigned long long)t->unattributed_kernel_ns, "unattributed_copy_bytes",
+                         (unsigned long long)t->unattributed_copy_bytes, "lost_launches",
+                         (unsigned long long)lost_launches, "lost_records", (unsigned long long)lost_records,
+                         "dropped_records", (unsigned long long)dropped);
+}
+
+static PyObject *collect_unlocked(uint64_t lost_launches, uint64_t lost_records)
 {
     int phase = atomic_load(&G.phase);
     if (phase == PHASE_OFF) {
@@ -644,10 +801,14 @@ static PyObject *collect_unlocked(void)
         if (where == NULL) {
             continue;
         }
-        PyObject *item = Py_BuildValue("(OiOiddKK)", where->filename, (int)(int32_t)(uint32_t)key.k2,
-                                       where->qualname, where->firstlineno, line->busy_ns,
-                                       line->memory_sum_bytes, (unsigned long long)line->memory_samples,
-                                       (unsigned long long)line->memory_peak_bytes);
+        PyObject *item = Py_BuildValue(
+            "(OiOiddKKKKKKKKKK)", where->filename, (int)(int32_t)(uint32_t)key.k2, where->qualname,
+            where->firstlineno, line->busy_ns, line->memory_sum_bytes, (unsigned long long)line->memory_samples,
+            (unsigned long long)line->memory_peak_bytes, (unsigned long long)line->kernel_ns,
+            (unsigned long long)line->kernels, (unsigned long long)line->copy_bytes[GPU_COPY_HTOD],
+            (unsigned long long)line->copy_bytes[GPU_COPY_DTOH], (unsigned long long)line->copy_bytes[GPU_COPY_DTOD],
+            (unsigned long long)line->copy_bytes[GPU_COPY_OTHER], (unsigned long long)line->memset_bytes,
+            (unsigned long long)line->alloc_bytes);
         if (item == NULL || PyList_Append(lines, item) != 0) {
             Py_XDECREF(item);
             goto fail;
@@ -665,10 +826,15 @@ static PyObject *collect_unlocked(void)
         }
         Py_DECREF(item);
     }
-    return Py_BuildValue("{s:s,s:s,s:s,s:O,s:N,s:N,s:N,s:N,s:d,s:K}", "backend", G.backend->name, "status", status,
+    PyObject *kernels = kernels_dict(lost_launches, lost_records);
+    if (kernels == NULL) {
+        goto fail;
+    }
+    return Py_BuildValue("{s:s,s:s,s:s,s:O,s:N,s:N,s:N,s:N,s:d,s:K,s:N}", "backend", G.backend->name, "status", status,
                          "why", G.why, "explicit", G.explicit_request ? Py_True : Py_False, "devices", devices,
                          "lines", lines, "stacks", stacks, "notices", notices, "unattributed_busy_ns",
-                         G.unattributed_busy_ns, "peak_memory_bytes", (unsigned long long)G.memory_peak_bytes);
+                         G.unattributed_busy_ns, "peak_memory_bytes", (unsigned long long)G.memory_peak_bytes,
+                         "kernels", kernels);
 fail:
     Py_XDECREF(devices);
     Py_XDECREF(lines);
@@ -681,8 +847,10 @@ PyObject *gpu_collect(void)
 {
     /* The lock is held while Python objects are made: the GPU thread only
      * waits (it never needs the GIL), so this cannot deadlock. */
+    uint64_t lost_launches = 0, lost_records = 0;
+    launches_lost(&lost_launches, &lost_records); /* its lock is never taken inside G.lock */
     pthread_mutex_lock(&G.lock);
-    PyObject *result = collect_unlocked();
+    PyObject *result = collect_unlocked(lost_launches, lost_records);
     pthread_mutex_unlock(&G.lock);
     return result;
 }
@@ -699,6 +867,7 @@ void gpu_release(void)
         table_release(&G.stacks);
     }
     atomic_store(&G.phase, PHASE_OFF);
+    atomic_store(&G.kernel_status, KERNELS_OFF);
     G.device_count = 0;
     G.notice_count = 0;
 }

@@ -12,10 +12,16 @@
  * line).
  *
  * Backends (one file each, behind gpu_backend below): nvml.c, utilisation
- * windows from NVML.  The seam for a kernel-exact tier (CUPTI's activity
- * records, each kernel's device time charged to the line that launched it) is
- * the same: a backend whose samples are kernels (window = the kernel's start
- * and end, share = 100%) and whose launching line it reports itself; not built.
+ * windows from NVML.
+ *
+ * The kernel tier (--gpu-kernels; behind gpu_kernel_backend below: cupti.c)
+ * is exact where NVML's windows are not: the vendor's tracing library calls
+ * back on the launching thread, where the launching line is noted under the
+ * call's correlation id (launches.h), and later delivers records of each
+ * kernel's device time, each copy's bytes and direction, each allocation,
+ * which are charged to the line noted under their id (gpu_charge_work).  Its
+ * figures sit beside NVML's per line (kernel seconds beside busy seconds):
+ * the two measure different things and are not merged.
  *
  * Nothing here is fatal: no library, no device, a failed call each end in "no
  * GPU data" with a reason (gpu_collect's "why"), never an exception mid-run.
@@ -29,6 +35,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "launches.h"
+
 #define GPU_POLL_NS 100000000ULL       /* utilisation: 100 ms, half a window */
 #define GPU_MEMORY_POLL_NS 20000000ULL  /* memory: 20 ms (a cheap call), so that a line
                                          * holding memory 1 s gets 50 readings */
@@ -38,8 +46,10 @@
 /* Starts the GPU thread; loading the library and finding devices happen on it
  * (NVML's init can take a while).  0, or -1 with an exception set (out of
  * threads).  explicit: the user asked for --gpu (a missing library is then a
- * notice, not a silent absence). */
-int gpu_start(int explicit_request);
+ * notice, not a silent absence).  kernels: also the kernel tier
+ * (--gpu-kernels), whose library is loaded and subscribed here, before the
+ * program launches anything. */
+int gpu_start(int explicit_request, int kernels);
 /* Stops and joins the GPU thread (GIL released while waiting; at most a few
  * seconds: a backend call that never returns leaves its thread behind). */
 void gpu_stop(void);
@@ -48,6 +58,9 @@ void gpu_stop(void);
 PyObject *gpu_collect(void);
 /* Forgets every aggregate (the GPU thread is stopped). */
 void gpu_release(void);
+/* At each CPU snapshot: places the launches the kernel tier noted without
+ * being able to read their line (launches_drain).  Cheap when the tier is off. */
+void gpu_kernels_drain(void);
 
 /* ---- the backend interface ------------------------------------------------- */
 
@@ -77,6 +90,7 @@ enum gpu_status {
     GPU_NOTHING_NEW = 1,   /* no sample newer than asked */
     GPU_UNSUPPORTED = -2,  /* the device cannot tell this (e.g. per-process samples) */
     GPU_FAILED = -1,       /* the call failed: why says how */
+    GPU_BUSY = -3,         /* the library takes one user, and another holds it */
 };
 
 /* Every function runs on the GPU thread only, one call at a time: a backend
@@ -99,5 +113,30 @@ typedef struct {
 } gpu_backend;
 
 extern const gpu_backend gpu_nvml_backend;
+
+/* ---- the kernel tier's interface ------------------------------------------- */
+
+/* open runs in gpu_start (GIL held); flush on the GPU thread at each
+ * utilisation poll; close in gpu_stop after the GPU thread has ended.  The
+ * library's callbacks call launches_note and launches_charge (launches.h). */
+typedef struct {
+    const char *name; /* "CUPTI" */
+    /* Loads and subscribes: GPU_OK (why may hold a notice), GPU_UNSUPPORTED (no
+     * library), GPU_BUSY (another subscriber holds it) or GPU_FAILED. */
+    int (*open)(char *why, size_t why_size);
+    /* Has the records of finished work delivered; final: all of them. */
+    void (*flush)(int final);
+    /* Stops recording, delivers the rest, unsubscribes. */
+    void (*close)(void);
+    /* Records the library could not write (no buffer in time). */
+    uint64_t (*dropped)(void);
+} gpu_kernel_backend;
+
+extern const gpu_kernel_backend gpu_cupti_backend;
+
+/* Charges one record to a line (site SITE_NONE: to no line); any thread.
+ * Takes the subsystem's lock: callers may hold launches.c's, never the other
+ * way round. */
+void gpu_charge_work(uint32_t site, int32_t lineno, const gpu_work *work);
 
 #endif

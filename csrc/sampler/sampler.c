@@ -14,6 +14,7 @@
 #include "../profile/periodic.h"
 #include "../memory/mem_profile.h"
 #include "../memory/pyalloc.h"
+#include "../gpu/gpu.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -472,6 +473,7 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback); /* the snapshot must not disturb a pending error */
     mem_profile_drain(); /* memory samples queued by threads that did not hold the GIL */
+    gpu_kernels_drain(); /* GPU launches whose line could not be read at the launch */
     int asyncio_used = awaits_begin();
 
     uint64_t now = clock_wall_ns();

@@ -622,19 +622,21 @@ class Merger:
         mine = self.raw.get("gpu")
         if mine is None or (mine["status"] != "ok" and gpu["status"] == "ok"):
             self.raw["gpu"] = mine = dict(gpu, lines=[], devices=[], notices=list(mine["notices"]) if mine else [],
-                                          unattributed_busy_ns=0.0, peak_memory_bytes=0)
+                                          unattributed_busy_ns=0.0, peak_memory_bytes=0, kernels=None)
         if gpu["status"] != "ok":
             return
-        for filename, lineno, qualname, firstlineno, busy, memory_sum, samples, peak in gpu["lines"]:
+        for filename, lineno, qualname, firstlineno, *theirs in gpu["lines"]:
             key = (filename, lineno, qualname, firstlineno)
             sums = self.gpu_lines.get(key)
             if sums is None:
-                self.gpu_lines[key] = [busy, memory_sum, samples, peak]
-            else:
-                sums[0] += busy
-                sums[1] += memory_sum
-                sums[2] += samples
-                sums[3] = max(sums[3], peak)
+                self.gpu_lines[key] = list(theirs)
+                continue
+            # Sums add up (busy, memory sum and samples, then the kernel
+            # tier's), except the peak (index 3), the largest of any process.
+            if len(theirs) > len(sums):
+                sums.extend([0] * (len(theirs) - len(sums)))
+            for i, value in enumerate(theirs):
+                sums[i] = max(sums[i], value) if i == 3 else sums[i] + value
         names = {d["name"]: d for d in mine["devices"]}
         for d in gpu["devices"]:
             have = names.get(d["name"])
@@ -648,6 +650,7 @@ class Merger:
                 have["shared"] = have["shared"] or d["shared"]
                 if d["source"] == "process":
                     have["source"] = "process"
+        mine["kernels"] = _merge_kernel_tier(mine.get("kernels"), gpu.get("kernels"))
         mine["unattributed_busy_ns"] += gpu["unattributed_busy_ns"]
         mine["peak_memory_bytes"] = max(mine["peak_memory_bytes"], gpu["peak_memory_bytes"])
         mine["notices"] = list(dict.fromkeys([*mine["notices"], *gpu["notices"]]))
@@ -763,3 +766,17 @@ def family_records() -> tuple[list, dict[int, int]]:
     return _Family.records()
 
 
+def _merge_kernel_tier(mine: dict[str, Any] | None, theirs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Two processes' kernel tiers (csrc/gpu/gpu.c, kernels_dict): counts add up;
+    the status is "on" when it ran in either, else the first one's."""
+    if theirs is None:
+        return mine
+    if mine is None:
+        return dict(theirs)
+    merged = dict(mine)
+    for name, value in theirs.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            merged[name] = merged.get(name, 0) + value
+    if theirs["status"] == "on" and mine["status"] != "on":
+        merged.update(status="on", why="", backend=theirs["backend"])
+    return merged

@@ -168,29 +168,53 @@ class _Memory:
 _NO_MEMORY = _Memory()
 
 
+# The kernel tier's sums of a line after NVML's four, in the core's order
+# (csrc/gpu/gpu.c, collect_unlocked): kernel ns, kernels, copy bytes HtoD, DtoH,
+# DtoD, other, memset bytes, allocated bytes.
+GPU_KERNEL_SUMS = 8
+
+
 class _Gpu:
     """GPU samples of one line or function (csrc/gpu/gpu.h): busy device-time,
-    and the process's GPU memory at the polls that found the program there."""
-    __slots__ = ("busy", "memory_sum", "memory_samples", "peak")
+    and the process's GPU memory at the polls that found the program there;
+    with the kernel tier, what the line launched (kernel device time, copies by
+    direction, memsets, allocations)."""
+    __slots__ = ("busy", "memory_sum", "memory_samples", "peak", "launched")
 
     def __init__(self) -> None:
         self.busy = self.memory_sum = 0.0
         self.memory_samples = self.peak = 0
+        self.launched = [0] * GPU_KERNEL_SUMS
 
-    def add(self, busy_ns: float, memory_sum: float, memory_samples: int, peak: int) -> None:
+    def add(self, busy_ns: float, memory_sum: float, memory_samples: int, peak: int, *launched: int) -> None:
         self.busy += busy_ns * NS
         self.memory_sum += memory_sum
         self.memory_samples += memory_samples
         self.peak = max(self.peak, peak)
+        for i, value in enumerate(launched[:GPU_KERNEL_SUMS]):
+            self.launched[i] += value
 
-    def fields(self, total_busy: float) -> dict[str, Any]:
-        return {
+    def fields(self, total_busy: float, kernels: bool = False) -> dict[str, Any]:
+        out = {
             # Scalene's meaning: this line's share of the run's GPU busy time.
             "n_gpu_percent": min(100.0, self.busy * 100.0 / total_busy) if total_busy > 0 else 0.0,
             "n_gpu_sec": self.busy,
             "n_gpu_avg_memory_mb": self.memory_sum / self.memory_samples / MB if self.memory_samples else 0.0,
             "n_gpu_peak_memory_mb": self.peak / MB,
         }
+        if kernels:
+            kernel_ns, count, htod, dtoh, dtod, other, memset, alloc = self.launched
+            out.update({
+                "n_gpu_kernel_sec": kernel_ns * NS,
+                "n_gpu_kernels": count,
+                "n_gpu_copy_mb": (htod + dtoh + dtod + other) / MB,
+                "n_gpu_copy_htod_mb": htod / MB,
+                "n_gpu_copy_dtoh_mb": dtoh / MB,
+                "n_gpu_copy_dtod_mb": dtod / MB,
+                "n_gpu_memset_mb": memset / MB,
+                "n_gpu_alloc_mb": alloc / MB,
+            })
+        return out
 
 
 _NO_GPU = _Gpu()
@@ -212,7 +236,7 @@ def _gpu_run(gpu: dict[str, Any] | None, options: dict[str, Any]) -> tuple[bool,
     devices = gpu["devices"]
     busy = sum(d["busy_ns"] for d in devices) * NS
     by_process = any(d["source"] == "process" for d in devices)
-    return True, {
+    return True, {**_gpu_kernel_run(gpu.get("kernels")),
         "gpu_status": "profiled",
         "gpu_device": ", ".join(d["name"] for d in devices),
         "gpu_utilization_source": "process" if by_process else "device",
@@ -224,6 +248,31 @@ def _gpu_run(gpu: dict[str, Any] | None, options: dict[str, Any]) -> tuple[bool,
                          "utilization_source": d["source"], "shared": d["shared"],
                          "samples": d["samples"]} for d in devices],
     }, notices
+
+
+def _gpu_kernel_run(kernels: dict[str, Any] | None) -> dict[str, Any]:
+    """The kernel tier's top-level fields: its status always ("off" when not
+    asked for), its totals when it ran."""
+    if kernels is None:
+        return {"gpu_kernel_tier": "off"}
+    out: dict[str, Any] = {"gpu_kernel_tier": kernels["status"]}
+    if kernels["status"] == "on":
+        out.update({
+            "gpu_kernels": kernels["kernels"],
+            "gpu_copies": kernels["copies"],
+            "gpu_memsets": kernels["memsets"],
+            "gpu_allocations": kernels["allocations"],
+            "gpu_kernel_time_sec": kernels["kernel_ns"] * NS,
+            "gpu_kernel_unattributed_sec": kernels["unattributed_kernel_ns"] * NS,
+            "gpu_copy_htod_mb": kernels["copy_htod_bytes"] / MB,
+            "gpu_copy_dtoh_mb": kernels["copy_dtoh_bytes"] / MB,
+            "gpu_copy_dtod_mb": kernels["copy_dtod_bytes"] / MB,
+            # Launches too many to note, records whose launch was never noted,
+            # records the library could not write: charged to no line, or lost.
+            "gpu_kernel_records_lost": kernels["lost_launches"] + kernels["lost_records"]
+            + kernels["dropped_records"],
+        })
+    return out
 
 
 def time_share(entry: dict[str, Any]) -> float:
@@ -270,6 +319,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     gpu_lines: dict[str, dict[int, _Gpu]] = defaultdict(lambda: defaultdict(_Gpu))
     gpu_functions: dict[str, dict[tuple[str, int], _Gpu]] = defaultdict(lambda: defaultdict(_Gpu))
     gpu_total = 0.0
+    gpu_kernels = gpu_top.get("gpu_kernel_tier") == "on"
     if gpu_used:
         for filename, lineno, qualname, firstlineno, *sums in raw["gpu"]["lines"]:
             gpu_lines[filename][lineno].add(*sums)
@@ -326,7 +376,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             entry = {"lineno": lineno, "line": source[lineno - 1] if lineno <= len(source) else ""}
             entry.update((per_line.get(lineno) or _Sums()).fields(denominator, await_total))
             if gpu_used:
-                entry.update(per_line_gpu.get(lineno, _NO_GPU).fields(gpu_total))
+                entry.update(per_line_gpu.get(lineno, _NO_GPU).fields(gpu_total, gpu_kernels))
             if memory:
                 m = per_line_mem.get(lineno, _NO_MEMORY)
                 entry.update(m.fields(activity, elapsed))
@@ -351,7 +401,8 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
             entry = {"lineno": firstlineno, "line": qualname}
             entry.update(functions[filename].get((qualname, firstlineno), _Sums()).fields(denominator, await_total))
             if gpu_used:
-                entry.update(gpu_functions.get(filename, {}).get((qualname, firstlineno), _NO_GPU).fields(gpu_total))
+                entry.update(gpu_functions.get(filename, {}).get((qualname, firstlineno), _NO_GPU)
+                             .fields(gpu_total, gpu_kernels))
             if memory:
                 entry.update(mem_functions[filename].get((qualname, firstlineno), _NO_MEMORY).fields(activity, elapsed))
             if not reduced or _significant(entry, threshold, malloc_threshold):
@@ -796,6 +847,7 @@ _OPTIONS = _Object({
     "profile_interval": (_Null(_NONNEG), _OPTIONAL),
     "children": (_BOOL, _OPTIONAL),
     "gpu": (_Null(_BOOL), _OPTIONAL),
+    "gpu_kernels": (_BOOL, _OPTIONAL),
     "off": (_BOOL, _OPTIONAL),
 })
 
@@ -820,6 +872,15 @@ _TIME_ENTRY = _Object({
     "n_gpu_sec": (_NONNEG, _OPTIONAL),
     "n_gpu_avg_memory_mb": (_NONNEG, _OPTIONAL),
     "n_gpu_peak_memory_mb": (_NONNEG, _OPTIONAL),
+    # The kernel tier's (gpu_kernel_tier "on").
+    "n_gpu_kernel_sec": (_NONNEG, _OPTIONAL),
+    "n_gpu_kernels": (_COUNT, _OPTIONAL),
+    "n_gpu_copy_mb": (_NONNEG, _OPTIONAL),
+    "n_gpu_copy_htod_mb": (_NONNEG, _OPTIONAL),
+    "n_gpu_copy_dtoh_mb": (_NONNEG, _OPTIONAL),
+    "n_gpu_copy_dtod_mb": (_NONNEG, _OPTIONAL),
+    "n_gpu_memset_mb": (_NONNEG, _OPTIONAL),
+    "n_gpu_alloc_mb": (_NONNEG, _OPTIONAL),
 })
 # With memory profiled, entries also have these (an entry lacking them gets zeros).
 _MEMORY_ENTRY = _Object({
@@ -917,6 +978,17 @@ _RUN = _Object({
     "gpu_devices": (_List(_Object({"name": (_STR, _REQUIRED), "busy_sec": (_NONNEG, _REQUIRED),
                                    "peak_memory_mb": (_NONNEG, 0.0), "utilization_source": (_STR, "device"),
                                    "shared": (_BOOL, False), "samples": (_COUNT, 0)})), _OPTIONAL),
+    "gpu_kernel_tier": (_STR, _OPTIONAL),  # "off", "on", "absent", "busy", "failed": checked by check()
+    "gpu_kernels": (_COUNT, _OPTIONAL),
+    "gpu_copies": (_COUNT, _OPTIONAL),
+    "gpu_memsets": (_COUNT, _OPTIONAL),
+    "gpu_allocations": (_COUNT, _OPTIONAL),
+    "gpu_kernel_time_sec": (_NONNEG, _OPTIONAL),
+    "gpu_kernel_unattributed_sec": (_NONNEG, _OPTIONAL),
+    "gpu_copy_htod_mb": (_NONNEG, _OPTIONAL),
+    "gpu_copy_dtoh_mb": (_NONNEG, _OPTIONAL),
+    "gpu_copy_dtod_mb": (_NONNEG, _OPTIONAL),
+    "gpu_kernel_records_lost": (_COUNT, _OPTIONAL),
     "notices": (_List(_STR), []),
     "files": (_Leaf((dict,), "an object"), _REQUIRED),  # each file: _FILE_*, checked by check()
 })
@@ -1265,6 +1337,10 @@ def check(profile: Any, path: str = "the profile") -> dict[str, Any]:
         raise ProfileError(f"{where}gpu_utilization_source is {_shown(source)}: it must be \"device\" or \"process\"")
     if "call_stacks" in profile:
         _check_paths(profile["call_stacks"], where)
+    tier = profile.get("gpu_kernel_tier")
+    if tier is not None and tier not in ("off", "on", "absent", "busy", "failed"):
+        raise ProfileError(f"{where}gpu_kernel_tier is {_shown(tier)}: it must be one of off, on, absent, busy, "
+                           "failed")
     file_kind = _FILE_WITH_MEMORY if memory else _FILE_CPU_ONLY
     for name, f in profile["files"].items():
         _check_value(f, file_kind, f"{where}files[{_shown_name(name)}]")

@@ -36,6 +36,9 @@ class Options:
     reduced_profile: bool = False
     memory: bool = True
     gpu: bool | None = None  # None: when a GPU is found (not with --cpu-only)
+    # The kernel tier (CUPTI): off by default until its overhead is measured on
+    # a GPU (docs/how-it-works.md, "GPU").
+    gpu_kernels: bool = False
     malloc_threshold: float = 100.0
     allocation_sampling_window: int = 1 << 20
     leak_detector: bool = True
@@ -79,6 +82,7 @@ class Options:
             "reduced_profile": self.reduced_profile,
             "memory": self.memory,
             "gpu": self.gpu,
+            "gpu_kernels": self.gpu_kernels,
             "malloc_threshold": self.malloc_threshold,
             "allocation_sampling_window": self.allocation_sampling_window,
             "leak_detector": self.leak_detector and self.memory,
@@ -253,6 +257,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "the default when an NVIDIA GPU is found, unless --cpu-only")
     what.add_argument("--no-gpu", dest="gpu_off", action="store_true",
                       help="do not profile the GPU")
+    what.add_argument("--gpu-kernels", dest="gpu_kernels_on", action="store_true",
+                      help="with GPU profiling: also charge each kernel's device time, each copy's bytes "
+                           "(by direction) and each device allocation to the line that launched it "
+                           "(NVIDIA, through CUPTI); off by default until its overhead is measured")
+    what.add_argument("--no-gpu-kernels", dest="gpu_kernels_off", action="store_true",
+                      help="do not trace GPU kernels (the default)")
     what.add_argument("--no-leak-detector", dest="leak_detector", action="store_false",
                       help="with memory profiling: do not report leaks (leaks are reported by default)")
     what.add_argument("--no-children", dest="children", action="store_false",
@@ -422,6 +432,11 @@ def parse(argv: list[str]) -> Options:
     if ns.live and ns.profile_interval is not None:
         raise UsageError("--live (pyrometer top) and --profile-interval are exclusive: the live view "
                          "takes the program's snapshots every second")
+    if ns.gpu_kernels_on and ns.gpu_kernels_off:
+        raise UsageError("--gpu-kernels contradicts --no-gpu-kernels")
+    if ns.gpu_kernels_on and (ns.gpu_off or (ns.cpu_only and not ns.gpu_on)):
+        raise UsageError(f"--gpu-kernels contradicts {'--no-gpu' if ns.gpu_off else '--cpu-only'} "
+                         "(--cpu-only --gpu --gpu-kernels profiles CPU and GPU)")
     formats = [flag for flag, on in (("--json", ns.json), ("--cli", ns.cli), ("--html", ns.html),
                                      ("--web", ns.web)) if on]
     if len(formats) > 1 and set(formats) != {"--html", "--web"}:
@@ -432,7 +447,8 @@ def parse(argv: list[str]) -> Options:
                          "for a script on standard input")
     exports_of(ns)
     opts = Options(**{f: getattr(ns, f) for f in fields(Options)
-                      if f not in ("program", "module", "command", "memory", "gpu")}, module=module,
-                   command=command, program=program, memory=not (ns.cpu_only or ns.memory_off),
-                   gpu=True if ns.gpu_on else False if (ns.gpu_off or ns.cpu_only) else None)
+                      if f not in ("program", "module", "command", "memory", "gpu", "gpu_kernels")},
+                   module=module, command=command, program=program, memory=not (ns.cpu_only or ns.memory_off),
+                   gpu=True if ns.gpu_on else False if (ns.gpu_off or ns.cpu_only) else None,
+                   gpu_kernels=ns.gpu_kernels_on)
     return opts

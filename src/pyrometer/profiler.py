@@ -43,10 +43,13 @@ def _installation_directories() -> list[str]:
     return sorted(out)
 
 
-def gpu_mode(gpu: bool | None) -> int:
+def gpu_mode(gpu: bool | None, kernels: bool = False) -> int:
     """The core's gpu setting: 0 off (--no-gpu, --cpu-only), 1 when a GPU is
-    found (the default), 2 asked for (--gpu: its absence is then a notice)."""
-    return 0 if gpu is False else 2 if gpu else 1
+    found (the default), 2 asked for (--gpu: its absence is then a notice);
+    plus 4 for the kernel tier (--gpu-kernels)."""
+    if gpu is False:
+        return 0
+    return (2 if gpu else 1) | (4 if kernels else 0)
 
 
 class Session:
@@ -81,7 +84,7 @@ class Session:
             "leak_detector": o.leak_detector,
             "program": self.program_prefixes,  # -m's package, a script wherever it lives: children's too
             "start_off": o.off,
-            "gpu": gpu_mode(o.gpu),
+            "gpu": gpu_mode(o.gpu, o.gpu_kernels),
         }
 
     def start(self) -> None:

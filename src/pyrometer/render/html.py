@@ -35,6 +35,9 @@ MEMORY_FIELDS = ["n_malloc_mb", "n_python_fraction", "n_peak_mb", "n_growth_mb",
 AWAIT_FIELDS = ["n_await_percent", "n_await_sec"]
 # Scalene's names for the GPU columns; shipped only when a GPU was profiled.
 GPU_FIELDS = ["n_gpu_percent", "n_gpu_peak_memory_mb", "n_gpu_avg_memory_mb", "n_gpu_sec"]
+# The kernel tier's; shipped only when it ran (gpu_kernel_tier "on").
+GPU_KERNEL_FIELDS = ["n_gpu_kernel_sec", "n_gpu_kernels", "n_gpu_copy_mb", "n_gpu_copy_htod_mb",
+                     "n_gpu_copy_dtoh_mb", "n_gpu_copy_dtod_mb", "n_gpu_memset_mb", "n_gpu_alloc_mb"]
 
 # A line's memory timeline is drawn about 60 pixels wide: more points than this
 # only add bytes to the page.
@@ -131,6 +134,8 @@ def page_data(profile: dict[str, Any]) -> dict[str, Any]:
         fields += MEMORY_FIELDS
     if profile.get("gpu"):
         fields += GPU_FIELDS
+        if profile.get("gpu_kernel_tier") == "on":
+            fields += GPU_KERNEL_FIELDS
     summary = {k: v for k, v in profile.items() if k not in ("files", "call_stacks")}
     files = []
     for name, f in sorted(profile["files"].items(), key=lambda kv: (-kv[1]["percent_cpu_time"], kv[0])):

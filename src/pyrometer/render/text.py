@@ -167,11 +167,31 @@ def _gpu_cells(entry: dict[str, Any]) -> list[str]:
     return [_pct(entry.get("n_gpu_percent", 0.0)), _mb(peak) if peak >= 0.5 else ""]
 
 
-def _gpu_header(profile: dict[str, Any]) -> str:
+def _kernel_cells(entry: dict[str, Any]) -> list[str]:
+    """The kernel tier's: the device time of the kernels the line launched, the
+    bytes it copied (every direction), the device memory it allocated."""
+    sec, copy, alloc = (entry.get("n_gpu_kernel_sec", 0.0), entry.get("n_gpu_copy_mb", 0.0),
+                        entry.get("n_gpu_alloc_mb", 0.0))
+    return [_seconds(sec) if sec >= 0.0005 else "", _mb(copy) if copy >= 0.5 else "",
+            _mb(alloc) if alloc >= 0.5 else ""]
+
+
+def _seconds(sec: float) -> str:
+    return f"{sec * 1000:.0f}ms" if sec < 1.0 else f"{sec:.2f}s"
+
+
+def _gpu_header(profile: dict[str, Any]) -> list[str]:
     whose = ("this process's share of shared GPUs" if profile.get("gpu_utilization_source") == "process"
              else "whole-device utilisation")
-    return (f"GPU: {profile.get('gpu_device', '?')} · busy {profile.get('gpu_time_sec', 0.0):.3f} s "
-            f"({whose}) · peak GPU memory {profile.get('gpu_peak_memory_mb', 0.0):.1f} MB")
+    lines = [f"GPU: {profile.get('gpu_device', '?')} · busy {profile.get('gpu_time_sec', 0.0):.3f} s "
+            f"({whose}) · peak GPU memory {profile.get('gpu_peak_memory_mb', 0.0):.1f} MB"]
+    tier = profile.get("gpu_kernel_tier", "off")
+    if tier == "on":
+        lines.append(f"GPU kernels: {profile['gpu_kernels']} ({profile['gpu_kernel_time_sec']:.3f} s on the device)"
+                 f" · copies: {profile['gpu_copies']} (HtoD {profile['gpu_copy_htod_mb']:.1f} MB, "
+                 f"DtoH {profile['gpu_copy_dtoh_mb']:.1f} MB, DtoD {profile['gpu_copy_dtod_mb']:.1f} MB)"
+                     f" · allocations: {profile['gpu_allocations']}")
+    return lines
 
 
 def _pct(value: float) -> str:
@@ -446,7 +466,8 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
     elif samples < FEW_SAMPLES:
         add(f"Only {samples} samples were taken: the percentages below are rough.", YELLOW)
     if profile.get("gpu"):
-        add(_gpu_header(profile))
+        for line in _gpu_header(profile):
+            add(line)
     memory = profile.get("memory", False)
     malloc_threshold = profile["options"].get("malloc_threshold") if memory else None
     if memory:
@@ -480,12 +501,15 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         gpu = bool(profile.get("gpu"))
         if gpu:
             header += ["GPU", "GPU memory"]
+        kernels = profile.get("gpu_kernel_tier") == "on"
+        if kernels:
+            header += ["GPU kernel", "GPU copy", "GPU alloc"]
         if memory:
             header += ["Memory Python", "peak", "timeline / %", "Copy MB/s"]
 
         def cells(e: dict[str, Any]) -> list:
             return [*_time_cells(e, show_waits, show_awaits), *(_gpu_cells(e) if gpu else ()),
-                    *(_memory_cells(e) if memory else ())]
+                    *(_kernel_cells(e) if kernels else ()), *(_memory_cells(e) if memory else ())]
         rows, styles = [], []
         for e in f["lines"]:
             share = _share(e)
@@ -496,7 +520,8 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
             styles.append((BOLD, RED) if share >= hot else (YELLOW,) if share >= threshold or heavy else ())
         out.extend(_table(rows, header + ["source"], len(header), width, styles, paint, said))
         funcs = [e for e in f["functions"] if _share(e) >= 0.5 or e.get("n_await_percent", 0.0) >= 0.5
-                 or e.get("n_malloc_mb", 0.0) >= 0.5 or e.get("n_gpu_percent", 0.0) >= 0.5]
+                 or e.get("n_malloc_mb", 0.0) >= 0.5 or e.get("n_gpu_percent", 0.0) >= 0.5
+                 or e.get("n_gpu_kernel_sec", 0.0) >= 0.0005]
         if funcs:
             out.append("")
             rows = [[str(e["lineno"]), *cells(e), visible(e["line"])] for e in funcs]

@@ -20,7 +20,7 @@
   var OPT = S.options || {};
   var COL = {};  // field name -> position in a data row (position 0 is the entry's index)
   D.fields.forEach(function (f, i) { COL[f] = i + 1; });
-  var MEMORY = !!S.memory, GPU = !!S.gpu;
+  var MEMORY = !!S.memory, GPU = !!S.gpu, KERNELS = GPU && S.gpu_kernel_tier === "on";
   var AWAITS = num(S.await_time_sec, 0) > 0;  // the await column, only for a program that had any
   var THRESHOLD = num(OPT.cpu_percent_threshold, 1), HOT = THRESHOLD * 5;
   var MALLOC_THRESHOLD = MEMORY ? num(OPT.malloc_threshold, 100) : Infinity;
@@ -147,6 +147,23 @@
   ] : [];
   var GPU_COLS = GPU ? [field("n_gpu_percent", "GPU", pct, "52px", "46px"),
                         field("n_gpu_peak_memory_mb", "GPU memory", mb, "90px", "52px", "GPU MB")] : [];
+  function seconds(v) { return v >= 0.0005 ? (v < 1 ? Math.round(v * 1000) + "ms" : v.toFixed(2) + "s") : ""; }
+  // The kernel tier's: device time of the kernels a line launched, the bytes it
+  // copied (the tooltip: by direction), the device memory it allocated.
+  var KERNEL_COLS = KERNELS ? [
+    field("n_gpu_kernel_sec", "GPU kernel", seconds, "90px", "52px", "kern"),
+    { id: "n_gpu_copy_mb", label: "GPU copy", width: "80px", narrow: "52px", short: "GPU cp",
+      title: "MB copied to, from and on the GPU by the work the line launched",
+      key: function (E, k) { return E.get(k, "n_gpu_copy_mb"); },
+      cell: function (E, k) {
+        var v = E.get(k, "n_gpu_copy_mb");
+        if (v < 0.5) return "";
+        return '<span title="HtoD ' + E.get(k, "n_gpu_copy_htod_mb").toFixed(1) + " MB, DtoH " +
+          E.get(k, "n_gpu_copy_dtoh_mb").toFixed(1) + " MB, DtoD " + E.get(k, "n_gpu_copy_dtod_mb").toFixed(1) +
+          ' MB">' + mb(v) + "</span>";
+      } },
+    field("n_gpu_alloc_mb", "GPU alloc", mb, "80px", "52px", "GPU al"),
+  ] : [];
   var MEMORY_COLS = MEMORY ? [
     { id: "n_python_fraction", label: "Memory Python", width: "126px", narrow: "60px", short: "mem Py",
       key: function (E, k) { return allocated(E, k) ? E.get(k, "n_python_fraction") : -1; },
@@ -176,7 +193,7 @@
                      var d = esc(FILES[E.fileOf(k)].raw.display);
                      return '<span title="' + d + '">' + d + "</span>";
                    } };
-  var NUMBERS = TIME_COLS.concat(AWAIT_COLS, GPU_COLS, MEMORY_COLS);
+  var NUMBERS = TIME_COLS.concat(AWAIT_COLS, GPU_COLS, KERNEL_COLS, MEMORY_COLS);
 
   /* ---- sortable tables, filled in chunks ----
    * Not <table>: a table's layout measures every cell of every row, which costs
@@ -319,7 +336,9 @@
       Math.round(num(S.allocation_sampling_window_bytes, OPT.allocation_sampling_window) / 1024) + " KiB)" :
       "CPU only");
     if (GPU) parts.push("GPU: " + String(S.gpu_device || "?") + (S.gpu_utilization_source === "process" ?
-      " (this process's share)" : "") + ", busy " + num(S.gpu_time_sec, 0).toFixed(2) + " s");
+      " (this process's share)" : "") + ", busy " + num(S.gpu_time_sec, 0).toFixed(2) + " s" +
+      (KERNELS ? ", " + num(S.gpu_kernels, 0) + " kernels (" + num(S.gpu_kernel_time_sec, 0).toFixed(3) +
+       " s on the device), " + num(S.gpu_copies, 0) + " copies" : ""));
     parts.push("sampling every " + (num(OPT.cpu_sampling_rate, 0.01) * 1000).toFixed(1) + " ms");
     parts.push("threshold " + THRESHOLD + "%");
     if (MEMORY) parts.push("malloc threshold " + MALLOC_THRESHOLD + " MB");
