@@ -22,8 +22,7 @@ def _call_stacks(stacks: dict) -> str:
     objects take json's indenting encoder (written in Python) 4-5 times as long
     as its C encoder, one object at a time (20,000 stacks 20 frames deep: 0.43 s
     against 0.09 s), and come out 1.5 times as big."""
-    def dumps(value) -> str:
-        return json.dumps(value, allow_nan=False, separators=(", ", ": "))
+    dumps = json.JSONEncoder(allow_nan=False, separators=(", ", ": ")).encode  # one encoder for them all
     parts = []
     for name, value in stacks.items():
         if name in ("frames", "stacks") and isinstance(value, list) and value:
