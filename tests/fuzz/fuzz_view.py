@@ -43,6 +43,17 @@ BASES = [make_profile(2, 6, memory=True, seed=1), make_profile(1, 5, memory=Fals
 for _base in BASES:
     _base["files"][next(iter(_base["files"]))]["leaks"] = {"3": {"likelihood": 0.99, "velocity_mb_s": 0.5,
                                                                  "growth_mb": 30.0}}
+for _base in BASES:
+    # Call stacks (docs/profile-schema.md): two frames, a stack through both, the empty stack.
+    _first = next(iter(_base["files"]))
+    _figures = {"python_sec": 0.5, "native_sec": 0.25, "system_sec": 0.0, "gil_wait_sec": 0.0, "cpu_wait_sec": 0.0,
+                "samples": 50, **({"malloc_bytes": 1 << 20, "python_malloc_bytes": 1 << 19, "free_bytes": 0,
+                                   "copy_bytes": 4096} if _base["memory"] else {})}
+    _base["call_stacks"] = {
+        "frames": [{"filename": _first, "function": "main", "first_lineno": 1, "lineno": 3},
+                   {"filename": _first, "function": "Class0.function_26", "first_lineno": 26, "lineno": 27}],
+        "stacks": [dict(_figures, path=[0, 1]), dict(_figures, path=[0]), dict(_figures, path=[])],
+        "other": dict(_figures, samples=0), "cap": 20000, "max_depth": 128}
 # What the terminal report may hold: its own styles, and no other control
 # character than the newline (render/text.py, visible()).
 STYLES = re.compile(r"\x1b\[[0-9]+m")

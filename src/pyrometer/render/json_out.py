@@ -9,13 +9,13 @@ import stat
 import tempfile
 
 
-# Containers nested less deep than this are laid out one member per line (the
-# profile's sections, each file, each line and function entry); deeper ones, and
-# lists of plain values, are written on one line by the json module's C encoder.
-# json.dumps with indent= encodes in Python instead, which took a third of the
-# time between the program's end and the profile on disk (a small profile: 37 ms
-# of 48 under cProfile); a profile of thousands of lines took seconds.
-_LAID_OUT_DEPTH = 4
+# The profile is laid out one member per line down to its records (a line or
+# function entry, a frame, a stack, a process: objects that hold no object),
+# each of which, like every list of plain values, is written on one line by the
+# json module's C encoder.  json.dumps with indent= encodes in Python instead:
+# 2-4 times as long on an ordinary profile (37 ms of the 48 between the program's
+# end and the profile on disk, under cProfile), 4-5 times on 20,000 call stacks,
+# and the file 1.2-1.5 times as big.
 _encode = json.JSONEncoder(allow_nan=False, separators=(", ", ": ")).encode
 
 
@@ -26,15 +26,21 @@ def render(profile: dict) -> str:
     return "".join(parts)
 
 
+def _holds_objects(value) -> bool:
+    if isinstance(value, dict):
+        return True
+    return isinstance(value, list) and any(isinstance(v, dict) for v in value)
+
+
 def _lay_out(value, depth: int, parts: list[str]) -> None:
-    if depth >= _LAID_OUT_DEPTH or not value:
+    if not value:
         parts.append(_encode(value))
-    elif isinstance(value, dict):
+    elif isinstance(value, dict) and any(_holds_objects(v) for v in value.values()):
         _members(parts, depth, "{", "}", [(_key(k), v) for k, v in value.items()])
     elif isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
         _members(parts, depth, "[", "]", [("", v) for v in value])
     else:
-        parts.append(_encode(value))
+        parts.append(_encode(value))  # a record, a plain value, or a list of them
 
 
 def _key(key) -> str:
