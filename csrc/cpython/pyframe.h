@@ -36,6 +36,10 @@ int pyframe_lasti(pyframe f);                 /* index in code units of the inst
  * Its instruction is the one it is suspended at.  A suspended frame is linked to
  * no caller: pyframe_caller gives nothing meaningful for it. */
 pyframe pyframe_suspended(PyObject *gen);
+/* Whether frame f, running code, is on thread ts's stack now (then code is
+ * alive: the frame holds it).  GIL held.  For a frame noted earlier, e.g. by an
+ * allocation or a GPU launch taken without the GIL, whose code may be gone. */
+int pyframe_on_stack(PyThreadState *ts, pyframe f, PyCodeObject *code);
 
 /* Where a running thread stands, read from another thread without the GIL
  * (through safe_read, see common/safe_read.h): the opcode of the instruction

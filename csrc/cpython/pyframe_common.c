@@ -19,3 +19,14 @@ int pyframe_gil_is_mine(void)
     PyThreadState *mine = PyGILState_GetThisThreadState();
     return mine != NULL && mine == _PyThreadState_UncheckedGet();
 }
+
+int pyframe_on_stack(PyThreadState *ts, pyframe frame, PyCodeObject *code)
+{
+    int depth = 0;
+    for (pyframe f = pyframe_innermost(ts); f != NULL && depth < 1024; f = pyframe_caller(f), depth++) {
+        if (f == frame) {
+            return pyframe_code(f) == code;
+        }
+    }
+    return 0;
+}

@@ -239,19 +239,6 @@ void launches_charge(const gpu_work *work)
     pthread_mutex_unlock(&L.lock);
 }
 
-/* Whether frame f, running code, is on thread ts's stack now: then code is
- * alive (the frame holds it).  GIL held. */
-static int still_on_stack(PyThreadState *ts, const void *frame, PyCodeObject *code)
-{
-    int depth = 0;
-    for (pyframe f = pyframe_innermost(ts); f != NULL && depth < 1024; f = pyframe_caller(f), depth++) {
-        if (f == frame) {
-            return pyframe_code(f) == code;
-        }
-    }
-    return 0;
-}
-
 /* The line of a queued note.  Codes noted with a reference are alive; the
  * others (noted without the GIL) only if the profiler knows them already or
  * their frame is still on the thread's stack: a code that may have been freed
@@ -273,7 +260,7 @@ static void place_queued(const launch_note *n, uint32_t *site, int32_t *lineno)
     for (int i = 0; i < n->depth; i++) {
         PyCodeObject *code = n->codes[i];
         if (!n->holds_refs && codes_find(code) == NULL &&
-            (alive == NULL || !still_on_stack(alive, n->frames[i], code))) {
+            (alive == NULL || !pyframe_on_stack(alive, n->frames[i], code))) {
             continue;
         }
         const code_info *info = codes_lookup(code);

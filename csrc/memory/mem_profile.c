@@ -476,19 +476,6 @@ static void on_freed(uintptr_t token, int evicted, int64_t bytes)
 
 static void drain_queue(void);
 
-/* Whether frame f, running code, is on thread ts's stack now: then code is
- * alive (the frame holds it).  GIL held. */
-static int still_on_stack(PyThreadState *ts, const void *frame, PyCodeObject *code)
-{
-    int depth = 0;
-    for (pyframe f = pyframe_innermost(ts); f != NULL && depth < 1024; f = pyframe_caller(f), depth++) {
-        if (f == frame) {
-            return pyframe_code(f) == code;
-        }
-    }
-    return 0;
-}
-
 /* The nearest reported frame of a queued sample's stack.  Codes recorded with a
  * reference are alive; the others (taken without the GIL) only if the profiler
  * holds them already, their frame is still on the thread's stack, or they were
@@ -514,7 +501,7 @@ static PyCodeObject *locate_queued(const ring_slot *s, int *lasti, uint32_t *sta
     for (int i = 0; i < s->depth; i++) {
         PyCodeObject *code = s->codes[i];
         if (!s->holds_refs && codes_find(code) == NULL && !code_life_alive(code) &&
-            (alive == NULL || !still_on_stack(alive, s->frames[i], code))) {
+            (alive == NULL || !pyframe_on_stack(alive, s->frames[i], code))) {
             continue;
         }
         const code_info *info = codes_lookup(code);

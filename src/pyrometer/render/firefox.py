@@ -20,7 +20,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs 5-9 ms (render/__i
 if TYPE_CHECKING:
     from typing import Any
 
-from .stacks import CPU_WAIT, GIL_WAIT, NATIVE, OTHER, SYSTEM, UNATTRIBUTED, Stacks, metrics
+from .stacks import CPU_WAIT, GIL_WAIT, NATIVE, OTHER, SYSTEM, UNATTRIBUTED, Stacks, Strings, metrics
 
 FORMAT_VERSION = 32
 PROCESSED_VERSION = 57
@@ -39,20 +39,7 @@ WEIGHT = {"seconds": ("tracing-ms", 1e3), "bytes": ("bytes", 1)}
 TRACKS = ("time", "alloc", "copy", "gpu")  # the metrics (render/stacks.py) shown as tracks
 
 
-class _Strings:
-    def __init__(self) -> None:
-        self.table: list[str] = []
-        self.index: dict[str, int] = {}
-
-    def __call__(self, s: str) -> int:
-        at = self.index.get(s)
-        if at is None:
-            at = self.index[s] = len(self.table)
-            self.table.append(s)
-        return at
-
-
-def _tables(stacks: Stacks, strings: _Strings) -> tuple[dict, dict, dict, dict]:
+def _tables(stacks: Stacks, strings: Strings) -> tuple[dict, dict, dict, dict]:
     """The function, frame and resource tables of every frame (frame i of the
     profile is frame i here), and an empty stack table to fill."""
     funcs = {"name": [], "isJS": [], "relevantForJS": [], "resource": [], "fileName": [], "lineNumber": [],
@@ -102,7 +89,7 @@ def _tables(stacks: Stacks, strings: _Strings) -> tuple[dict, dict, dict, dict]:
 
 def document(profile: dict[str, Any], path: str = "the profile") -> dict[str, Any]:
     stacks = Stacks(profile, path)
-    strings = _Strings()
+    strings = Strings()
     funcs, frames, resources, stack_table = _tables(stacks, strings)
     stack_of: dict[tuple[int | None, int], int] = {}
 

@@ -19,7 +19,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs 5-9 ms (render/__i
 if TYPE_CHECKING:
     from typing import Any
 
-from .stacks import Stacks, metrics
+from .stacks import Stacks, Strings, metrics
 
 # profile.proto's field numbers.
 PROFILE_SAMPLE_TYPE, PROFILE_SAMPLE, PROFILE_MAPPING, PROFILE_LOCATION, PROFILE_FUNCTION = 1, 2, 3, 4, 5
@@ -101,26 +101,11 @@ class Message:
         return b"".join(self.parts)
 
 
-class _Strings:
-    """profile.proto's string table: index 0 is the empty string."""
-
-    def __init__(self) -> None:
-        self.table = [""]
-        self.index = {"": 0}
-
-    def __call__(self, s: str) -> int:
-        at = self.index.get(s)
-        if at is None:
-            at = self.index[s] = len(self.table)
-            self.table.append(s)
-        return at
-
-
 def encode(profile: dict[str, Any], path: str = "the profile") -> bytes:
     """The profile.proto message, not compressed."""
     stacks = Stacks(profile, path)
     kinds = metrics(profile)
-    strings = _Strings()
+    strings = Strings("")  # profile.proto's string table: index 0 is the empty string
     out = Message()
     for m in kinds:
         out.message(PROFILE_SAMPLE_TYPE, Message().number(VALUE_TYPE_TYPE, strings(SAMPLE_TYPES[m.name]))

@@ -150,3 +150,21 @@ class Stacks:
     def total(self, metric: Metric) -> float:
         return sum(value for _, value in self.weighted(metric))
 
+
+class Strings:
+    """A string table, as pprof's and the Firefox Profiler's formats keep one:
+    calling it with a string gives the string's index, adding it the first time;
+    `table` lists them in order, starting with `first` (pprof: "")."""
+
+    def __init__(self, *first: str) -> None:
+        self.table: list[str] = []
+        self.index: dict[str, int] = {}
+        for s in first:
+            self(s)
+
+    def __call__(self, s: str) -> int:
+        at = self.index.get(s)
+        if at is None:
+            at = self.index[s] = len(self.table)
+            self.table.append(s)
+        return at
