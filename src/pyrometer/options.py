@@ -181,6 +181,13 @@ class _HelpFormatter(argparse.HelpFormatter):
     help says what is the default in words.  Not where the help names the
     default itself, nor for options that are off (None) or empty lists."""
 
+    def _fill_text(self, text, width, indent):
+        # Paragraphs of one line are filled; one of several lines (the list of
+        # other commands) is kept as written.
+        return "\n\n".join(super(_HelpFormatter, self)._fill_text(para, width, indent) if "\n" not in para
+                             else "\n".join(indent + line for line in para.splitlines())
+                             for para in text.split("\n\n"))
+
     def _split_lines(self, text, width):
         # Not at hyphens: a file name (pyrometer-profile.json) or an option
         # (--profile-interval) broken across lines cannot be copied.
@@ -312,7 +319,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.epilog = ("The program is started as python starts it: a script, a directory or zip "
                 "archive with a __main__.py, -m MODULE, -c CODE, or - for a script on standard "
                 "input. Everything after it is passed to the program unchanged. Use -- to end "
-                "pyrometer's options explicitly.")
+                "pyrometer's options explicitly.\n\n"
+                "other commands:\n"
+                "  pyrometer view PROFILE.json    a saved profile as a report, or an export\n"
+                "  pyrometer diff BEFORE AFTER    what changed between two saved profiles\n"
+                "  pyrometer top PROG [args...]   a live view of the lines busy now (--live)\n"
+                "  pyrometer kernel install       a Jupyter kernel with memory profiling\n"
+                "  pytest --pyrometer             each test profiled (the pytest plugin)")
     return p
 
 
