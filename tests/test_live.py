@@ -411,8 +411,15 @@ def test_attach_needs_a_program_that_writes_snapshots(run_pyrometer, start_pyrom
             os.close(main)
         return proc.returncode, proc.stderr
 
-    status, err = top("--pid", str(os.getpid()))
-    assert status == 2 and err == f"pyrometer: error: process {os.getpid()} is not running under pyrometer\n"
+    # A plain Python process (not this one: an earlier test may have loaded
+    # pyrometer's core into the test process and installed its signal handler).
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdin=subprocess.DEVNULL)
+    try:
+        status, err = top("--pid", str(plain.pid))
+    finally:
+        plain.kill()
+        plain.wait()
+    assert status == 2 and err == f"pyrometer: error: process {plain.pid} is not running under pyrometer\n"
     (tmp_path / "prog.py").write_text("import time\nopen('ready', 'w').close()\ntime.sleep(60)\n")
     program = start_pyrometer(["--cpu-only", "prog.py"], cwd=tmp_path, stdout=subprocess.DEVNULL)
     try:
