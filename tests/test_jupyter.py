@@ -233,6 +233,45 @@ def test_profile_this_outside_notebooks(tmp_path, groundtruth_dir):
     assert "raised through" in proc.stdout
 
 
+TWO_RUNS = """
+import pyrometer
+keep = []
+def first():
+    keep.append([bytearray(1 << 20) for _ in range(30)])
+def second():
+    keep.append([bytearray(1 << 20) for _ in range(40)])
+def third():
+    keep.clear()  # frees the 70 MiB the runs before kept
+    return [bytearray(1 << 20) for _ in range(20)]
+for f in (first, second, third):
+    _, p = pyrometer.profile_this(f)
+    print(f.__name__, p["memory"], p["max_footprint_mb"], p["footprint_mb"])
+"""
+
+
+def test_each_run_counts_its_footprint_from_its_start(tmp_path, groundtruth_dir):
+    """Several profiles in one process (profile_this, the pytest plugin's one per
+    test): each one's footprint is net bytes since it started, not since the
+    first.  The library's counter ran on across them: the second run read a peak
+    of 70 MiB for its 40, and, after a run that freed what earlier runs kept, a
+    later run's peak read 0 for what it allocated and kept (the pytest plugin's
+    xdist workers)."""
+    from pyrometer.preload import memhooks_library  # noqa: PLC0415
+    (tmp_path / "prog.py").write_text(TWO_RUNS)
+    env = program_env(groundtruth_dir, {"LD_PRELOAD": memhooks_library()})
+    proc = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    runs = {name: (memory, float(peak), float(end)) for name, memory, peak, end in
+            (line.split() for line in proc.stdout.splitlines())}
+    assert all(memory == "True" for memory, _, _ in runs.values()), proc.stdout
+    # Each block a window or more: sampled exactly (1 MiB; the lists add a little).
+    assert runs["first"][1] == pytest.approx(30, abs=1) and runs["first"][2] == pytest.approx(30, abs=1)
+    assert runs["second"][1] == pytest.approx(40, abs=1) and runs["second"][2] == pytest.approx(40, abs=1)
+    # 70 MiB freed, 20 kept: net -50 since it started, so no peak above its start.
+    assert runs["third"][1] == pytest.approx(0, abs=1) and runs["third"][2] == pytest.approx(-50, abs=1)
+
+
 def test_profile_this_under_the_command_is_refused(tmp_path, groundtruth_dir):
     (tmp_path / "prog.py").write_text(textwrap.dedent("""
         import pyrometer

@@ -128,32 +128,18 @@ def _outcomes(out: str) -> dict[str, str]:
     return {m[1]: m[0] for m in re.findall(r"^(PASSED|FAILED|ERROR) test_suite\.py::(\w+)", out, re.M)}
 
 
-# A known defect (open): in a pytest-xdist worker, within the whole suite on
-# CI (3.10), the over-memory test's peak was read as 0.0 MB (its line's own peak
-# 4.0 MB) though its 40 MiB were allocated and kept and counted as allocated
-# (40.2 MB); not reproduced when this file runs alone.  Where it shows, the
-# xdist test checks everything else and ends as an expected failure.
-PEAK_DEFECT = "known defect: a test's memory peak under-read in an xdist worker (see PEAK_DEFECT's comment)"
-
-
-def _check_profiled_run(run: Run, summary: dict, profile_path: Path, processes: int,
-                        peak_defect_known: bool = False) -> None:
+def _check_profiled_run(run: Run, summary: dict, profile_path: Path, processes: int) -> None:
     where_busy = f"test_suite.py:{_line_of(SUITE, '# busy line')}"
     where_over_memory = f"test_suite.py:{_line_of(SUITE, '# over-memory line')}"
-    outcomes = _outcomes(run.out)
-    peak_defect = peak_defect_known and outcomes.get("test_over_memory_budget") == "PASSED"
-    if peak_defect:
-        outcomes["test_over_memory_budget"] = "FAILED"
-    assert outcomes == {"test_cpu_heavy": "PASSED", "test_memory_heavy": "PASSED",
-                        "test_over_cpu_budget": "FAILED", "test_over_memory_budget": "FAILED",
-                        "test_within_budget": "PASSED"}, run.out
+    assert _outcomes(run.out) == {"test_cpu_heavy": "PASSED", "test_memory_heavy": "PASSED",
+                                  "test_over_cpu_budget": "FAILED", "test_over_memory_budget": "FAILED",
+                                  "test_within_budget": "PASSED"}, run.out
     assert run.status == 1, run.out
     # The budgets' failures name the lines responsible, with their figures.
     assert re.search(r"pyrometer_limit: CPU time \d\.\d+ s is over the budget cpu_seconds=0\.05; the lines "
                      rf"responsible:\n\s+{re.escape(where_busy)} \d\.\d+ s \(Python ", run.out), run.out
-    assert peak_defect or re.search(
-        r"pyrometer_limit: peak memory \d+\.\d+ MB is over the budget memory_mb=20; the lines "
-        rf"responsible:\n\s+{re.escape(where_over_memory)} \d+\.\d MB peak", run.out), run.out
+    assert re.search(r"pyrometer_limit: peak memory \d+\.\d+ MB is over the budget memory_mb=20; the lines "
+                     rf"responsible:\n\s+{re.escape(where_over_memory)} \d+\.\d MB peak", run.out), run.out
     assert "allocated_mb=1000" not in run.out  # a budget kept is not reported
 
     tests = {t["nodeid"].split("::")[1]: t for t in summary["tests"]}
@@ -196,8 +182,6 @@ def _check_profiled_run(run: Run, summary: dict, profile_path: Path, processes: 
     view = subprocess.run([sys.executable, "-m", "pyrometer", "view", "--cli", str(profile_path)],
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     assert view.returncode == 0 and "busy line" in view.stdout, view.stderr
-    if peak_defect:
-        pytest.xfail(PEAK_DEFECT)
 
 
 @pytest.mark.accuracy
@@ -222,10 +206,9 @@ def test_xdist_workers(tmp_path):
     run = run_suite(tmp_path, "--pyrometer", "-p", "xdist", "-n", "2", "--pyrometer-summary", "summary.json")
     assert "[gw0]" in run.out or "[gw1]" in run.out, run.out  # -rA names each test's worker
     profile_path = tmp_path / "pyrometer-pytest.json"
+    _check_profiled_run(run, json.loads((tmp_path / "summary.json").read_text()), profile_path, 2)
     workers = {p["started_by"] for p in model.load(str(profile_path))["processes"]}
     assert workers == {"pytest-xdist worker gw0", "pytest-xdist worker gw1"}
-    _check_profiled_run(run, json.loads((tmp_path / "summary.json").read_text()), profile_path, 2,
-                        peak_defect_known=True)
 
 
 def test_off_without_the_option(tmp_path):

@@ -83,6 +83,11 @@ static struct {
     arena mem;
     series *footprint;
     int64_t max_footprint;
+    /* The library's footprint when this profile started.  Its counter runs on
+     * across the profiles one process makes (in-process runs, the pytest
+     * plugin's one per test, a forked child's fresh profile), so a profile's
+     * footprint is counted from here: since profiling started. */
+    int64_t footprint_base;
     uint32_t max_site; /* where the footprint peaked: a site (sites.h), SITE_NONE for no line */
     int max_lineno;
     uint64_t max_t_ns;
@@ -219,7 +224,7 @@ static int64_t live_bytes(const mem_line *m)
 /* The run's footprint now, for its timeline and peak (GIL held). */
 static void note_footprint(uint64_t t_ns, uint32_t site, int lineno)
 {
-    int64_t footprint = M.api.footprint();
+    int64_t footprint = M.api.footprint() - M.footprint_base;
     series_add(M.footprint, t_ns - M.start_ns, (double)footprint / 1048576.0);
     if (footprint > M.max_footprint) {
         M.max_footprint = footprint;
@@ -679,6 +684,7 @@ int mem_profile_start(int64_t window_bytes, int leak_detector)
             return -1;
         }
         M.max_site = SITE_NONE;
+        M.footprint_base = api.footprint != NULL ? api.footprint() : 0;
         M.initialised = 1;
     }
     if (codes_init() != 0) {
@@ -831,7 +837,7 @@ PyObject *mem_profile_collect(void)
         (unsigned long long)other_freed, (unsigned long long)M.other_copy,
         "footprint", series_list(M.footprint), "max_footprint_bytes", (long long)M.max_footprint,
         "max_footprint_where", peak_where, "max_footprint_time_sec", (double)M.max_t_ns * 1e-9,
-        "footprint_bytes", (long long)(M.api.footprint ? M.api.footprint() : 0), "window_bytes",
+        "footprint_bytes", (long long)(M.api.footprint ? M.api.footprint() - M.footprint_base : 0), "window_bytes",
         (long long)M.window, "unattributed_alloc_bytes", (unsigned long long)M.unattributed_alloc,
         "unattributed_python_bytes", (unsigned long long)M.unattributed_python,
         "unattributed_free_bytes", (unsigned long long)atomic_load(&M.unattributed_site.freed_bytes),
