@@ -128,8 +128,8 @@ def _outcomes(out: str) -> dict[str, str]:
     return {m[1]: m[0] for m in re.findall(r"^(PASSED|FAILED|ERROR) test_suite\.py::(\w+)", out, re.M)}
 
 
-# A known defect (open, see the closing note of the session that found it): in a
-# pytest-xdist worker, within the whole suite on CI's 3.10, a test's memory peak
+# A known defect (open, see the closing note of the session that found it): within
+# the whole suite (3.10 under xdist, 3.12 without), a test's memory peak
 # read 0.0 MB though its 40 or 50 MiB were allocated, kept and counted as
 # allocated; not reproduced when this file runs alone.  Where it shows, the
 # xdist test checks everything else and ends as an expected failure, so that
@@ -207,7 +207,8 @@ def _check_profiled_run(run: Run, summary: dict, profile_path: Path, processes: 
 def test_profiled_suite(tmp_path):
     run = run_suite(tmp_path, "--pyrometer", "--pyrometer-json", "merged.json",
                     "--pyrometer-summary", "summary.json")
-    _check_profiled_run(run, json.loads((tmp_path / "summary.json").read_text()), tmp_path / "merged.json", 1)
+    _check_profiled_run(run, json.loads((tmp_path / "summary.json").read_text()), tmp_path / "merged.json", 1,
+                        peak_defect_known=True)
     session = run.read("session")
     assert "pyrometer._core" in session["modules"]
     # The sampler is a thread of its own while a test runs, and is gone after.
