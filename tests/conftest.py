@@ -78,17 +78,21 @@ def groundtruth_dir(tmp_path_factory) -> Path:
 FAKE_NVML_SOURCE = TESTS_DIR / "gpu" / "fake_nvml.c"
 
 
-def build_fake_nvml(out_dir: Path) -> Path:
-    """Compile the NVML test double (tests/gpu/fake_nvml.c) into out_dir as
-    libnvidia-ml.so.1, the name pyrometer's dlopen looks for; returns out_dir,
+def _build_double(source: Path, target: Path, what: str) -> Path:
+    """Compile a test double (a shared library standing in for a vendor's) into
+    target, the name pyrometer's dlopen looks for; returns target's directory,
     which a test puts on LD_LIBRARY_PATH."""
-    target = out_dir / "libnvidia-ml.so.1"
     cmd = [*_compiler(), "-std=c11", "-O2", "-g", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
-           str(FAKE_NVML_SOURCE), "-o", str(target), "-lpthread"]
+           str(source), "-o", str(target), "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"building the NVML test double failed:\n$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
-    return out_dir
+        raise RuntimeError(f"building the {what} test double failed:\n$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+    return target.parent
+
+
+def build_fake_nvml(out_dir: Path) -> Path:
+    """The NVML test double (tests/gpu/fake_nvml.c) as libnvidia-ml.so.1."""
+    return _build_double(FAKE_NVML_SOURCE, out_dir / "libnvidia-ml.so.1", "NVML")
 
 
 @pytest.fixture(scope="session")
@@ -101,16 +105,8 @@ FAKE_CUPTI_SOURCE = TESTS_DIR / "gpu" / "fake_cupti.c"
 
 
 def build_fake_cupti(out_dir: Path) -> Path:
-    """Compile the CUPTI test double (tests/gpu/fake_cupti.c) into out_dir as
-    libcupti.so.13, a name pyrometer's dlopen looks for; returns out_dir, which
-    a test puts on LD_LIBRARY_PATH."""
-    target = out_dir / "libcupti.so.13"
-    cmd = [*_compiler(), "-std=c11", "-O2", "-g", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
-           str(FAKE_CUPTI_SOURCE), "-o", str(target), "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"building the CUPTI test double failed:\n$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
-    return out_dir
+    """The CUPTI test double (tests/gpu/fake_cupti.c) as libcupti.so.13."""
+    return _build_double(FAKE_CUPTI_SOURCE, out_dir / "libcupti.so.13", "CUPTI")
 
 
 @pytest.fixture(scope="session")
