@@ -16,7 +16,7 @@ from conftest import program_env
 
 # Runs pyrometer from the directory given first (sys.argv[1]), as an installation
 # there would; the re-executed process runs the same command line again.
-FROM_INSTALL = "import sys; sys.path.insert(0, sys.argv.pop(1)); from pyrometer.cli import main; sys.exit(main())"
+FROM_INSTALL = "import sys; sys.path.insert(0, sys.argv.pop(1)); from pyrometer.early import main; sys.exit(main())"
 
 PROGRAM = """
 import json, os, subprocess, sys

@@ -155,6 +155,24 @@ static _Atomic int64_t footprint;
 static _Atomic uintptr_t watch_address[WATCH_SLOTS];
 static _Atomic uintptr_t watch_token[WATCH_SLOTS];
 static _Atomic int64_t watch_weight[WATCH_SLOTS]; /* changes with the token, under the slot's lock */
+/* One bit per slot, set while the slot holds a block (memhooks.h): a free tests
+ * its slot's bit in this 2 KiB map, which stays in the first-level cache, and
+ * reads the 128 KiB address table only when the bit is set.  A bit changes only
+ * under its slot's lock, before the lock is given back (set before the address
+ * is stored, cleared before 0 is), so a thread freeing a watched block (which
+ * it can only do after the allocation that watched it returned) sees the bit
+ * set.  A set bit with an empty slot only costs a free the second load. */
+static _Atomic uint64_t watch_occupied[WATCH_SLOTS / 64];
+
+static inline void occupy(size_t slot)
+{
+    atomic_fetch_or_explicit(&watch_occupied[slot / 64], (uint64_t)1 << (slot % 64), memory_order_relaxed);
+}
+
+static inline void vacate(size_t slot)
+{
+    atomic_fetch_and_explicit(&watch_occupied[slot / 64], ~((uint64_t)1 << (slot % 64)), memory_order_relaxed);
+}
 
 static inline size_t watch_slot(uintptr_t address)
 {
@@ -236,6 +254,7 @@ static COLD void watch(void *address, uintptr_t token, int64_t weight, int evict
         evicted_weight = atomic_load_explicit(&watch_weight[slot], memory_order_relaxed);
         atomic_store_explicit(&watch_token[slot], token, memory_order_relaxed);
         atomic_store_explicit(&watch_weight[slot], weight, memory_order_relaxed);
+        occupy(slot);
         atomic_store_explicit(&watch_address[slot], (uintptr_t)address, memory_order_release);
     }
     tell(evicted, 1, evicted_weight);
@@ -248,7 +267,8 @@ static inline uintptr_t unwatch_quietly(void *address, int64_t *weight)
 {
     size_t slot = watch_slot((uintptr_t)address);
     uintptr_t expected = (uintptr_t)address;
-    if (LIKELY(atomic_load_explicit(&watch_address[slot], memory_order_relaxed) != expected) ||
+    if (LIKELY(!memhooks_slot_occupied((const volatile uint64_t *)watch_occupied, slot)) ||
+        LIKELY(atomic_load_explicit(&watch_address[slot], memory_order_relaxed) != expected) ||
         !atomic_compare_exchange_strong_explicit(&watch_address[slot], &expected, SLOT_BUSY,
                                                  memory_order_acquire, memory_order_relaxed)) {
         return 0;
@@ -256,6 +276,7 @@ static inline uintptr_t unwatch_quietly(void *address, int64_t *weight)
     uintptr_t token = atomic_load_explicit(&watch_token[slot], memory_order_relaxed);
     *weight = atomic_load_explicit(&watch_weight[slot], memory_order_relaxed);
     atomic_store_explicit(&watch_token[slot], 0, memory_order_relaxed);
+    vacate(slot);
     atomic_store_explicit(&watch_address[slot], 0, memory_order_release);
     return token;
 }
@@ -647,6 +668,7 @@ EXPORT void pyrometer_memhooks_stop(void)
             sched_yield(); /* a free or a retoken changing this slot: instructions */
         }
         atomic_store_explicit(&watch_token[i], 0, memory_order_relaxed);
+        vacate(i);
         atomic_store_explicit(&watch_address[i], 0, memory_order_release);
     }
 }
@@ -661,6 +683,7 @@ static void forget_other_threads(void)
     for (size_t i = 0; i < WATCH_SLOTS; i++) {
         if (atomic_load_explicit(&watch_address[i], memory_order_relaxed) == SLOT_BUSY) {
             atomic_store_explicit(&watch_token[i], 0, memory_order_relaxed);
+            vacate(i);
             atomic_store_explicit(&watch_address[i], 0, memory_order_relaxed);
         }
     }
@@ -724,6 +747,11 @@ EXPORT void pyrometer_memhooks_footprint_add(int64_t bytes)
 EXPORT const volatile uintptr_t *pyrometer_memhooks_watch_table(void)
 {
     return (const volatile uintptr_t *)watch_address;
+}
+
+EXPORT const volatile uint64_t *pyrometer_memhooks_watch_occupied(void)
+{
+    return (const volatile uint64_t *)watch_occupied;
 }
 
 EXPORT void pyrometer_memhooks_unwatch(void *address)

@@ -69,14 +69,26 @@ void pyrometer_memhooks_stop(void);
 memhooks_thread *pyrometer_memhooks_thread(void);
 /* The watch table of sampled allocations, for callers that count Python blocks
  * themselves: a free of p needs pyrometer_memhooks_unwatch(p) only when
- * table[memhooks_watch_slot(p)] == p, which keeps the common free to one load. */
+ * memhooks_is_watched(occupied, table, p), which keeps the common free to one
+ * load from a 2 KiB map of the occupied slots. */
 #define MEMHOOKS_WATCH_BITS 14
 #define MEMHOOKS_WATCH_SLOTS (1u << MEMHOOKS_WATCH_BITS)
 static inline size_t memhooks_watch_slot(uintptr_t address)
 {
     return (size_t)((address >> 4) * 0x9E3779B97F4A7C15ULL >> (64 - MEMHOOKS_WATCH_BITS));
 }
+static inline int memhooks_slot_occupied(const volatile uint64_t *occupied, size_t slot)
+{
+    return (int)((occupied[slot / 64] >> (slot % 64)) & 1);
+}
+static inline int memhooks_is_watched(const volatile uint64_t *occupied, const volatile uintptr_t *table,
+                                      uintptr_t address)
+{
+    size_t slot = memhooks_watch_slot(address);
+    return __builtin_expect(memhooks_slot_occupied(occupied, slot), 0) && table[slot] == address;
+}
 const volatile uintptr_t *pyrometer_memhooks_watch_table(void);
+const volatile uint64_t *pyrometer_memhooks_watch_occupied(void);
 void pyrometer_memhooks_unwatch(void *address);
 /* An allocation sample of Python's allocators, taken now on the calling thread:
  * bytes is its weight (> 0), address the sampled block (watched if the sample

@@ -15,6 +15,7 @@ typedef struct {
     int64_t (*footprint)(void);
     void (*footprint_add)(int64_t);
     const volatile uintptr_t *(*watch_table)(void);
+    const volatile uint64_t *(*watch_occupied)(void);
     void (*unwatch)(void *);
     void (*watch)(void *, uintptr_t);
     int (*retoken)(void *, uintptr_t, uintptr_t);

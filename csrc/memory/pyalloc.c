@@ -27,12 +27,15 @@ int memhooks_api_find(memhooks_api *api)
     api->footprint_add = (void (*)(int64_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_footprint_add");
     api->watch_table =
         (const volatile uintptr_t * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch_table");
+    api->watch_occupied =
+        (const volatile uint64_t * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch_occupied");
     api->unwatch = (void (*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_unwatch");
     api->watch = (void (*)(void *, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch");
     api->retoken = (int (*)(void *, uintptr_t, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_retoken");
     api->is_watched = (int (*)(void *, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_is_watched");
     return api->start && api->stop && api->thread && api->sample_python && api->python_block_size &&
                    api->python_arenas && api->footprint && api->footprint_add && api->watch_table &&
+                   api->watch_occupied &&
                    api->unwatch && api->watch && api->retoken && api->is_watched
                ? 0
                : -1;
@@ -48,6 +51,7 @@ static memhooks_api hooks;
 static int installed;
 static int64_t window;
 static const volatile uintptr_t *watched;
+static const volatile uint64_t *watched_slots; /* which slots of `watched` hold a block */
 /* A copy of the library's arena map: its leaves pointer never changes, and a
  * copy here saves the fast paths one load.  Read only with sizing ==
  * PYALLOC_POOLS, which install() chooses only with a map to copy (else its
@@ -201,7 +205,7 @@ static inline size_t block_size(void *ptr, int *pooled)
  * another thread may already have its address. */
 static inline void unwatch(void *ptr)
 {
-    if (UNLIKELY(watched[memhooks_watch_slot((uintptr_t)ptr)] == (uintptr_t)ptr)) {
+    if (UNLIKELY(memhooks_is_watched(watched_slots, watched, (uintptr_t)ptr))) {
         hooks.unwatch(ptr);
     }
 }
@@ -303,7 +307,7 @@ static void *wrapped_realloc(void *ctx, void *ptr, size_t size)
     wrapped_domain *d = ctx;
     uintptr_t a = (uintptr_t)ptr;
     if (LIKELY(size - 1 < small_limit) && LIKELY(pymalloc_arenas_find(&arenas, a)) &&
-        LIKELY(watched[memhooks_watch_slot(a)] != a)) {
+        LIKELY(!memhooks_is_watched(watched_slots, watched, a))) {
         int64_t before = (int64_t)pymalloc_pool_block_size(a);
         void *p = d->original.realloc(d->original.ctx, ptr, size);
         if (LIKELY(p != NULL) && p != ptr) {
@@ -351,7 +355,7 @@ static void wrapped_free(void *ctx, void *ptr)
     wrapped_domain *d = ctx;
     uintptr_t a = (uintptr_t)ptr;
     if (LIKELY(small_limit != 0) && LIKELY(pymalloc_arenas_find(&arenas, a)) &&
-        LIKELY(watched[memhooks_watch_slot(a)] != a)) {
+        LIKELY(!memhooks_is_watched(watched_slots, watched, a))) {
         int64_t net = python_net - (int64_t)pymalloc_pool_block_size(a);
         if (LIKELY(!beyond_window(net))) {
             python_net = net;
@@ -433,6 +437,7 @@ pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes)
     hooks = *api;
     window = window_bytes;
     watched = api->watch_table();
+    watched_slots = api->watch_occupied();
     pymalloc_arena_map *map = api->python_arenas();
     if (map != NULL) {
         arenas = *map;

@@ -1,3 +1,3 @@
-from pyrometer.cli import main
+from pyrometer.early import main
 
 raise SystemExit(main())

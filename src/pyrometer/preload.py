@@ -201,6 +201,18 @@ def remove_private_link() -> None:
         _PrivateLink.directory = None
 
 
+def should_reexecute_early() -> bool:
+    """Whether the command's entry point (early.py) may re-execute before
+    parsing: the library is there and not preloaded yet, and this is no
+    re-executed process nor a program's child under a profile (cli.main
+    handles those)."""
+    if os.environ.get(_REEXEC_MARK) or _LINK_DIRECTORY in os.environ or "pyrometer.children" in sys.modules:
+        return False
+    library = memhooks_library()
+    return library is not None and not any(os.path.basename(p) == MEMHOOKS_LIBRARY
+                                           for p in os.environ.get("LD_PRELOAD", "").split(":"))
+
+
 def ensure_memhooks_preloaded() -> str | None:
     """Re-execute this same command (same pid, same standard streams) with the
     library first in LD_PRELOAD, unless it is there already.  Returns an error
