@@ -428,8 +428,11 @@ def _write_json(path: str, data: Any) -> bool:
     the merge never reads half a file; False when the run directory is gone
     (the top ended first) or full."""
     try:
+        # dumps, not dump: dump encodes in Python, chunk by chunk; dumps in C,
+        # several times faster on a child's profile.
+        text = json.dumps(data, separators=(",", ":"))
         with open(path + ".tmp", "w") as f:
-            json.dump(data, f, separators=(",", ":"))
+            f.write(text)
         os.rename(path + ".tmp", path)
         return True
     except (OSError, ValueError, TypeError):
