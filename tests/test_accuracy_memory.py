@@ -290,6 +290,35 @@ def test_allocations_without_the_gil_from_threads_that_end(profile_program):
     assert run.profile["unattributed_memory"]["malloc_mb"] < 2, info
 
 
+BURST_WITHOUT_THE_GIL = """
+import ctypes, time
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+time.sleep(0.05)
+blocks = [libc.malloc(1 << 20) for _ in range(40)]  # @burst
+for block in blocks:
+    libc.free(block)
+time.sleep(0.05)
+"""
+
+
+def test_a_peak_between_two_drains_is_kept(profile_program):
+    """40 blocks of 1 MiB malloced through ctypes (which releases the GIL: every
+    sample is queued for the next drain) and freed again within a millisecond,
+    before that drain: the run's peak is the footprint when the samples were
+    taken, 40 MiB, not what is left when they are charged (0.005 MiB before the
+    fix; a pytest test of a few milliseconds that kept 45 MiB read a peak of 0
+    the same way).  Tolerance: 1 MiB (the blocks are over the window: exact, plus
+    the interpreter's own allocations)."""
+    run = profile_program(BURST_WITHOUT_THE_GIL)
+    info = memory_summary(run)
+    assert run.profile["memory_samples_queued"] >= 35, info  # the case under test
+    assert run.profile["max_footprint_mb"] == pytest.approx(40, abs=1), info
+    assert run.line("# @burst")["n_malloc_mb"] == pytest.approx(40, abs=1), info
+
+
 FRESH_CODE_THREADS = """
 import sys, threading
 import _groundtruth as gt

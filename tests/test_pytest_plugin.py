@@ -128,26 +128,11 @@ def _outcomes(out: str) -> dict[str, str]:
     return {m[1]: m[0] for m in re.findall(r"^(PASSED|FAILED|ERROR) test_suite\.py::(\w+)", out, re.M)}
 
 
-# A known defect (open, see the closing note of the session that found it): within
-# the whole suite (3.10 under xdist, 3.12 without), a test's memory peak
-# read 0.0 MB though its 40 or 50 MiB were allocated, kept and counted as
-# allocated; not reproduced when this file runs alone.  Where it shows, the
-# xdist test checks everything else and ends as an expected failure, so that
-# the defect stays in sight.
-PEAK_DEFECT = "known defect: a test's memory peak under-read in an xdist worker (see PEAK_DEFECT's comment)"
-
-
-def _check_profiled_run(run: Run, summary: dict, profile_path: Path, processes: int,
-                        peak_defect_known: bool = False) -> None:
+def _check_profiled_run(run: Run, summary: dict, profile_path: Path, processes: int) -> None:
     where_busy = f"test_suite.py:{_line_of(SUITE, '# busy line')}"
     where_over_memory = f"test_suite.py:{_line_of(SUITE, '# over-memory line')}"
     tests = {t["nodeid"].split("::")[1]: t for t in summary["tests"]}
     outcomes = _outcomes(run.out)
-    peak_defect = peak_defect_known and (
-        outcomes.get("test_over_memory_budget") == "PASSED"
-        or abs((tests.get("test_memory_heavy", {}).get("peak_mb") or 0) - KEPT_MB) > MEMORY_TOLERANCE_MB)
-    if peak_defect:
-        outcomes["test_over_memory_budget"] = "FAILED"
     assert outcomes == {"test_cpu_heavy": "PASSED", "test_memory_heavy": "PASSED",
                         "test_over_cpu_budget": "FAILED", "test_over_memory_budget": "FAILED",
                         "test_within_budget": "PASSED"}, run.out
@@ -155,7 +140,7 @@ def _check_profiled_run(run: Run, summary: dict, profile_path: Path, processes: 
     # The budgets' failures name the lines responsible, with their figures.
     assert re.search(r"pyrometer_limit: CPU time \d\.\d+ s is over the budget cpu_seconds=0\.05; the lines "
                      rf"responsible:\n\s+{re.escape(where_busy)} \d\.\d+ s \(Python ", run.out), run.out
-    assert peak_defect or re.search(
+    assert re.search(
         r"pyrometer_limit: peak memory \d+\.\d+ MB is over the budget memory_mb=20; the lines "
         rf"responsible:\n\s+{re.escape(where_over_memory)} \d+\.\d MB peak", run.out), run.out
     assert "allocated_mb=1000" not in run.out  # a budget kept is not reported
@@ -170,7 +155,7 @@ def _check_profiled_run(run: Run, summary: dict, profile_path: Path, processes: 
     assert cpu["top_cpu"][0]["where"] == where_busy
     assert cpu["over_budget"] == []
     memory = tests["test_memory_heavy"]
-    assert peak_defect or abs(memory["peak_mb"] - KEPT_MB) <= MEMORY_TOLERANCE_MB, memory
+    assert abs(memory["peak_mb"] - KEPT_MB) <= MEMORY_TOLERANCE_MB, memory
     assert abs(memory["allocated_mb"] - KEPT_MB) <= MEMORY_TOLERANCE_MB, memory
     assert memory["top_memory"][0]["where"] == f"test_suite.py:{_line_of(SUITE, '# kept line')}"
     assert memory["cpu_sec"] < truth, memory  # allocating 50 MiB is not 0.6 s of work
@@ -193,22 +178,19 @@ def _check_profiled_run(run: Run, summary: dict, profile_path: Path, processes: 
     loop = [lines[_line_of(SUITE, "# busy line") - k] for k in (0, 1)]
     assert sum(e["n_cpu_python_sec"] + e["n_cpu_native_sec"] for e in loop) > truth * (1 - CPU_RELATIVE_TOLERANCE)
     assert lines[_line_of(SUITE, "# kept line")]["n_malloc_mb"] >= KEPT_MB - MEMORY_TOLERANCE_MB
-    assert peak_defect or profile["max_footprint_mb"] == pytest.approx(KEPT_MB, abs=MEMORY_TOLERANCE_MB)
+    assert profile["max_footprint_mb"] == pytest.approx(KEPT_MB, abs=MEMORY_TOLERANCE_MB)
     assert profile["allocated_mb"] >= KEPT_MB + 40 - 2 * MEMORY_TOLERANCE_MB
     assert any("setup and teardown are not profiled" in n for n in profile["notices"])
     view = subprocess.run([sys.executable, "-m", "pyrometer", "view", "--cli", str(profile_path)],
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     assert view.returncode == 0 and "busy line" in view.stdout, view.stderr
-    if peak_defect:
-        pytest.xfail(PEAK_DEFECT)
 
 
 @pytest.mark.accuracy
 def test_profiled_suite(tmp_path):
     run = run_suite(tmp_path, "--pyrometer", "--pyrometer-json", "merged.json",
                     "--pyrometer-summary", "summary.json")
-    _check_profiled_run(run, json.loads((tmp_path / "summary.json").read_text()), tmp_path / "merged.json", 1,
-                        peak_defect_known=True)
+    _check_profiled_run(run, json.loads((tmp_path / "summary.json").read_text()), tmp_path / "merged.json", 1)
     session = run.read("session")
     assert "pyrometer._core" in session["modules"]
     # The sampler is a thread of its own while a test runs, and is gone after.
@@ -228,8 +210,7 @@ def test_xdist_workers(tmp_path):
     profile_path = tmp_path / "pyrometer-pytest.json"
     workers = {p["started_by"] for p in model.load(str(profile_path))["processes"]}
     assert workers == {"pytest-xdist worker gw0", "pytest-xdist worker gw1"}
-    _check_profiled_run(run, json.loads((tmp_path / "summary.json").read_text()), profile_path, 2,
-                        peak_defect_known=True)
+    _check_profiled_run(run, json.loads((tmp_path / "summary.json").read_text()), profile_path, 2)
 
 
 def test_off_without_the_option(tmp_path):

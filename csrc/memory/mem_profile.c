@@ -64,6 +64,7 @@ typedef struct {
     int depth;
     int64_t bytes, python_bytes;
     uint64_t t_ns;
+    int64_t footprint; /* the library's footprint counter at t_ns */
     const void *frames[STACK_DEPTH]; /* innermost first: the call stack charged is their reported frames
                                       * (a deeper stack is cut: see stacks_of_queued) */
     PyCodeObject *codes[STACK_DEPTH];
@@ -221,10 +222,14 @@ static int64_t live_bytes(const mem_line *m)
     return (int64_t)m->alloc_bytes - (int64_t)atomic_load_explicit(&m->fate->freed_bytes, memory_order_relaxed);
 }
 
-/* The run's footprint now, for its timeline and peak (GIL held). */
-static void note_footprint(uint64_t t_ns, uint32_t site, int lineno)
+/* The run's footprint at t_ns, for its timeline and peak (GIL held):
+ * `library` is the library's footprint counter read then.  A sample is charged
+ * with the counter read when it was taken, not when it is charged: a queued one
+ * is charged at the next drain, by when what was allocated may be freed again
+ * (a test of a few milliseconds that kept 45 MiB read a peak of 0). */
+static void note_footprint(uint64_t t_ns, uint32_t site, int lineno, int64_t library)
 {
-    int64_t footprint = M.api.footprint() - M.footprint_base;
+    int64_t footprint = library - M.footprint_base;
     series_add(M.footprint, t_ns - M.start_ns, (double)footprint / 1048576.0);
     if (footprint > M.max_footprint) {
         M.max_footprint = footprint;
@@ -242,7 +247,7 @@ static void note_footprint(uint64_t t_ns, uint32_t site, int lineno)
  * allocator.  Returns the token under which an allocation sample's block is
  * followed to its free (on_freed). */
 static uintptr_t charge_line(PyCodeObject *code, int lasti, uint32_t stack, int kind, int64_t bytes,
-                             int64_t python_bytes, uint64_t t_ns)
+                             int64_t python_bytes, uint64_t t_ns, int64_t footprint)
 {
     mem_line *m = NULL;
     int lineno = 0;
@@ -267,7 +272,7 @@ static uintptr_t charge_line(PyCodeObject *code, int lasti, uint32_t stack, int 
         }
         M.unattributed_alloc += b;
         M.unattributed_python += (uint64_t)python_bytes;
-        note_footprint(t_ns, SITE_NONE, 0);
+        note_footprint(t_ns, SITE_NONE, 0, footprint);
         if (root == NULL) {
             return (uintptr_t)&M.unattributed_site;
         }
@@ -289,7 +294,7 @@ static uintptr_t charge_line(PyCodeObject *code, int lasti, uint32_t stack, int 
         m->peak = live;
     }
     series_add(m->timeline, t_ns - M.start_ns, (double)live / 1048576.0);
-    note_footprint(t_ns, site, lineno);
+    note_footprint(t_ns, site, lineno, footprint);
     atomic_fetch_add(&m->fate->watched, 1);
     return (uintptr_t)token;
 }
@@ -370,6 +375,7 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
         return 0;
     }
     uint64_t now = clock_wall_ns();
+    int64_t footprint = M.api.footprint(); /* an atomic load, lock-free */
     PyThreadState *ts = pyframe_my_thread_state();
     if (ts == NULL) {
         if (kind == MEMHOOKS_COPY) {
@@ -385,7 +391,7 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
         int lasti = 0;
         uint32_t stack;
         if (locate_known(ts, &code, &lasti, &stack)) {
-            return charge_line(code, lasti, stack, kind, bytes, python_bytes, now);
+            return charge_line(code, lasti, stack, kind, bytes, python_bytes, now, footprint);
         }
     }
     uint64_t head = atomic_load(&M.ring_head);
@@ -408,6 +414,7 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
     s->bytes = bytes;
     s->python_bytes = python_bytes;
     s->t_ns = now;
+    s->footprint = footprint;
     s->holds_refs = gil;
     int depth = 0;
     for (pyframe f = pyframe_innermost(ts); f != NULL && depth < STACK_DEPTH; f = pyframe_caller(f)) {
@@ -558,7 +565,7 @@ void mem_profile_drain(void)
         /* Frees take no samples: the footprint's timeline also gets a point at
          * every drain (every CPU snapshot), so that it shows memory going down
          * (after the queued samples, which are older). */
-        note_footprint(clock_wall_ns(), SITE_NONE, -1);
+        note_footprint(clock_wall_ns(), SITE_NONE, -1, M.api.footprint());
     }
     if (self != NULL) {
         self->busy--;
@@ -595,7 +602,8 @@ static void drain_queue(void)
          * drain): not this profile's. */
         PyCodeObject *code = tail >= M.ring_start ? locate_queued(s, &lasti, &stack) : NULL;
         uintptr_t token = tail >= M.ring_start
-                              ? charge_line(code, lasti, stack, s->kind, s->bytes, s->python_bytes, s->t_ns)
+                              ? charge_line(code, lasti, stack, s->kind, s->bytes, s->python_bytes, s->t_ns,
+                                            s->footprint)
                               : 0;
         if (s->kind == MEMHOOKS_ALLOC && token != 0 && s->address != NULL &&
             !M.api.retoken(s->address, (uintptr_t)mark, token)) {
