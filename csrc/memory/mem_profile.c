@@ -117,6 +117,11 @@ static int final_drain;
  * slot, so that no two samples in the queue share one (a block freed and its
  * address reused by another queued sample must not pass for it). */
 static leak_site pending[RING_SLOTS];
+/* When each pending mark's block was freed (0: not freed, or not known when),
+ * so that the drain tells a queued sample's free in its place among the
+ * samples' allocations (see drain_queue).  Written inside free(): an atomic
+ * store of the vDSO's clock. */
+static _Atomic uint64_t pending_freed_ns[RING_SLOTS];
 
 static series *series_new(uint32_t cap)
 {
@@ -404,6 +409,7 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
     atomic_fetch_add(&M.queued, 1);
     ring_slot *s = &ring[head % RING_SLOTS];
     leak_site *mark = &pending[head % RING_SLOTS];
+    atomic_store_explicit(&pending_freed_ns[head % RING_SLOTS], 0, memory_order_relaxed);
     atomic_store(&mark->freed, 0);
     atomic_store(&mark->evicted, 0);
     atomic_store(&mark->freed_bytes, 0);
@@ -480,6 +486,10 @@ static void tell_freed(uintptr_t token, int evicted, int64_t bytes)
 
 static void on_freed(uintptr_t token, int evicted, int64_t bytes)
 {
+    leak_site *site = (leak_site *)token;
+    if (!evicted && site >= pending && site < pending + RING_SLOTS) {
+        atomic_store_explicit(&pending_freed_ns[site - pending], clock_wall_ns(), memory_order_relaxed);
+    }
     if (callback_enter()) {
         tell_freed(token, evicted, bytes);
         callback_leave();
@@ -575,6 +585,55 @@ void mem_profile_drain(void)
     }
 }
 
+/* The frees of queued samples' blocks, freed before the drain charged them,
+ * told in time order among the samples' allocations: told right after its own
+ * charge, the free of each of 40 blocks of 1 MiB allocated and freed before one
+ * drain left the line's live bytes at 1 MiB for its peak.  A min-heap on the
+ * free's time; the drain runs with the GIL, one at a time. */
+typedef struct {
+    uint64_t ns;
+    uintptr_t token;
+    int64_t bytes;
+} deferred_free;
+
+static deferred_free deferred[RING_SLOTS];
+static size_t deferred_count;
+
+static void defer_free(uint64_t ns, uintptr_t token, int64_t bytes)
+{
+    size_t i = deferred_count++;
+    while (i > 0 && deferred[(i - 1) / 2].ns > ns) {
+        deferred[i] = deferred[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    deferred[i] = (deferred_free){ns, token, bytes};
+}
+
+/* Tells the deferred frees made up to `until` (all of them: UINT64_MAX). */
+static void tell_deferred(uint64_t until)
+{
+    while (deferred_count > 0 && deferred[0].ns <= until) {
+        tell_freed(deferred[0].token, 0, deferred[0].bytes);
+        deferred_free last = deferred[--deferred_count];
+        size_t i = 0;
+        for (;;) {
+            size_t child = 2 * i + 1;
+            if (child >= deferred_count) {
+                break;
+            }
+            if (child + 1 < deferred_count && deferred[child + 1].ns < deferred[child].ns) {
+                child++;
+            }
+            if (deferred[child].ns >= last.ns) {
+                break;
+            }
+            deferred[i] = deferred[child];
+            i = child;
+        }
+        deferred[i] = last;
+    }
+}
+
 static void drain_queue(void)
 {
     for (;;) {
@@ -596,6 +655,7 @@ static void drain_queue(void)
         if (!watched_yet) {
             break;
         }
+        tell_deferred(s->t_ns); /* the frees made before this sample's allocation */
         int lasti = 0;
         uint32_t stack = STACKS_ROOT;
         /* Queued by an earlier run (a writer that finished after its last
@@ -613,7 +673,10 @@ static void drain_queue(void)
              * table says nothing: only what the block's own token heard counts. */
             int freed = atomic_load(&mark->freed) != 0;
             int evicted = atomic_load(&mark->evicted) != 0 && !freed;
-            if (!final_drain || freed || evicted) {
+            uint64_t freed_ns = atomic_load_explicit(&pending_freed_ns[tail % RING_SLOTS], memory_order_relaxed);
+            if (freed && freed_ns != 0 && deferred_count < RING_SLOTS) {
+                defer_free(freed_ns, token, s->bytes);
+            } else if (!final_drain || freed || evicted) {
                 tell_freed(token, evicted, s->bytes);
             }
         }
@@ -625,6 +688,7 @@ static void drain_queue(void)
         atomic_store_explicit(&s->ready, 0, memory_order_relaxed);
         atomic_store_explicit(&M.ring_tail, tail + 1, memory_order_release);
     }
+    tell_deferred(UINT64_MAX);
     code_life_forget(atomic_load(&M.ring_tail));
 }
 
