@@ -431,3 +431,16 @@ def test_a_function_decorated_in_a_forked_child_is_merged(profile_program):
     shown = {e["lineno"] for e in p.file()["lines"]}
     assert p.lineno("parent hot") not in shown
     assert p.line("forked hot")["n_samples"] >= 5, p.describe("forked hot")
+
+
+def test_the_decorator_called_with_parentheses_or_other_profilers_options(profile_program, run_bare):
+    """@profile(), and memory_profiler's @profile(precision=4), mark the function
+    as @profile does (the options are ignored); `from pyrometer import profile`
+    written so runs unchanged under plain python."""
+    source = busy(a="@profile()", c="@profile(precision=4)")
+    p = profile_program(source, options=["--cpu-only"])
+    assert p.proc.stdout == "done\n", p.proc.stderr
+    assert [e["function"] for e in p.profile["profiled_functions"]] == ["alpha", "gamma"]
+    assert {e["line"] for e in p.file()["functions"]} == {"alpha", "gamma"}
+    plain = run_bare("from pyrometer import profile\n" + source)
+    assert plain.returncode == 0 and plain.stdout == "done\n", plain.stderr

@@ -36,9 +36,14 @@ _active = False
 _UNWRAP_MAX = 100
 
 
-def profile(obj: Any) -> Any:
+def profile(obj: Any = None, /, **options: Any) -> Any:
     """Marks a function (or the methods of a class) for the report, while
-    pyrometer profiles the program; returns obj itself, unchanged."""
+    pyrometer profiles the program; returns obj itself, unchanged.  Also as
+    @profile() and with other profilers' options (memory_profiler's
+    @profile(precision=4)), which are ignored: called without a function, it
+    returns itself, the decorator."""
+    if obj is None:
+        return profile
     if _active:
         try:
             _mark(obj, 0)
