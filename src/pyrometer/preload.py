@@ -208,9 +208,11 @@ def should_reexecute_early() -> bool:
     handles those)."""
     if os.environ.get(_REEXEC_MARK) or _LINK_DIRECTORY in os.environ or "pyrometer.children" in sys.modules:
         return False
-    library = memhooks_library()
-    return library is not None and not any(os.path.basename(p) == MEMHOOKS_LIBRARY
-                                           for p in os.environ.get("LD_PRELOAD", "").split(":"))
+    # Only the library beside the package: finding it elsewhere (an editable
+    # install's build folder) imports the measuring core, which may be one that
+    # refuses this interpreter, for cli.main to say so.
+    return os.path.exists(os.path.join(_OWN_DIRECTORY, MEMHOOKS_LIBRARY)) and not any(
+        os.path.basename(p) == MEMHOOKS_LIBRARY for p in os.environ.get("LD_PRELOAD", "").split(":"))
 
 
 def ensure_memhooks_preloaded() -> str | None:
