@@ -379,8 +379,6 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
     if (!M.active || control_paused()) {
         return 0;
     }
-    uint64_t now = clock_wall_ns();
-    int64_t footprint = M.api.footprint(); /* an atomic load, lock-free */
     PyThreadState *ts = pyframe_my_thread_state();
     if (ts == NULL) {
         if (kind == MEMHOOKS_COPY) {
@@ -390,6 +388,8 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
         atomic_fetch_add(&M.native_thread_alloc, (uint64_t)bytes);
         return (uintptr_t)&M.native_thread_site;
     }
+    uint64_t now = clock_wall_ns();
+    int64_t footprint = M.api.footprint(); /* an atomic load, lock-free */
     int gil = pyframe_gil_is_mine();
     if (gil) {
         PyCodeObject *code;
