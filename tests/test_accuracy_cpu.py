@@ -660,3 +660,59 @@ def test_busy_machine_is_cpu_wait(profile_program, busy_machine):
     assert loop["n_sys_sec"] <= 0.05 * whole, info
     assert loop["n_cpu_wait_sec"] >= 0.05 * whole, info
     assert loop["n_cpu_python_sec"] >= 0.9 * cpu(loop), info
+
+
+# ---------------------------------------------------------------------------
+# (i) where the main thread answers is not where it was: a loop whose jump back
+#     has no line of its own
+# ---------------------------------------------------------------------------
+
+SKIPPING_LOOP = """
+import time
+
+def count(n):
+    t = 0
+    for i in range(n):  # @for
+        if i % 3:  # @if
+            t += 1  # @add
+    return t
+
+def run():
+    end = time.perf_counter() + 1.5
+    while time.perf_counter() < end:
+        count(10000)  # @call
+
+run()
+"""
+
+SKIPPING_LOOP_THREAD = SKIPPING_LOOP.replace("\nrun()\n", """
+import threading
+worker = threading.Thread(target=run)
+worker.start()
+worker.join()
+""")
+
+
+@pytest.mark.parametrize("source", [SKIPPING_LOOP, SKIPPING_LOOP_THREAD], ids=["main", "thread"])
+def test_loop_lines_keep_their_samples(profile_program, source):
+    """The main thread answers a request at its next eval-breaker check, a loop's
+    jump back; here that jump (taken when `if` is false) has no line (3.10, 3.11)
+    or the line of the `if` (3.12+).  Charged where the thread answered, the
+    three lines lost nearly all their time (3.11: every line empty and the
+    function 99% of the run; 3.10: 81% of the samples on line -1), and the `for`
+    line got nothing on 3.12+.  Charged where it stood at the request, each line
+    gets its share.  Another thread running bytecode is parked where it handed
+    over the GIL, the same jump: it is charged where it stood when its position
+    was read before the snapshot.  Tolerances: the loop's three lines hold at least 90% of the
+    function's time, each of them at least 10% (the `for` line's truth is about
+    a third: FOR_ITER on a range is as costly as the `if`), and no stack frame
+    has a line below 1."""
+    run = profile_program(source, options=["--cpu-only"])
+    info = run.describe("# @for", "# @if", "# @add", "# @call")
+    function = total_with_waits(run.function("count"))
+    lines = [total_with_waits(run.line(marker)) for marker in ("# @for", "# @if", "# @add")]
+    assert function > 1.0, info
+    assert sum(lines) >= 0.9 * function, f"the loop's lines lost time:\n  {info}"
+    assert min(lines) >= 0.1 * function, f"a loop line got little time:\n  {info}"
+    frames = run.profile["call_stacks"]["frames"]
+    assert all(frame["lineno"] >= 1 for frame in frames), frames

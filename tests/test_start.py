@@ -173,7 +173,10 @@ def test_generated_string_code_is_not_the_command(tmp_path, run_pyrometer):
     proc = run_pyrometer(["--cpu-only", "--json", "--outfile", out, "-c", code], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     entry = json.loads(out.read_text())["files"]["<string>"]
-    head = sum(_time(e) for e in entry["lines"] if e["lineno"] <= 5)
+    # The generated __init__'s own lines are 3 and 4 of its text (dataclasses'
+    # _create_fn); line 1 is left out, it is charged the import of dataclasses
+    # (5% of this run on a slow start of 3.10).
+    head = sum(_time(e) for e in entry["lines"] if 2 <= e["lineno"] <= 5)
     assert head < 5, f"generated __init__ time landed on the program's first lines: {entry['lines'][:6]}"
     assert hot_share(entry) > 50, entry["lines"]
 

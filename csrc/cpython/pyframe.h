@@ -42,17 +42,26 @@ pyframe pyframe_suspended(PyObject *gen);
 int pyframe_on_stack(PyThreadState *ts, pyframe f, PyCodeObject *code);
 
 /* Where a running thread stands, read from another thread without the GIL
- * (through safe_read, see common/safe_read.h): the opcode of the instruction
- * its innermost frame is executing, as the live bytecode holds it (specialised
- * forms included).  A sample, not a fact: the thread keeps running, so the value
- * may be a few instructions stale; a read that fails or looks torn says so. */
+ * (through safe_read, see common/safe_read.h): its innermost frame, that frame's
+ * code and instruction, and the opcode there as the live bytecode holds it
+ * (specialised forms included).  A sample, not a fact: the thread keeps running,
+ * so the values may be a few instructions stale; a read that fails or looks torn
+ * says so.  frame and code are addresses, never to be followed: the owner
+ * compares them with a frame it reads later with the GIL (pyframe_innermost),
+ * and trusts lasti only for that same frame running that same code. */
 enum {
     PYFRAME_PEEK_FAILED = -1,   /* unreadable, or a torn copy */
     PYFRAME_PEEK_NO_FRAME = 0,  /* no Python frame: outside Python altogether */
     PYFRAME_PEEK_STARTING = 1,  /* a frame that has not reached its first instruction */
-    PYFRAME_PEEK_OPCODE = 2,    /* *opcode is set */
+    PYFRAME_PEEK_OPCODE = 2,    /* every field is set */
 };
-int pyframe_peek_opcode(PyThreadState *ts, int *opcode);
+typedef struct {
+    uintptr_t frame; /* the innermost complete frame, as pyframe_innermost gives it */
+    uintptr_t code;  /* its code object */
+    int lasti;       /* the instruction, in code units, as pyframe_lasti counts */
+    int opcode;
+} pyframe_peeked;
+int pyframe_peek(PyThreadState *ts, pyframe_peeked *out);
 
 /* Code objects.  The bytecode without adaptive specialisation (a new reference
  * to bytes of 2-byte code units), so that opcode numbers from the `opcode`

@@ -58,7 +58,7 @@ pyframe pyframe_suspended(PyObject *gen)
     return f != NULL && f->f_state == FRAME_SUSPENDED ? f : NULL;
 }
 
-int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
+int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
 {
     PyFrameObject *f;
     if (safe_read(MEMBER(ts, PyThreadState, frame), &f, sizeof f) != 0) {
@@ -88,7 +88,10 @@ int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
     if (safe_read((const void *)(units + 2 * (uintptr_t)lasti), &unit, sizeof unit) != 0) {
         return PYFRAME_PEEK_FAILED;
     }
-    *opcode = _Py_OPCODE(unit);
+    out->frame = (uintptr_t)f;
+    out->code = (uintptr_t)code;
+    out->lasti = lasti;
+    out->opcode = _Py_OPCODE(unit);
     return PYFRAME_PEEK_OPCODE;
 }
 

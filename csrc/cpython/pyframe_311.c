@@ -78,7 +78,7 @@ pyframe pyframe_suspended(PyObject *gen)
     return g->gi_frame_state == FRAME_SUSPENDED ? (pyframe)g->gi_iframe : NULL;
 }
 
-int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
+int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
 {
     _PyCFrame *cframe;
     _PyInterpreterFrame *f;
@@ -113,7 +113,10 @@ int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
         if (safe_read(copy.prev_instr, &unit, sizeof unit) != 0) {
             return PYFRAME_PEEK_FAILED;
         }
-        *opcode = _Py_OPCODE(unit);
+        out->frame = (uintptr_t)f;
+        out->code = (uintptr_t)copy.f_code;
+        out->lasti = (int)(((uintptr_t)copy.prev_instr - first) / sizeof(_Py_CODEUNIT));
+        out->opcode = _Py_OPCODE(unit);
         return PYFRAME_PEEK_OPCODE;
     }
     return f == NULL ? PYFRAME_PEEK_NO_FRAME : PYFRAME_PEEK_FAILED;

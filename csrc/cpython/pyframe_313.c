@@ -70,7 +70,7 @@ pyframe pyframe_suspended(PyObject *gen)
     return FRAME_STATE_SUSPENDED(g->gi_frame_state) ? (pyframe)g->gi_iframe : NULL;
 }
 
-int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
+int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
 {
     _PyInterpreterFrame *f;
     if (safe_read(MEMBER(ts, PyThreadState, current_frame), &f, sizeof f) != 0) {
@@ -99,7 +99,10 @@ int pyframe_peek_opcode(PyThreadState *ts, int *opcode)
         if (safe_read(copy.instr_ptr, &unit, sizeof unit) != 0) {
             return PYFRAME_PEEK_FAILED;
         }
-        *opcode = _Py_OPCODE(unit);
+        out->frame = (uintptr_t)f;
+        out->code = (uintptr_t)copy.f_executable;
+        out->lasti = (int)(((uintptr_t)copy.instr_ptr - first) / sizeof(_Py_CODEUNIT));
+        out->opcode = _Py_OPCODE(unit);
         return PYFRAME_PEEK_OPCODE;
     }
     return f == NULL ? PYFRAME_PEEK_NO_FRAME : PYFRAME_PEEK_FAILED;

@@ -279,9 +279,23 @@ const code_info *codes_lookup(PyCodeObject *code)
     return info;
 }
 
+/* Instructions looked back at for one that has a line (codes_line). */
+#define LINE_LOOKBACK 64
+
 int codes_line(PyCodeObject *code, int lasti)
 {
-    return PyCode_Addr2Line(code, lasti < 0 ? 0 : lasti * 2);
+    /* Some instructions have no line: the compiler's own cleanup code (a with
+     * block's or an exception handler's exit, a loop's jump back on 3.10), for
+     * which PyCode_Addr2Line answers -1.  They run for the line before them,
+     * so the nearest earlier instruction's line is theirs; failing that, the
+     * code's first line (a line the profile has, never -1). */
+    for (int unit = lasti < 0 ? 0 : lasti, steps = 0; unit >= 0 && steps < LINE_LOOKBACK; unit--, steps++) {
+        int line = PyCode_Addr2Line(code, unit * 2);
+        if (line >= 0) {
+            return line;
+        }
+    }
+    return code->co_firstlineno;
 }
 
 int codes_line_known(const code_info *info, PyCodeObject *code, int lasti)

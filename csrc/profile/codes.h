@@ -53,7 +53,8 @@ int codes_python_at(const code_info *info, int lasti);
 #include "../cpython/pyframe.h"
 #include "sites.h"
 int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported);
-/* The line of instruction lasti in code (alive: on a frame). */
+/* The line of instruction lasti in code (alive: on a frame); never negative:
+ * an instruction without a line gets the nearest earlier one's. */
 int codes_line(PyCodeObject *code, int lasti);
 /* The same for a registered code (info: codes_find's or codes_lookup's for it),
  * remembering the last answer; never calls into CPython but to read the line

@@ -20,9 +20,10 @@ int stacks_init(void)
 
 /* The reported frames from `reported` outward, innermost first, at most
  * STACKS_MAX_DEPTH (the walk stops there: the cost of a deep recursion is
- * bounded too); known_only: codes_find, never registering.  Returns how many,
- * or -1 when a code was not known (known_only) or memory ran out. */
-static int walk(pyframe reported, int known_only, stack_frame *out)
+ * bounded too); known_only: codes_find, never registering; reported_line: the
+ * leaf's line when the caller knows it, else -1.  Returns how many, or -1 when a
+ * code was not known (known_only) or memory ran out. */
+static int walk(pyframe reported, int known_only, int reported_line, stack_frame *out)
 {
     int depth = 0;
     for (pyframe f = reported; f != NULL && depth < STACKS_MAX_DEPTH; f = pyframe_caller(f)) {
@@ -35,7 +36,8 @@ static int walk(pyframe reported, int known_only, stack_frame *out)
             continue;
         }
         out[depth].site = info->site;
-        out[depth].lineno = codes_line_known(info, code, pyframe_lasti(f));
+        out[depth].lineno = f == reported && reported_line >= 0 ? reported_line
+                                                                : codes_line_known(info, code, pyframe_lasti(f));
         depth++;
     }
     return depth;
@@ -51,13 +53,13 @@ static uint32_t intern_reversed(const stack_frame *inner_first, int depth)
     return id;
 }
 
-uint32_t stacks_of(pyframe reported)
+uint32_t stacks_of(pyframe reported, int reported_line)
 {
     stack_frame frames[STACKS_MAX_DEPTH];
     if (!stacks_state.initialised) {
         return STACKS_OTHER;
     }
-    int depth = walk(reported, 0, frames);
+    int depth = walk(reported, 0, reported_line, frames);
     return depth < 0 ? STACKS_OTHER : intern_reversed(frames, depth);
 }
 
@@ -68,7 +70,7 @@ int stacks_of_known(pyframe reported, uint32_t *id)
         *id = STACKS_OTHER;
         return 1;
     }
-    int depth = walk(reported, 1, frames);
+    int depth = walk(reported, 1, -1, frames);
     if (depth < 0) {
         return 0;
     }

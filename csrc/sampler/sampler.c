@@ -40,7 +40,7 @@
 #define ENDING_TAKEOVER_NS (2 * ENDING_POLL_NS)
 
 /* Where the main thread stood when the request was made (t0), read by the
- * sampler thread (pyframe_peek_opcode): in a call into native code, running
+ * sampler thread (pyframe_peek): in a call into native code, running
  * bytecode, or not known (the read failed; then the answer's delay decides). */
 enum standing { STANDING_UNKNOWN, STANDING_PYTHON, STANDING_IN_CALL };
 
@@ -78,6 +78,19 @@ typedef struct {
     pid_t tid;
 } thread_track;
 
+/* Threads other than the main one whose position is read with the request's
+ * (pyframe_peek, a few system calls each): the first ones that used CPU in the
+ * last snapshot's window. */
+#define PEEK_THREADS 8
+
+typedef struct {
+    uintptr_t ts; /* the thread state peeked; 0: none */
+    pyframe_peeked at;
+} thread_peek;
+
+/* Set on the sampler thread while it takes a snapshot itself (its own peeks). */
+static _Thread_local int sampler_taking_over;
+
 static struct {
     atomic_int running;         /* the sampler thread keeps going while set */
     atomic_int request_pending; /* a snapshot request waits for the main thread */
@@ -86,6 +99,19 @@ static struct {
     _Atomic uint64_t request_main_runq_ns; /* its run-queue wait at t0 (schedstat) */
     int main_schedstat_fd;                 /* the main thread's schedstat, for the sampler thread */
     atomic_int request_standing;          /* enum standing: the main thread at t0 */
+    /* Its innermost frame, code and instruction at t0 (pyframe_peek; frame 0:
+     * not read), whose line the answer charges when the frame is still there. */
+    _Atomic uintptr_t request_frame, request_code;
+    atomic_int request_lasti;
+    /* The other threads' states to peek at (written by snapshots, GIL held; read
+     * by the sampler thread without it: each entry atomic, a stale or torn list
+     * costs only a peek of no use), and where they stood: at the request (read
+     * by the main thread's answer while the request is pending, the only time
+     * the sampler thread leaves them alone) and before the sampler thread takes
+     * the GIL itself (its own). */
+    _Atomic uintptr_t peek_list[PEEK_THREADS];
+    thread_peek request_peeks[PEEK_THREADS];
+    thread_peek takeover_peeks[PEEK_THREADS];
     int peek_available;                   /* safe_read works here */
     pid_t main_tid;
     atomic_int sampler_tid;
@@ -158,9 +184,17 @@ typedef struct {
  * stood at t0 (standing), or, for an instruction that outlasts the request, the
  * delay.  Where it stood in Python, only the delay's CPU time counts: a thread
  * kept off the CPU (a busy machine, the GIL) answers late without running any
- * native code. */
+ * native code.
+ * at: where the main thread stood at t0 (NULL: not known).  A thread answers at
+ * an eval-breaker check, a loop's jump back or a function's entry, so the line
+ * it answers on is biased towards those (a loop whose jump back has no line of
+ * its own lost nearly all its samples).  While the innermost frame is still the
+ * one seen at t0, running the same code, t0's instruction is where the sample
+ * is.  A frame freed and reused meanwhile is noticed unless it runs the same code
+ * again (a function called in a loop), where t0's instruction is still one the
+ * thread ran in this window; the index is checked against the code's size. */
 static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint64_t delay_cpu_ns,
-                       int standing)
+                       int standing, const pyframe_peeked *at)
 {
     location loc = {SITE_NONE, 0, 1, 1, 0, STACKS_ROOT};
     pyframe innermost, f;
@@ -196,10 +230,15 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
             return loc;
         }
         loc.site = info->site;
-        loc.lineno = codes_line_known(info, pyframe_code(f), pyframe_lasti(f));
+        int lasti = pyframe_lasti(f);
+        if (at != NULL && f == innermost && at->frame == (uintptr_t)f &&
+            at->code == (uintptr_t)pyframe_code(f) && at->lasti >= 0 && at->lasti < info->n_units) {
+            lasti = at->lasti;
+        }
+        loc.lineno = codes_line_known(info, pyframe_code(f), lasti);
         /* Walked from the line outward, after info is read (the walk may
          * register codes, which calls CPython). */
-        loc.stack = loc.site != SITE_NONE ? stacks_of(f) : STACKS_ROOT;
+        loc.stack = loc.site != SITE_NONE ? stacks_of(f, loc.lineno) : STACKS_ROOT;
     }
     return loc;
 }
@@ -361,7 +400,10 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
     }
     double runq_share = live > 0 ? (double)live_runq / (double)live : 0.0;
 
-    location loc = locate(ts, 1, delay, delta(cpu, cpu_t0), atomic_load(&S.request_standing));
+    pyframe_peeked at = {atomic_load(&S.request_frame), atomic_load(&S.request_code),
+                         atomic_load(&S.request_lasti), 0};
+    location loc = locate(ts, 1, delay, delta(cpu, cpu_t0), atomic_load(&S.request_standing),
+                          at.frame != 0 ? &at : NULL);
     charge(&loc, dead, dead_cpu, dead_runq, core_fraction);
     if (looked_meanwhile) {
         return loc;
@@ -467,6 +509,26 @@ static void snapshot(enum snapshot_source source)
 
 /* at: for a pause or resume from outside, when it was seen (command_time); NULL
  * for the program's own (it happens where the call is). */
+/* Where thread ts stood when its position was last read for this snapshot, or
+ * NULL (not read, or by another thread's rules). */
+static const pyframe_peeked *peeked_for(PyThreadState *ts, enum snapshot_source source)
+{
+    const thread_peek *peeks;
+    if (sampler_taking_over) {
+        peeks = S.takeover_peeks;
+    } else if (source == ANSWERED_BY_MAIN && atomic_load(&S.request_pending)) {
+        peeks = S.request_peeks;
+    } else {
+        return NULL;
+    }
+    for (int i = 0; i < PEEK_THREADS; i++) {
+        if (peeks[i].ts != 0 && peeks[i].ts == (uintptr_t)ts) {
+            return &peeks[i].at;
+        }
+    }
+    return NULL;
+}
+
 static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode mode,
                                  const command_time *at)
 {
@@ -499,6 +561,7 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
     uint64_t threads_used = 0;
     size_t live = 0;
     location main_location = {SITE_NONE, 0, 1, 0, 0, STACKS_ROOT};
+    int n_peek = 0;
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
          ts = PyThreadState_Next(ts)) {
         pid_t tid = pyframe_thread_tid(ts);
@@ -560,14 +623,21 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
                 loc = charge_main_answer(ts, t, at->wall_ns, at->main_cpu_ns,
                                          fresh ? at->main_runq_ns : runq_before, at->main_runq_ns, core_fraction);
             } else {
-                loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN); /* for the untracked time below */
+                loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL); /* for the untracked time below */
             }
         } else if (source == ANSWERED_BY_MAIN && ts == S.main_ts) {
             loc = charge_main_answer(ts, t, now, cpu, fresh ? runq_now : runq_before, runq_now,
                                      core_fraction);
         } else {
-            loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN);
+            /* A thread running bytecode is parked where it handed over the GIL:
+             * a loop's jump back or a function's entry, not where it was. */
+            loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN, ts == S.main_ts ? NULL : peeked_for(ts, source));
             charge(&loc, wall, used, runq, core_fraction);
+        }
+        if (ts != S.main_ts && used > 0 && n_peek < PEEK_THREADS) {
+            /* Threads that ran in this window: an idle pool's workers, parked in
+             * a call, are where they answer and would take the places. */
+            atomic_store(&S.peek_list[n_peek++], (uintptr_t)ts);
         }
         if (ts == S.main_ts) {
             main_location = loc;
@@ -587,6 +657,9 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
                 t->last_runq_ns = at->main_runq_ns;
             }
         }
+    }
+    for (int i = n_peek; i < PEEK_THREADS; i++) {
+        atomic_store(&S.peek_list[i], 0);
     }
 
     /* Which line the main thread stood on, and when, for measurements that
@@ -772,21 +845,35 @@ static int wait_for_next_sample(uint64_t ns, int watch_ending)
 /* Where the main thread stands now (the sampler thread, without the GIL: the main
  * thread's state lives as long as the interpreter, and everything read from it
  * goes through safe_read). */
-static int main_standing(void)
+static int main_standing(pyframe_peeked *at)
 {
-    int opcode;
     if (!S.peek_available) {
         return STANDING_UNKNOWN;
     }
-    switch (pyframe_peek_opcode(S.main_ts, &opcode)) {
+    switch (pyframe_peek(S.main_ts, at)) {
     case PYFRAME_PEEK_OPCODE:
-        return codes_opcode_calls(opcode) ? STANDING_IN_CALL : STANDING_PYTHON;
+        return codes_opcode_calls(at->opcode) ? STANDING_IN_CALL : STANDING_PYTHON;
     case PYFRAME_PEEK_STARTING:
         return STANDING_PYTHON;
     case PYFRAME_PEEK_NO_FRAME:
         return STANDING_IN_CALL; /* no Python frame: outside Python */
     default:
         return STANDING_UNKNOWN;
+    }
+}
+
+/* The sampler thread, without the GIL: where the other threads of the last
+ * snapshot stand now. */
+static void peek_threads(thread_peek *out)
+{
+    for (int i = 0; i < PEEK_THREADS; i++) {
+        out[i].ts = 0;
+        uintptr_t ts = atomic_load(&S.peek_list[i]);
+        /* A state freed meanwhile is only read through safe_read; what it gives
+         * is used only for a live state whose frame and code match. */
+        if (ts != 0 && S.peek_available && pyframe_peek((PyThreadState *)ts, &out[i].at) == PYFRAME_PEEK_OPCODE) {
+            out[i].ts = ts;
+        }
     }
 }
 
@@ -801,7 +888,12 @@ static void make_request(void)
      * CPU after its CPU t0 (while 15-80 us of wall after its wall t0), past the
      * 100 us native threshold: up to 27% of a pure-Python line read as native. */
     atomic_store(&S.request_main_runq_ns, read_runq_fd(S.main_schedstat_fd));
-    atomic_store(&S.request_standing, main_standing());
+    pyframe_peeked at = {0, 0, -1, 0}; /* frame 0: no position (only a full peek sets it) */
+    atomic_store(&S.request_standing, main_standing(&at));
+    atomic_store(&S.request_frame, at.frame);
+    atomic_store(&S.request_code, at.code);
+    atomic_store(&S.request_lasti, at.lasti);
+    peek_threads(S.request_peeks);
     atomic_store(&S.request_wall_ns, clock_wall_ns());
     atomic_store(&S.request_main_cpu_ns, clock_thread_cpu_ns(S.main_tid));
     atomic_store(&S.request_pending, 1);
@@ -873,7 +965,12 @@ static void *sampler_main(void *unused)
         /* The main thread has not answered for a whole interval: it is blocked or
          * in a long call that released the GIL.  Take the GIL and look ourselves.
          * The request stays queued, so the main thread's own answer, when it
-         * comes, still measures how long it was away. */
+         * comes, still measures how long it was away.  The other threads are
+         * read first: waiting for the GIL moves the one running bytecode to
+         * where it hands it over. */
+        if (!ending) {
+            peek_threads(S.takeover_peeks);
+        }
         if (!have_thread_state) {
             gil_state = PyGILState_Ensure();
             S.sampler_ts = PyThreadState_Get();
@@ -886,7 +983,9 @@ static void *sampler_main(void *unused)
                 ending_run(); /* does not return */
             }
         } else if (atomic_load(&S.running) && atomic_load(&S.request_pending) && !S.paused) {
+            sampler_taking_over = 1;
             snapshot(TAKEN_BY_SAMPLER);
+            sampler_taking_over = 0;
             uint64_t now = clock_wall_ns();
             if (periodic_due(now)) {
                 periodic_tick(now); /* the main thread cannot: it is away */
@@ -1048,7 +1147,7 @@ static void start_after_fork_unsuspended(void)
         uint64_t used = delta(cpu, t->cpu_at_pause);
         used = used > gap ? gap : used;
         gap_threads_used += used;
-        location loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN);
+        location loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL);
         charge(&loc, gap, used, 0, core_fraction);
         t->last_wall_ns += gap;
         t->last_cpu_ns += used;
