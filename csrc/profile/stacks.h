@@ -29,8 +29,8 @@
 int stacks_init(void);
 /* The stack whose leaf is `reported` (the nearest frame of a reported file, as
  * codes_locate finds it; NULL: STACKS_ROOT).  Registers the code objects it
- * meets (codes_lookup: calls CPython).  Returns STACKS_OTHER past the cap. */
-/* reported_line: the leaf's line, as the caller charges it (the sampler's may be
+ * meets (codes_lookup: calls CPython).  Returns STACKS_OTHER past the cap.
+ * reported_line: the leaf's line, as the caller charges it (the sampler's may be
  * where the thread stood at its request, not where it answers); -1: read it. */
 uint32_t stacks_of(pyframe reported, int reported_line);
 /* The same inside an allocator (no call into CPython, no lock): 0 when a code

@@ -507,8 +507,6 @@ static void snapshot(enum snapshot_source source)
     snapshot_in(source, SNAPSHOT_CHARGE, NULL);
 }
 
-/* at: for a pause or resume from outside, when it was seen (command_time); NULL
- * for the program's own (it happens where the call is). */
 /* Where thread ts stood when its position was last read for this snapshot, or
  * NULL (not read, or by another thread's rules). */
 static const pyframe_peeked *peeked_for(PyThreadState *ts, enum snapshot_source source)
@@ -529,6 +527,8 @@ static const pyframe_peeked *peeked_for(PyThreadState *ts, enum snapshot_source 
     return NULL;
 }
 
+/* at: for a pause or resume from outside, when it was seen (command_time); NULL
+ * for the program's own (it happens where the call is). */
 static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode mode,
                                  const command_time *at)
 {
