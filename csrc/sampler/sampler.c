@@ -520,7 +520,7 @@ static const pyframe_peeked *peeked_for(PyThreadState *ts, enum snapshot_source 
         return NULL;
     }
     for (int i = 0; i < PEEK_THREADS; i++) {
-        if (peeks[i].ts != 0 && peeks[i].ts == (uintptr_t)ts) {
+        if (peeks[i].ts == (uintptr_t)ts) { /* ts is never NULL: an empty entry's 0 matches none */
             return &peeks[i].at;
         }
     }
