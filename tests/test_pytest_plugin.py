@@ -60,7 +60,7 @@ def test_memory_heavy():
 
 @pytest.mark.pyrometer_limit(cpu_seconds=0.05)
 def test_over_cpu_budget():
-    busy(40000)
+    busy(20000)
 
 @pytest.mark.pyrometer_limit(memory_mb=20, allocated_mb=1000)
 def test_over_memory_budget():
@@ -163,7 +163,11 @@ def _check_profiled_run(run: Run, summary: dict, profile_path: Path, processes: 
     assert tests["test_within_budget"]["over_budget"] == []
     assert tests["test_within_budget"]["limits"] == {"cpu_seconds": 30.0, "memory_mb": 500.0}
 
-    # The terminal summary lists every test, most CPU first.
+    # The terminal summary lists every test, most CPU first.  The CPU-heavy
+    # test does 3 times the work of the one over its budget: the CPU time of the
+    # same work itself varies (measured with process_time under xdist here: the
+    # smaller test's ratio to the larger from 0.54 to 0.71 for 2/3 of the work;
+    # CI on 3.13 once saw the two swapped), so a ratio of 1.5 was not an order.
     block = run.out[run.out.index("pyrometer: per-test profile"):]
     assert block.index("test_cpu_heavy") < block.index("test_over_cpu_budget") < block.index("test_memory_heavy")
     assert f"    {where_busy}  0." in block
