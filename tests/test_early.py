@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import program_env
-from pyrometer import early
+from pyrometer import cli, early
 from pyrometer.options import UsageError, build_parser, parse
 
 # Options of the parser that early.py must not know: they turn memory off, or
@@ -24,6 +24,12 @@ def test_its_options_are_the_parsers():
     without_value = {s for a in parser._actions for s in a.option_strings if a.nargs == 0}
     assert early.WITH_VALUE == with_value - LEFT_TO_THE_PARSER
     assert early.WITHOUT_VALUE == without_value - LEFT_TO_THE_PARSER
+
+
+def test_its_commands_are_the_commands():
+    """The commands early.py leaves to cli.main are cli's: those that run no
+    program, and top (a run that cli.main turns into one with --live)."""
+    assert early.COMMANDS == set(cli.SUBCOMMANDS) | {"top"}
 
 
 @pytest.mark.parametrize("argv, expected", [

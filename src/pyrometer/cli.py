@@ -493,20 +493,29 @@ def _view(argv: list[str]) -> int:
     return 0
 
 
+def _diff(argv: list[str]) -> int:
+    from .diff import command  # compare two saved profiles
+    return command(argv)
+
+
+def _kernel(argv: list[str]) -> int:
+    from .kernel import command  # Jupyter kernels with memory profiling
+    return command(argv)
+
+
+# The commands that are not a run; `top` is a run (the live view).  early.py
+# leaves every one of them to main (tests/test_early.py checks its list).
+SUBCOMMANDS = {"view": _view, "diff": _diff, "kernel": _kernel}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        return SUBCOMMANDS[argv[0]](argv[1:])
     if argv and argv[0] == "run":
         argv = argv[1:]
     elif argv and argv[0] == "top":
         argv = ["--live", *argv[1:]]  # pyrometer top PROG: the live view (live.py)
-    elif argv and argv[0] == "view":
-        return _view(argv[1:])
-    elif argv and argv[0] == "diff":
-        from .diff import command as diff  # compare two saved profiles
-        return diff(argv[1:])
-    elif argv and argv[0] == "kernel":
-        from .kernel import command  # Jupyter kernels with memory profiling
-        return command(argv[1:])
     try:
         options = parse(argv)
     except UsageError as e:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 import sys
 
-# The command's other commands (cli.main), left to it.
+# The command's other commands, left to cli.main (cli.SUBCOMMANDS and top;
+# tests/test_early.py checks the two lists agree).
 COMMANDS = frozenset({"top", "view", "diff", "kernel"})
 # The options of a run (options.build_parser) that take a value, and those that
 # take none and leave memory profiling on; tests/test_early.py checks both
