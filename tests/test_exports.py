@@ -115,6 +115,23 @@ def test_a_damaged_path_is_refused():
         Stacks(profile)
 
 
+def test_a_frame_without_a_file_name_is_the_programs():
+    """A frame whose file name is "" (code compiled with that name; the fuzzer
+    made one named "main") is a frame of the profile, not one of the synthetic
+    frames the exports add: the flame graph and the Firefox export once looked
+    its name up among those and failed."""
+    from pyrometer.render import html
+    profile = stacked_profile()
+    profile["call_stacks"]["frames"][0]["filename"] = ""
+    stacks = Stacks(profile)
+    assert not stacks.frames[0].synthetic
+    assert all(f.synthetic for f in stacks.frames[len(FRAMES):])
+    flame = html.flame_data(profile)
+    assert flame["frames"][0] == ["main", "", 5, html.FLAME_KINDS[None]]
+    thread = firefox.document(profile)["threads"][0]
+    assert thread["funcTable"]["isJS"][thread["frameTable"]["func"][0]] is True
+
+
 # ---- pprof ----
 
 def go_pprof(*args: str) -> str:

@@ -122,7 +122,7 @@ def flame_data(profile: dict[str, Any]) -> dict[str, Any] | None:
                 row = rows[path] = [list(path)] + [0] * len(wanted)
             row[1 + i] += value
     frames = [[f.function, display_name(f.filename) if f.filename else "", f.lineno,
-               FLAME_KINDS[None if f.filename else f.function]] for f in stacks.frames]
+               FLAME_KINDS[f.function if f.synthetic else None]] for f in stacks.frames]
     return {"metrics": [[m.name, m.label, m.unit] for m in wanted], "frames": frames,
             "stacks": [[row[0], *(_round(float(v)) for v in row[1:])] for row in rows.values()]}
 

@@ -35,10 +35,9 @@ class Frame:
     filename: str       # "" for a synthetic frame
     first_lineno: int   # the function's first line; 0 for a synthetic frame
     lineno: int         # the line executing; 0 for a synthetic frame
-
-    @property
-    def synthetic(self) -> bool:
-        return not self.filename
+    # One the exports add (SYNTHETIC).  Told by this flag, not by the empty file
+    # name: code compiled with the file name "" is the program's own.
+    synthetic: bool = False
 
 
 NATIVE, SYSTEM, GIL_WAIT, CPU_WAIT = "[native]", "[system]", "[GIL wait]", "[CPU wait]"
@@ -108,7 +107,7 @@ class Stacks:
         self.synthetic = {}
         for name in SYNTHETIC:
             self.synthetic[name] = len(self.frames)
-            self.frames.append(Frame(name, "", 0, 0))
+            self.frames.append(Frame(name, "", 0, 0, synthetic=True))
         # (path, figures) with path a tuple of frame indices, root first.
         n = len(cs["frames"])
         self.entries = []
