@@ -716,3 +716,67 @@ def test_loop_lines_keep_their_samples(profile_program, source):
     assert min(lines) >= 0.1 * function, f"a loop line got little time:\n  {info}"
     frames = run.profile["call_stacks"]["frames"]
     assert all(frame["lineno"] >= 1 for frame in frames), frames
+
+
+# ---------------------------------------------------------------------------
+# (j) native work in an operator, in a small function that has returned by the
+#     time the thread answers
+# ---------------------------------------------------------------------------
+
+NATIVE_OPERATOR = """
+import json, sys, time
+import _groundtruth as gt
+
+SPINNER = gt.Spinner()
+
+def burn(ms):
+    return SPINNER * ms  # @op
+
+def run(seconds):
+    native = 0.0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        start, stop = burn(2.0)  # @call
+        native += stop - start
+    return native
+
+with open(sys.argv[1], "w") as f:
+    json.dump(run(1.5), f)
+"""
+
+NATIVE_OPERATOR_THREAD = NATIVE_OPERATOR.replace("""with open(sys.argv[1], "w") as f:
+    json.dump(run(1.5), f)""", """import threading
+result = []
+worker = threading.Thread(target=lambda: result.append(run(1.5)))
+worker.start()
+worker.join()
+with open(sys.argv[1], "w") as f:
+    json.dump(result[0], f)""")
+
+
+@pytest.mark.parametrize("source, options", [(NATIVE_OPERATOR, ["--cpu-only"]), (NATIVE_OPERATOR, []),
+                                             (NATIVE_OPERATOR_THREAD, ["--cpu-only"])],
+                         ids=["cpu-only", "full", "thread"])
+def test_native_operator_in_a_returned_function_keeps_its_line(profile_program, tmp_path, source, options):
+    """`SPINNER * ms` burns 2 ms in C holding the GIL inside a multiplication
+    (a BINARY_OP, as a bytes repeat or a numpy operation is, not a call).  The
+    request lands in it; the thread can answer only after `burn` has returned,
+    at the jump back of `run`'s loop.  Charged where it answered, the time went
+    to `run`'s loop (before: 0% on the operator's line, the loop's last line
+    99%); charged where it stood at the request, it is the operator's, through
+    its caller on the stack.  Tolerances: the operator's line holds at least 85%
+    of the native time the program measured itself, as native, and the call's
+    line at most 10% of it."""
+    truth_file = tmp_path / "truth.json"
+    run = profile_program(source, options=options, args=[str(truth_file)])
+    native = json.loads(truth_file.read_text())
+    info = run.describe("# @op", "# @call") + f"\n  truth: {native:.3f} s native"
+    op, call = run.line("# @op"), run.line("# @call")
+    assert op["n_cpu_native_sec"] >= 0.85 * native, info
+    assert total_with_waits(call) <= 0.1 * native, info
+    # The stack through the function that has returned: run at its call, burn at the operator.
+    frames = run.profile["call_stacks"]["frames"]
+    wanted = [("run", run.lineno("# @call")), ("burn", run.lineno("# @op"))]
+    native_there = sum(s["native_sec"] for s in run.profile["call_stacks"]["stacks"]
+                       if [(frames[i]["function"], frames[i]["lineno"]) for i in s["path"][-2:]] == wanted)
+    assert native_there >= 0.85 * native, f"{info}\n  on the stack run -> burn: {native_there:.3f} s"

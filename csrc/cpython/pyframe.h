@@ -30,6 +30,7 @@ pyframe pyframe_innermost(PyThreadState *ts); /* the thread's current complete f
 pyframe pyframe_caller(pyframe f);            /* next complete frame outward */
 PyCodeObject *pyframe_code(pyframe f);
 int pyframe_lasti(pyframe f);                 /* index in code units of the instruction; -1: not started */
+PyObject *pyframe_globals(pyframe f);         /* its module's dictionary (borrowed) */
 /* The frame of a generator, coroutine or async generator (anything PyGen_Check,
  * PyCoro_CheckExact or PyAsyncGen_CheckExact accepts) while it is suspended at a
  * yield or an await; NULL when it has not started, is running or has finished.
@@ -44,7 +45,7 @@ int pyframe_on_stack(PyThreadState *ts, pyframe f, PyCodeObject *code);
 /* Where a running thread stands, read from another thread without the GIL
  * (through safe_read, see common/safe_read.h): its innermost frame, that frame's
  * code and instruction, and the opcode there as the live bytecode holds it
- * (specialised forms included).  A sample, not a fact: the thread keeps running,
+ * (specialised forms included), and its first callers.  A sample, not a fact: the thread keeps running,
  * so the values may be a few instructions stale; a read that fails or looks torn
  * says so.  frame and code are addresses, never to be followed: the owner
  * compares them with a frame it reads later with the GIL (pyframe_innermost),
@@ -55,11 +56,23 @@ enum {
     PYFRAME_PEEK_STARTING = 1,  /* a frame that has not reached its first instruction */
     PYFRAME_PEEK_OPCODE = 2,    /* every field is set */
 };
+#define PYFRAME_PEEK_CALLERS 2
+typedef struct {
+    uintptr_t frame; /* 0: none */
+    uintptr_t code;
+    int lasti;
+} pyframe_position;
 typedef struct {
     uintptr_t frame; /* the innermost complete frame, as pyframe_innermost gives it */
     uintptr_t code;  /* its code object */
     int lasti;       /* the instruction, in code units, as pyframe_lasti counts */
     int opcode;
+    /* The complete frames it was called from, innermost first, as pyframe_caller
+     * walks them, each at its call: the owner tells from them a frame that has
+     * returned since (a native operation in a small function ends, and the
+     * thread answers in its caller).  A frame of 0 ends the list: the stack's
+     * root, or a read that failed (the leaf is good without them). */
+    pyframe_position callers[PYFRAME_PEEK_CALLERS];
 } pyframe_peeked;
 int pyframe_peek(PyThreadState *ts, pyframe_peeked *out);
 

@@ -51,11 +51,36 @@ int pyframe_lasti(pyframe f)
     return ((const PyFrameObject *)f)->f_lasti; /* 3.10 counts code units */
 }
 
+PyObject *pyframe_globals(pyframe f)
+{
+    return ((const PyFrameObject *)f)->f_globals;
+}
+
 pyframe pyframe_suspended(PyObject *gen)
 {
     /* Generators, coroutines and async generators share _PyGenObject_HEAD. */
     PyFrameObject *f = ((PyGenObject *)gen)->gi_frame;
     return f != NULL && f->f_state == FRAME_SUSPENDED ? f : NULL;
+}
+
+/* The peek's callers, from frame f outward (without the GIL: every read
+ * through safe_read, every address only compared). */
+static void peek_callers(PyFrameObject *f, pyframe_peeked *out)
+{
+    int n = 0;
+    for (; f != NULL && n < PYFRAME_PEEK_CALLERS; n++) {
+        PyFrameObject copy;
+        if (safe_read(f, &copy, offsetof(PyFrameObject, f_localsplus)) != 0 || copy.f_lasti < 0) {
+            break; /* unreadable, or torn: a caller has started */
+        }
+        out->callers[n].frame = (uintptr_t)f;
+        out->callers[n].code = (uintptr_t)copy.f_code;
+        out->callers[n].lasti = copy.f_lasti;
+        f = copy.f_back;
+    }
+    for (; n < PYFRAME_PEEK_CALLERS; n++) {
+        out->callers[n] = (pyframe_position){0, 0, -1};
+    }
 }
 
 int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
@@ -67,13 +92,13 @@ int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
     if (f == NULL) {
         return PYFRAME_PEEK_NO_FRAME;
     }
-    int lasti;
-    PyCodeObject *code;
+    PyFrameObject leaf;
     PyObject *bytes;
-    if (safe_read(MEMBER(f, PyFrameObject, f_lasti), &lasti, sizeof lasti) != 0 ||
-        safe_read(MEMBER(f, PyFrameObject, f_code), &code, sizeof code) != 0) {
+    if (safe_read(f, &leaf, offsetof(PyFrameObject, f_localsplus)) != 0) {
         return PYFRAME_PEEK_FAILED;
     }
+    int lasti = leaf.f_lasti;
+    PyCodeObject *code = leaf.f_code;
     if (lasti < 0) {
         return PYFRAME_PEEK_STARTING;
     }
@@ -92,6 +117,7 @@ int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
     out->code = (uintptr_t)code;
     out->lasti = lasti;
     out->opcode = _Py_OPCODE(unit);
+    peek_callers(leaf.f_back, out);
     return PYFRAME_PEEK_OPCODE;
 }
 

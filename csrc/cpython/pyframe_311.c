@@ -70,12 +70,48 @@ int pyframe_lasti(pyframe f)
     return (int)(frame->prev_instr - _PyCode_CODE(frame->f_code));
 }
 
+PyObject *pyframe_globals(pyframe f)
+{
+    return ((const _PyInterpreterFrame *)f)->f_globals;
+}
+
 pyframe pyframe_suspended(PyObject *gen)
 {
     /* Generators, coroutines and async generators share _PyGenObject_HEAD, whose
      * last member is the frame itself. */
     PyGenObject *g = (PyGenObject *)gen;
     return g->gi_frame_state == FRAME_SUSPENDED ? (pyframe)g->gi_iframe : NULL;
+}
+
+/* The peek's callers of a frame whose `previous` is f (without the GIL: every
+ * read through safe_read, every address only compared). */
+static void peek_callers(const _PyInterpreterFrame *f, pyframe_peeked *out)
+{
+    int n = 0;
+    for (int hops = 0; f != NULL && n < PYFRAME_PEEK_CALLERS && hops < 8; hops++) {
+        _PyInterpreterFrame copy;
+        if (safe_read(f, &copy, offsetof(_PyInterpreterFrame, localsplus)) != 0) {
+            break;
+        }
+#if PY_VERSION_HEX >= 0x030C0000
+        if (copy.owner == FRAME_OWNED_BY_CSTACK) {
+            f = copy.previous;
+            continue;
+        }
+#endif
+        uintptr_t first = (uintptr_t)MEMBER(copy.f_code, PyCodeObject, co_code_adaptive);
+        if ((uintptr_t)copy.prev_instr < first) {
+            break; /* a caller is inside its code: the copy is torn */
+        }
+        out->callers[n].frame = (uintptr_t)f;
+        out->callers[n].code = (uintptr_t)copy.f_code;
+        out->callers[n].lasti = (int)(((uintptr_t)copy.prev_instr - first) / sizeof(_Py_CODEUNIT));
+        n++;
+        f = copy.previous;
+    }
+    for (; n < PYFRAME_PEEK_CALLERS; n++) {
+        out->callers[n] = (pyframe_position){0, 0, -1};
+    }
 }
 
 int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
@@ -117,6 +153,7 @@ int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
         out->code = (uintptr_t)copy.f_code;
         out->lasti = (int)(((uintptr_t)copy.prev_instr - first) / sizeof(_Py_CODEUNIT));
         out->opcode = _Py_OPCODE(unit);
+        peek_callers(copy.previous, out);
         return PYFRAME_PEEK_OPCODE;
     }
     return f == NULL ? PYFRAME_PEEK_NO_FRAME : PYFRAME_PEEK_FAILED;

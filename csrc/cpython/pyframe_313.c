@@ -61,6 +61,11 @@ int pyframe_lasti(pyframe f)
     return (int)(frame->instr_ptr - _PyCode_CODE(pyframe_code(f)));
 }
 
+PyObject *pyframe_globals(pyframe f)
+{
+    return ((const _PyInterpreterFrame *)f)->f_globals;
+}
+
 pyframe pyframe_suspended(PyObject *gen)
 {
     /* Generators, coroutines and async generators share _PyGenObject_HEAD, whose
@@ -68,6 +73,38 @@ pyframe pyframe_suspended(PyObject *gen)
      * `yield from`/`await` (FRAME_SUSPENDED_YIELD_FROM) from one at a yield. */
     PyGenObject *g = (PyGenObject *)gen;
     return FRAME_STATE_SUSPENDED(g->gi_frame_state) ? (pyframe)g->gi_iframe : NULL;
+}
+
+/* The peek's callers of a frame whose `previous` is f (without the GIL: every
+ * read through safe_read, every address only compared). */
+static void peek_callers(const _PyInterpreterFrame *f, pyframe_peeked *out)
+{
+    int n = 0;
+    for (int hops = 0; f != NULL && n < PYFRAME_PEEK_CALLERS && hops < 8; hops++) {
+        _PyInterpreterFrame copy;
+        PyTypeObject *type;
+        if (safe_read(f, &copy, offsetof(_PyInterpreterFrame, localsplus)) != 0) {
+            break;
+        }
+        if (copy.owner == FRAME_OWNED_BY_CSTACK || copy.f_executable == NULL ||
+            safe_read(MEMBER(copy.f_executable, PyObject, ob_type), &type, sizeof type) != 0 ||
+            type != &PyCode_Type) {
+            f = copy.previous; /* a shim between C and the eval loop */
+            continue;
+        }
+        uintptr_t first = (uintptr_t)MEMBER(copy.f_executable, PyCodeObject, co_code_adaptive);
+        if ((uintptr_t)copy.instr_ptr < first) {
+            break; /* a caller is inside its code: the copy is torn */
+        }
+        out->callers[n].frame = (uintptr_t)f;
+        out->callers[n].code = (uintptr_t)copy.f_executable;
+        out->callers[n].lasti = (int)(((uintptr_t)copy.instr_ptr - first) / sizeof(_Py_CODEUNIT));
+        n++;
+        f = copy.previous;
+    }
+    for (; n < PYFRAME_PEEK_CALLERS; n++) {
+        out->callers[n] = (pyframe_position){0, 0, -1};
+    }
 }
 
 int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
@@ -103,6 +140,7 @@ int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
         out->code = (uintptr_t)copy.f_executable;
         out->lasti = (int)(((uintptr_t)copy.instr_ptr - first) / sizeof(_Py_CODEUNIT));
         out->opcode = _Py_OPCODE(unit);
+        peek_callers(copy.previous, out);
         return PYFRAME_PEEK_OPCODE;
     }
     return f == NULL ? PYFRAME_PEEK_NO_FRAME : PYFRAME_PEEK_FAILED;

@@ -279,6 +279,70 @@ const code_info *codes_lookup(PyCodeObject *code)
     return info;
 }
 
+/* codes_find_through: the most entries of dictionaries it reads for one code,
+ * and the codes it did not find, which it does not look for again until as
+ * many others have missed (a function that is never found, a closure made
+ * inside its caller, would otherwise cost a scan per sample). */
+#define THROUGH_BUDGET 4096
+#define THROUGH_MISSES 16
+static uintptr_t through_missed[THROUGH_MISSES];
+static int through_n_missed;
+
+/* Whether a dictionary holds a function running code: a module's globals
+ * (kind 0), where a class's methods (kind 2) and a module it imported (kind 1:
+ * `import helpers` then `helpers.f(x)`) are looked into too, and in such a
+ * module its classes'.  At most *budget entries in all. */
+static int dict_holds_code(PyObject *dict, PyObject *code, int kind, int *budget)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (*budget > 0 && PyDict_Next(dict, &pos, &key, &value)) {
+        (*budget)--;
+        if (PyFunction_Check(value)) {
+            if (PyFunction_GET_CODE(value) == code) {
+                return 1;
+            }
+            continue;
+        }
+        PyObject *inner = NULL;
+        int inner_kind = 2;
+        if (kind < 2 && PyType_Check(value)) {
+            inner = ((PyTypeObject *)value)->tp_dict;
+        } else if (kind == 0 && PyModule_Check(value)) {
+            inner = PyModule_GetDict(value); /* borrowed */
+            inner_kind = 1;
+        }
+        if (inner != NULL && PyDict_Check(inner) && dict_holds_code(inner, code, inner_kind, budget)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+const code_info *codes_find_through(PyCodeObject *code, PyObject *globals)
+{
+    const code_info *info = codes_find(code);
+    if (info != NULL || globals == NULL || !PyDict_Check(globals)) {
+        return info;
+    }
+    for (int i = 0; i < through_n_missed; i++) {
+        if (through_missed[i] == (uintptr_t)code) {
+            return NULL;
+        }
+    }
+    /* Reading dictionaries with the GIL: no Python code runs, nothing is
+     * allocated, no reference is taken (PyDict_Next, the functions' fields). */
+    int budget = THROUGH_BUDGET;
+    if (dict_holds_code(globals, (PyObject *)code, 0, &budget)) {
+        return codes_lookup(code); /* held by a live function: alive */
+    }
+    if (through_n_missed == THROUGH_MISSES) {
+        through_n_missed = 0;
+    }
+    through_missed[through_n_missed++] = (uintptr_t)code;
+    return NULL;
+}
+
 /* Instructions looked back at for one that has a line (codes_line). */
 #define LINE_LOOKBACK 64
 

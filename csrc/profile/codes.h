@@ -41,6 +41,13 @@ const code_info *codes_lookup(PyCodeObject *code);
 /* The facts of a code object registered already, else NULL; never registers,
  * never calls CPython (usable inside an allocator, GIL held). */
 const code_info *codes_find(PyCodeObject *code);
+/* codes_find, or for a code not registered yet (say, of a frame that has
+ * returned since it was seen without the GIL, so that it may be gone), proof
+ * that it is alive, then registered: a function in `globals` (the dictionary
+ * of a frame still running) that runs it, or a method of a class there, or a
+ * function of a module imported there.  NULL when not found (a closure, a
+ * lambda: then not looked for again soon).  Calls CPython only to register. */
+const code_info *codes_find_through(PyCodeObject *code, PyObject *globals);
 /* Whether the live opcode (specialised or not) calls something: a running thread
  * whose innermost frame executes it is in a call into native code.  Callable
  * without the GIL once codes_init has run. */

@@ -1,6 +1,8 @@
 #include "stacks.h"
 #include "codes.h"
 
+#include <string.h>
+
 static struct {
     int initialised;
     stack_table table; /* values: cpu_sums */
@@ -18,15 +20,15 @@ int stacks_init(void)
     return 0;
 }
 
-/* The reported frames from `reported` outward, innermost first, at most
- * STACKS_MAX_DEPTH (the walk stops there: the cost of a deep recursion is
- * bounded too); known_only: codes_find, never registering; reported_line: the
- * leaf's line when the caller knows it, else -1.  Returns how many, or -1 when a
- * code was not known (known_only) or memory ran out. */
-static int walk(pyframe reported, int known_only, int reported_line, stack_frame *out)
+/* The reported frames from `reported` outward, innermost first, at most max
+ * (the walk stops there: the cost of a deep recursion is bounded too);
+ * known_only: codes_find, never registering; reported_line: the leaf's line when
+ * the caller knows it, else -1.  Returns how many, or -1 when a code was not
+ * known (known_only) or memory ran out. */
+static int walk(pyframe reported, int known_only, int reported_line, stack_frame *out, int max)
 {
     int depth = 0;
-    for (pyframe f = reported; f != NULL && depth < STACKS_MAX_DEPTH; f = pyframe_caller(f)) {
+    for (pyframe f = reported; f != NULL && depth < max; f = pyframe_caller(f)) {
         PyCodeObject *code = pyframe_code(f);
         const code_info *info = known_only ? codes_find(code) : codes_lookup(code);
         if (info == NULL) {
@@ -59,8 +61,20 @@ uint32_t stacks_of(pyframe reported, int reported_line)
     if (!stacks_state.initialised) {
         return STACKS_OTHER;
     }
-    int depth = walk(reported, 0, reported_line, frames);
+    int depth = walk(reported, 0, reported_line, frames, STACKS_MAX_DEPTH);
     return depth < 0 ? STACKS_OTHER : intern_reversed(frames, depth);
+}
+
+uint32_t stacks_of_returned(const stack_frame *returned, int n_returned, pyframe caller, int caller_line)
+{
+    stack_frame frames[STACKS_MAX_DEPTH];
+    if (!stacks_state.initialised) {
+        return STACKS_OTHER;
+    }
+    int n = n_returned < STACKS_MAX_DEPTH ? n_returned : STACKS_MAX_DEPTH;
+    memcpy(frames, returned, (size_t)n * sizeof *frames);
+    int depth = walk(caller, 0, caller_line, frames + n, STACKS_MAX_DEPTH - n);
+    return depth < 0 ? STACKS_OTHER : intern_reversed(frames, n + depth);
 }
 
 int stacks_of_known(pyframe reported, uint32_t *id)
@@ -70,7 +84,7 @@ int stacks_of_known(pyframe reported, uint32_t *id)
         *id = STACKS_OTHER;
         return 1;
     }
-    int depth = walk(reported, 1, -1, frames);
+    int depth = walk(reported, 1, -1, frames, STACKS_MAX_DEPTH);
     if (depth < 0) {
         return 0;
     }

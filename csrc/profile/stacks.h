@@ -33,6 +33,11 @@ int stacks_init(void);
  * reported_line: the leaf's line, as the caller charges it (the sampler's may be
  * where the thread stood at its request, not where it answers); -1: read it. */
 uint32_t stacks_of(pyframe reported, int reported_line);
+/* The stack of a sample whose innermost frames have returned since it was
+ * taken: `returned` (their reported frames, innermost first, each charged at
+ * its line then), then the reported frames from `caller` (the frame they
+ * returned to) outward, caller's line being caller_line (-1: read it). */
+uint32_t stacks_of_returned(const stack_frame *returned, int n_returned, pyframe caller, int caller_line);
 /* The same inside an allocator (no call into CPython, no lock): 0 when a code
  * object on the way is not known yet (codes_find), else 1 with *id set. */
 int stacks_of_known(pyframe reported, uint32_t *id);

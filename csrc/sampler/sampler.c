@@ -99,10 +99,12 @@ static struct {
     _Atomic uint64_t request_main_runq_ns; /* its run-queue wait at t0 (schedstat) */
     int main_schedstat_fd;                 /* the main thread's schedstat, for the sampler thread */
     atomic_int request_standing;          /* enum standing: the main thread at t0 */
-    /* Its innermost frame, code and instruction at t0 (pyframe_peek; frame 0:
-     * not read), whose line the answer charges when the frame is still there. */
-    _Atomic uintptr_t request_frame, request_code;
-    atomic_int request_lasti;
+    /* Its innermost frame, code and instruction at t0, and its callers'
+     * (pyframe_peek; entry 0 the innermost, frame 0: not read), whose line the
+     * answer charges when the frame is still there or has returned into one of
+     * them (request_position). */
+    _Atomic uintptr_t request_frame[1 + PYFRAME_PEEK_CALLERS], request_code[1 + PYFRAME_PEEK_CALLERS];
+    atomic_int request_lasti[1 + PYFRAME_PEEK_CALLERS];
     /* The other threads' states to peek at (written by snapshots, GIL held; read
      * by the sampler thread without it: each entry atomic, a stale or torn list
      * costs only a peek of no use), and where they stood: at the request (read
@@ -180,6 +182,66 @@ typedef struct {
     uint32_t stack; /* the call stack ending at the line (stacks.h); STACKS_ROOT with no reported frame */
 } location;
 
+/* How many of the frames seen at t0 have returned since: 0 when the innermost
+ * frame is still at's own, k when it is at's caller k (the same frame running
+ * the same code), -1 when it is none of them. */
+static int frames_returned(const pyframe_peeked *at, pyframe innermost)
+{
+    uintptr_t frame = (uintptr_t)innermost, code = (uintptr_t)pyframe_code(innermost);
+    if (at->frame == frame && at->code == code) {
+        return 0;
+    }
+    for (int k = 0; k < PYFRAME_PEEK_CALLERS && at->callers[k].frame != 0; k++) {
+        if (at->callers[k].frame == frame && at->callers[k].code == code) {
+            return k + 1;
+        }
+    }
+    return -1;
+}
+
+/* The place of a sample whose frames seen at t0 have partly returned (k of
+ * them: at's own and its first k - 1 callers) into `innermost`: the nearest
+ * of them in a reported file, at its t0 instruction, on the stack through them
+ * and on from innermost (at its t0 call, innermost_lasti; -1: not reported).
+ * A native operation in a small function (`return a * 3` on a large bytes)
+ * holds the thread until it returns, and the caller's jump back is where it
+ * answers.  Only codes known alive are read (codes_find_through: registered,
+ * and forgotten by their weak reference's callback before their memory can be
+ * reused, or found held by a function of the caller's module); 0 when one is
+ * not, or when none of them is reported. */
+static int locate_returned(location *loc, const pyframe_peeked *at, int k, pyframe innermost, int innermost_lasti)
+{
+    stack_frame gone[1 + PYFRAME_PEEK_CALLERS];
+    int n = 0;
+    for (int i = 0; i < k; i++) {
+        pyframe_position p = i == 0 ? (pyframe_position){at->frame, at->code, at->lasti} : at->callers[i - 1];
+        PyCodeObject *code = (PyCodeObject *)p.code;
+        const code_info *info = codes_find_through(code, pyframe_globals(innermost));
+        if (info == NULL || p.lasti < 0 || p.lasti >= info->n_units) {
+            return 0;
+        }
+        if (info->reported && info->site != SITE_NONE) {
+            gone[n].site = info->site;
+            gone[n].lineno = codes_line_known(info, code, p.lasti);
+            n++;
+        }
+    }
+    if (n == 0) {
+        return 0;
+    }
+    int innermost_line = -1;
+    if (innermost_lasti >= 0) {
+        const code_info *info = codes_lookup(pyframe_code(innermost)); /* registered by codes_locate */
+        if (info != NULL && innermost_lasti < info->n_units) {
+            innermost_line = codes_line_known(info, pyframe_code(innermost), innermost_lasti);
+        }
+    }
+    loc->site = gone[0].site;
+    loc->lineno = gone[0].lineno;
+    loc->stack = stacks_of_returned(gone, n, innermost, innermost_line);
+    return 1;
+}
+
 /* native_by_delay: the main thread answering its request, whose kind is where it
  * stood at t0 (standing), or, for an instruction that outlasts the request, the
  * delay.  Where it stood in Python, only the delay's CPU time counts: a thread
@@ -192,7 +254,10 @@ typedef struct {
  * one seen at t0, running the same code, t0's instruction is where the sample
  * is.  A frame freed and reused meanwhile is noticed unless it runs the same code
  * again (a function called in a loop), where t0's instruction is still one the
- * thread ran in this window; the index is checked against the code's size. */
+ * thread ran in this window; the index is checked against the code's size.
+ * Where the frame has returned into one of its callers seen at t0, the sample
+ * is where t0 saw it (locate_returned), or, if that cannot be read, at that
+ * caller's call. */
 static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint64_t delay_cpu_ns,
                        int standing, const pyframe_peeked *at)
 {
@@ -223,6 +288,13 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
         const code_info *info = codes_lookup(pyframe_code(innermost));
         loc.native = info != NULL && !codes_python_at(info, pyframe_lasti(innermost));
     }
+    /* The innermost frame's instruction at t0: its own, or its call into the
+     * frames seen then that have returned since. */
+    int returned = at != NULL ? frames_returned(at, innermost) : -1;
+    int innermost_lasti = returned == 0 ? at->lasti : returned > 0 ? at->callers[returned - 1].lasti : -1;
+    if (returned > 0 && locate_returned(&loc, at, returned, innermost, f == innermost ? innermost_lasti : -1)) {
+        return loc;
+    }
     if (f != NULL) {
         const code_info *info = codes_lookup(pyframe_code(f)); /* registered by codes_locate */
         if (info == NULL) {
@@ -231,9 +303,8 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
         }
         loc.site = info->site;
         int lasti = pyframe_lasti(f);
-        if (at != NULL && f == innermost && at->frame == (uintptr_t)f &&
-            at->code == (uintptr_t)pyframe_code(f) && at->lasti >= 0 && at->lasti < info->n_units) {
-            lasti = at->lasti;
+        if (f == innermost && innermost_lasti >= 0 && innermost_lasti < info->n_units) {
+            lasti = innermost_lasti;
         }
         loc.lineno = codes_line_known(info, pyframe_code(f), lasti);
         /* Walked from the line outward, after info is read (the walk may
@@ -353,6 +424,19 @@ static uint64_t runq_since(thread_track *t, pid_t tid, int fresh)
     return waited;
 }
 
+/* Where the main thread stood at its request's t0 (frame 0: not known). */
+static void request_position(pyframe_peeked *at)
+{
+    at->frame = atomic_load(&S.request_frame[0]);
+    at->code = atomic_load(&S.request_code[0]);
+    at->lasti = atomic_load(&S.request_lasti[0]);
+    at->opcode = 0;
+    for (int i = 0; i < PYFRAME_PEEK_CALLERS; i++) {
+        at->callers[i] = (pyframe_position){atomic_load(&S.request_frame[i + 1]), atomic_load(&S.request_code[i + 1]),
+                                            atomic_load(&S.request_lasti[i + 1])};
+    }
+}
+
 /* The main thread answering its own request at `now`.  Its time since it was last
  * accounted (at `last`) has two parts:
  *  - the answer delay [t0, now], measured exactly: where it was the whole time;
@@ -400,8 +484,8 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
     }
     double runq_share = live > 0 ? (double)live_runq / (double)live : 0.0;
 
-    pyframe_peeked at = {atomic_load(&S.request_frame), atomic_load(&S.request_code),
-                         atomic_load(&S.request_lasti), 0};
+    pyframe_peeked at;
+    request_position(&at);
     location loc = locate(ts, 1, delay, delta(cpu, cpu_t0), atomic_load(&S.request_standing),
                           at.frame != 0 ? &at : NULL);
     charge(&loc, dead, dead_cpu, dead_runq, core_fraction);
@@ -888,11 +972,14 @@ static void make_request(void)
      * CPU after its CPU t0 (while 15-80 us of wall after its wall t0), past the
      * 100 us native threshold: up to 27% of a pure-Python line read as native. */
     atomic_store(&S.request_main_runq_ns, read_runq_fd(S.main_schedstat_fd));
-    pyframe_peeked at = {0, 0, -1, 0}; /* frame 0: no position (only a full peek sets it) */
+    pyframe_peeked at = {.lasti = -1}; /* frame 0: no position (only a full peek sets it) */
     atomic_store(&S.request_standing, main_standing(&at));
-    atomic_store(&S.request_frame, at.frame);
-    atomic_store(&S.request_code, at.code);
-    atomic_store(&S.request_lasti, at.lasti);
+    for (int i = 0; i <= PYFRAME_PEEK_CALLERS; i++) {
+        pyframe_position p = i == 0 ? (pyframe_position){at.frame, at.code, at.lasti} : at.callers[i - 1];
+        atomic_store(&S.request_frame[i], p.frame);
+        atomic_store(&S.request_code[i], p.code);
+        atomic_store(&S.request_lasti[i], p.lasti);
+    }
     peek_threads(S.request_peeks);
     atomic_store(&S.request_wall_ns, clock_wall_ns());
     atomic_store(&S.request_main_cpu_ns, clock_thread_cpu_ns(S.main_tid));

@@ -529,6 +529,30 @@ gt_crash(PyObject *self, PyObject *arg)
     return NULL;
 }
 
+/* Spinner: an object whose multiplication burns CPU holding the GIL, `spinner *
+ * ms` -> (start, end) as spin_gil(ms): native work done by an operator (a
+ * BINARY_OP, not a call), as a bytes repeat or a numpy operation does. */
+static PyObject *
+gt_spinner_multiply(PyObject *left, PyObject *right)
+{
+    return gt_spin_gil(NULL, right == NULL ? left : right);
+}
+
+static PyNumberMethods gt_spinner_number = {
+    .nb_multiply = gt_spinner_multiply,
+};
+
+static PyTypeObject gt_spinner_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_groundtruth.Spinner",
+    .tp_basicsize = sizeof(PyObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Spinner() * ms -> (start, end): burn ms of this thread's CPU time in C holding the GIL,\n"
+              "inside the multiplication (start and end as spin_gil's).",
+    .tp_new = PyType_GenericNew,
+    .tp_as_number = &gt_spinner_number,
+};
+
 static PyMethodDef gt_methods[] = {
     {"spin_gil", gt_spin_gil, METH_O,
      "spin_gil(ms) -> (start, end): burn ms of this thread's CPU time in C, holding the GIL;\n"
@@ -578,5 +602,18 @@ static struct PyModuleDef gt_module = {
 PyMODINIT_FUNC
 PyInit__groundtruth(void)
 {
-    return PyModule_Create(&gt_module);
+    if (PyType_Ready(&gt_spinner_type) < 0) {
+        return NULL;
+    }
+    PyObject *module = PyModule_Create(&gt_module);
+    if (module == NULL) {
+        return NULL;
+    }
+    Py_INCREF(&gt_spinner_type);
+    if (PyModule_AddObject(module, "Spinner", (PyObject *)&gt_spinner_type) < 0) {
+        Py_DECREF(&gt_spinner_type);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }
