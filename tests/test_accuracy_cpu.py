@@ -744,6 +744,13 @@ with open(sys.argv[1], "w") as f:
     json.dump(run(1.5), f)
 """
 
+# The thread answers at the entry of the function called next (its first
+# eval-breaker check after the operator), in a frame where the operator's was.
+NATIVE_OPERATOR_THEN_A_CALL = NATIVE_OPERATOR.replace("""def run(seconds):""", """def after():  # @after
+    return 0
+
+def run(seconds):""").replace("""        native += stop - start""", """        native += stop - start + after()""")
+
 NATIVE_OPERATOR_THREAD = NATIVE_OPERATOR.replace("""with open(sys.argv[1], "w") as f:
     json.dump(run(1.5), f)""", """import threading
 result = []
@@ -755,8 +762,9 @@ with open(sys.argv[1], "w") as f:
 
 
 @pytest.mark.parametrize("source, options", [(NATIVE_OPERATOR, ["--cpu-only"]), (NATIVE_OPERATOR, []),
-                                             (NATIVE_OPERATOR_THREAD, ["--cpu-only"])],
-                         ids=["cpu-only", "full", "thread"])
+                                             (NATIVE_OPERATOR_THREAD, ["--cpu-only"]),
+                                             (NATIVE_OPERATOR_THEN_A_CALL, ["--cpu-only"])],
+                         ids=["cpu-only", "full", "thread", "then-a-call"])
 def test_native_operator_in_a_returned_function_keeps_its_line(profile_program, tmp_path, source, options):
     """`SPINNER * ms` burns 2 ms in C holding the GIL inside a multiplication
     (a BINARY_OP, as a bytes repeat or a numpy operation is, not a call).  The
@@ -764,9 +772,12 @@ def test_native_operator_in_a_returned_function_keeps_its_line(profile_program, 
     at the jump back of `run`'s loop.  Charged where it answered, the time went
     to `run`'s loop (before: 0% on the operator's line, the loop's last line
     99%); charged where it stood at the request, it is the operator's, through
-    its caller on the stack.  Tolerances: the operator's line holds at least 85%
+    its caller on the stack.  Where a call follows, the thread answers at that
+    function's entry, which got the time on its `def` line (7.8% of Scalene's
+    arithmetic_smear.py on `def hot_arith`): frames called since the request
+    are not the sample's.  Tolerances: the operator's line holds at least 85%
     of the native time the program measured itself, as native, and the call's
-    line at most 10% of it."""
+    line (and the next function's) at most 10% of it."""
     truth_file = tmp_path / "truth.json"
     run = profile_program(source, options=options, args=[str(truth_file)])
     native = json.loads(truth_file.read_text())
@@ -774,6 +785,9 @@ def test_native_operator_in_a_returned_function_keeps_its_line(profile_program, 
     op, call = run.line("# @op"), run.line("# @call")
     assert op["n_cpu_native_sec"] >= 0.85 * native, info
     assert total_with_waits(call) <= 0.1 * native, info
+    if "# @after" in source:
+        after = run.line("# @after")
+        assert total_with_waits(after) <= 0.1 * native, f"{info}\n  {run.describe('# @after')}"
     # The stack through the function that has returned: run at its call, burn at the operator.
     frames = run.profile["call_stacks"]["frames"]
     wanted = [("run", run.lineno("# @call")), ("burn", run.lineno("# @op"))]

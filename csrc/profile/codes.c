@@ -376,8 +376,12 @@ int codes_line_known(const code_info *info, PyCodeObject *code, int lasti)
 
 int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported)
 {
-    pyframe f = pyframe_innermost(ts);
-    *innermost = f;
+    *innermost = pyframe_innermost(ts);
+    return codes_reported_from(*innermost, reported);
+}
+
+int codes_reported_from(pyframe f, pyframe *reported)
+{
     while (f != NULL) {
         const code_info *info = codes_lookup(pyframe_code(f));
         if (info == NULL) {

@@ -60,6 +60,8 @@ int codes_python_at(const code_info *info, int lasti);
 #include "../cpython/pyframe.h"
 #include "sites.h"
 int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported);
+/* The same from frame f outward. */
+int codes_reported_from(pyframe f, pyframe *reported);
 /* The line of instruction lasti in code (alive: on a frame); never negative:
  * an instruction without a line gets the nearest earlier one's. */
 int codes_line(PyCodeObject *code, int lasti);

@@ -182,27 +182,38 @@ typedef struct {
     uint32_t stack; /* the call stack ending at the line (stacks.h); STACKS_ROOT with no reported frame */
 } location;
 
-/* How many of the frames seen at t0 have returned since: 0 when the innermost
- * frame is still at's own, k when it is at's caller k (the same frame running
- * the same code), -1 when it is none of them. */
-static int frames_returned(const pyframe_peeked *at, pyframe innermost)
+/* Frames of the current stack searched for one seen at t0 (t0_on_stack). */
+#define MEET_DEPTH 8
+
+/* Where the position seen at t0 meets the current stack: the innermost frame
+ * of it (from innermost outward, at most MEET_DEPTH) that is at's own frame
+ * (0) or at's caller k - 1 (k), the same frame running the same code, in
+ * *meet; -1 when there is none.  Frames of at's inside *meet have returned
+ * since t0; frames of the stack inside *meet were called since. */
+static int t0_on_stack(const pyframe_peeked *at, pyframe innermost, pyframe *meet)
 {
-    uintptr_t frame = (uintptr_t)innermost, code = (uintptr_t)pyframe_code(innermost);
-    if (at->frame == frame && at->code == code) {
-        return 0;
-    }
-    for (int k = 0; k < PYFRAME_PEEK_CALLERS && at->callers[k].frame != 0; k++) {
-        if (at->callers[k].frame == frame && at->callers[k].code == code) {
-            return k + 1;
+    pyframe f = innermost;
+    for (int depth = 0; f != NULL && depth < MEET_DEPTH; depth++, f = pyframe_caller(f)) {
+        uintptr_t frame = (uintptr_t)f, code = (uintptr_t)pyframe_code(f);
+        if (at->frame == frame && at->code == code) {
+            *meet = f;
+            return 0;
+        }
+        for (int k = 0; k < PYFRAME_PEEK_CALLERS && at->callers[k].frame != 0; k++) {
+            if (at->callers[k].frame == frame && at->callers[k].code == code) {
+                *meet = f;
+                return k + 1;
+            }
         }
     }
     return -1;
 }
 
 /* The place of a sample whose frames seen at t0 have partly returned (k of
- * them: at's own and its first k - 1 callers) into `innermost`: the nearest
- * of them in a reported file, at its t0 instruction, on the stack through them
- * and on from innermost (at its t0 call, innermost_lasti; -1: not reported).
+ * them: at's own and its first k - 1 callers) into `innermost` (the frame
+ * where t0 meets the stack, t0_on_stack): the nearest of them in a reported
+ * file, at its t0 instruction, on the stack through them and on from
+ * innermost (at its t0 call, innermost_lasti; -1: not reported).
  * A native operation in a small function (`return a * 3` on a large bytes)
  * holds the thread until it returns, and the caller's jump back is where it
  * answers.  Only codes known alive are read (codes_find_through: registered,
@@ -257,7 +268,8 @@ static int locate_returned(location *loc, const pyframe_peeked *at, int k, pyfra
  * thread ran in this window; the index is checked against the code's size.
  * Where the frame has returned into one of its callers seen at t0, the sample
  * is where t0 saw it (locate_returned), or, if that cannot be read, at that
- * caller's call. */
+ * caller's call; frames called after t0 (a function's entry, where the thread
+ * answers) are passed over. */
 static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint64_t delay_cpu_ns,
                        int standing, const pyframe_peeked *at)
 {
@@ -288,11 +300,18 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
         const code_info *info = codes_lookup(pyframe_code(innermost));
         loc.native = info != NULL && !codes_python_at(info, pyframe_lasti(innermost));
     }
-    /* The innermost frame's instruction at t0: its own, or its call into the
-     * frames seen then that have returned since. */
-    int returned = at != NULL ? frames_returned(at, innermost) : -1;
-    int innermost_lasti = returned == 0 ? at->lasti : returned > 0 ? at->callers[returned - 1].lasti : -1;
-    if (returned > 0 && locate_returned(&loc, at, returned, innermost, f == innermost ? innermost_lasti : -1)) {
+    /* Where the stack meets the position seen at t0, and that frame's
+     * instruction then: its own, or its call into frames that have returned
+     * since.  The frames called since (a function entered after the native
+     * work, where the thread answers) are not the sample's. */
+    pyframe meet = NULL;
+    int returned = at != NULL ? t0_on_stack(at, innermost, &meet) : -1;
+    int meet_lasti = returned == 0 ? at->lasti : returned > 0 ? at->callers[returned - 1].lasti : -1;
+    if (meet != NULL && meet != innermost && !codes_reported_from(meet, &f)) {
+        loc.ok = 0;
+        return loc;
+    }
+    if (returned > 0 && locate_returned(&loc, at, returned, meet, f == meet ? meet_lasti : -1)) {
         return loc;
     }
     if (f != NULL) {
@@ -303,8 +322,8 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
         }
         loc.site = info->site;
         int lasti = pyframe_lasti(f);
-        if (f == innermost && innermost_lasti >= 0 && innermost_lasti < info->n_units) {
-            lasti = innermost_lasti;
+        if (f == meet && meet_lasti >= 0 && meet_lasti < info->n_units) {
+            lasti = meet_lasti;
         }
         loc.lineno = codes_line_known(info, pyframe_code(f), lasti);
         /* Walked from the line outward, after info is read (the walk may
