@@ -549,6 +549,23 @@ static PyObject *core_memory_available(PyObject *module, PyObject *unused)
     return PyBool_FromLong(memhooks_api_find(&api) == 0);
 }
 
+/* The program's top-level code, about to run: followed from its start, so that
+ * a memory sample queued before the first snapshot has seen it (a deep import
+ * on the program's first lines keeps only the frames the profiler knows are
+ * its; numpy's, 5-11 MB of 25, were unattributed) finds it. */
+static PyObject *core_follow_code(PyObject *module, PyObject *code)
+{
+    (void)module;
+    if (!PyCode_Check(code)) {
+        PyErr_SetString(PyExc_TypeError, "follow_code: a code object is needed");
+        return NULL;
+    }
+    if (sampler_running()) {
+        codes_lookup((PyCodeObject *)code); /* NULL (out of memory) only loses the head start */
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *core_running(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -632,6 +649,8 @@ static PyMethodDef core_methods[] = {
      "pipe) in globals as python runs a script file named filename, with its own errors."},
     {"reset", core_reset, METH_NOARGS, "Forget every aggregate (the sampler must be stopped)."},
     {"running", core_running, METH_NOARGS, "Whether the sampler is running."},
+    {"follow_code", core_follow_code, METH_O,
+     "follow_code(code)\nThe program's top-level code, about to run: known to the profiler from its start."},
     {"memory_available", core_memory_available, METH_NOARGS,
      "Whether the preloaded memory library is in this process."},
     {NULL, NULL, 0, NULL},

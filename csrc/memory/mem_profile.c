@@ -51,6 +51,8 @@ typedef struct {
 /* How many frames of the allocating thread's stack a queued sample keeps: the
  * nearest reported frame is searched among them when the sample is charged. */
 #define STACK_DEPTH 24
+/* How many frames a queued sample taken with the GIL walks at most to fill them. */
+#define QUEUED_WALK 512
 
 /* A sample that could not be charged where it was taken (see on_sample), with
  * where the allocating thread stood when it allocated. */
@@ -423,16 +425,44 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
     s->footprint = footprint;
     s->holds_refs = gil;
     int depth = 0;
-    for (pyframe f = pyframe_innermost(ts); f != NULL && depth < STACK_DEPTH; f = pyframe_caller(f)) {
+    int walked = 0;
+    for (pyframe f = pyframe_innermost(ts); f != NULL && walked < QUEUED_WALK; f = pyframe_caller(f), walked++) {
+        PyCodeObject *code = pyframe_code(f);
+        const code_info *known = NULL;
+        if (gil) {
+            /* With the GIL the code table can be read (codes_find, no call into
+             * CPython): a frame known to be of a file not reported (importlib's
+             * frames, a library's) is left out, so that the STACK_DEPTH kept
+             * reach the program's own frames through a deep import (numpy's
+             * import nests some 60 frames: its 20 MB were all unattributed);
+             * once they are full, only a frame known reported is still looked
+             * for, into the last slot: the nearest the sample has. */
+            known = codes_find(code);
+            if (known != NULL && !known->reported) {
+                continue;
+            }
+            if (depth == STACK_DEPTH) {
+                if (known == NULL) {
+                    continue;
+                }
+                depth--;
+                Py_DECREF(s->codes[depth]); /* not its last reference: the frame holds the code */
+            }
+        } else if (depth == STACK_DEPTH) {
+            break;
+        }
         s->frames[depth] = f;
-        s->codes[depth] = pyframe_code(f);
+        s->codes[depth] = code;
         s->lastis[depth] = pyframe_lasti(f);
         if (gil) {
-            Py_INCREF(s->codes[depth]); /* with the GIL: no allocation, no lock */
+            Py_INCREF(code); /* with the GIL: no allocation, no lock */
         } else {
-            code_life_note(s->codes[depth], head); /* alive now: followed to the drain */
+            code_life_note(code, head); /* alive now: followed to the drain */
         }
         depth++;
+        if (depth == STACK_DEPTH && known != NULL) {
+            break; /* the last slot holds a reported frame: the nearest one past the cut */
+        }
     }
     s->depth = depth;
     atomic_store_explicit(&s->ready, 1, memory_order_release);

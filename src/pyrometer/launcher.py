@@ -262,12 +262,20 @@ def _fresh_main(loader) -> types.ModuleType:
     return main
 
 
+def _follow(code) -> None:
+    """The profiler knows the program's top-level code before it runs
+    (_core.follow_code says why)."""
+    from . import _core
+    _core.follow_code(code)
+
+
 def _run_source(target: Target) -> None:
     """A script, -c or standard input, as main.c runs them (pythonrun.c)."""
     if target.kind == COMMAND:
         main = _fresh_main(importlib.machinery.BuiltinImporter)
         if target.code is None:  # compile again: its SyntaxError is python's
             target.code = compile(target.name, "<string>", "exec", dont_inherit=True)
+        _follow(target.code)
         exec(target.code, main.__dict__)
         return
     if target.kind == STDIN:
@@ -281,6 +289,7 @@ def _run_source(target: Target) -> None:
     main.__cached__ = None
     try:
         if target.code is not None:
+            _follow(target.code)
             exec(target.code, main.__dict__)
         else:
             from . import _core
