@@ -434,7 +434,8 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
              * CPython): a frame known to be of a file not reported (importlib's
              * frames, a library's) is left out, so that the STACK_DEPTH kept
              * reach the program's own frames through a deep import (numpy's
-             * import nests some 60 frames: its 20 MB were all unattributed);
+             * import nests some 60 frames: most of its 20-30 MB were
+             * unattributed);
              * once they are full, only a frame known reported is still looked
              * for, into the last slot: the nearest the sample has. */
             known = codes_find(code);

@@ -288,32 +288,33 @@ const code_info *codes_lookup(PyCodeObject *code)
 static uintptr_t through_missed[THROUGH_MISSES];
 static int through_n_missed;
 
-/* Whether a dictionary holds a function running code: a module's globals
- * (kind 0), where a class's methods (kind 2) and a module it imported (kind 1:
- * `import helpers` then `helpers.f(x)`) are looked into too, and in such a
- * module its classes'.  At most *budget entries in all. */
-static int dict_holds_code(PyObject *dict, PyObject *code, int kind, int *budget)
+/* Whether a dictionary holds a function running code: what = 0, among its
+ * values; 1, among its classes' methods; 2, among the functions and the
+ * classes' methods of the modules it holds (`import helpers`, then
+ * `helpers.f(x)`).  At most *budget entries in all, the cheapest looks first
+ * (codes_find_through): a large module imported first (numpy's ~600 names)
+ * would otherwise use the budget before the program's own functions. */
+static int dict_holds_code(PyObject *dict, PyObject *code, int what, int *budget)
 {
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (*budget > 0 && PyDict_Next(dict, &pos, &key, &value)) {
         (*budget)--;
-        if (PyFunction_Check(value)) {
-            if (PyFunction_GET_CODE(value) == code) {
+        if (what == 0) {
+            if (PyFunction_Check(value) && PyFunction_GET_CODE(value) == code) {
                 return 1;
             }
-            continue;
-        }
-        PyObject *inner = NULL;
-        int inner_kind = 2;
-        if (kind < 2 && PyType_Check(value)) {
-            inner = ((PyTypeObject *)value)->tp_dict;
-        } else if (kind == 0 && PyModule_Check(value)) {
-            inner = PyModule_GetDict(value); /* borrowed */
-            inner_kind = 1;
-        }
-        if (inner != NULL && PyDict_Check(inner) && dict_holds_code(inner, code, inner_kind, budget)) {
-            return 1;
+        } else if (what == 1) {
+            PyObject *methods = PyType_Check(value) ? ((PyTypeObject *)value)->tp_dict : NULL;
+            if (methods != NULL && PyDict_Check(methods) && dict_holds_code(methods, code, 0, budget)) {
+                return 1;
+            }
+        } else if (PyModule_Check(value)) {
+            PyObject *names = PyModule_GetDict(value); /* borrowed */
+            if (names != NULL && PyDict_Check(names) &&
+                (dict_holds_code(names, code, 0, budget) || dict_holds_code(names, code, 1, budget))) {
+                return 1;
+            }
         }
     }
     return 0;
@@ -333,7 +334,9 @@ const code_info *codes_find_through(PyCodeObject *code, PyObject *globals)
     /* Reading dictionaries with the GIL: no Python code runs, nothing is
      * allocated, no reference is taken (PyDict_Next, the functions' fields). */
     int budget = THROUGH_BUDGET;
-    if (dict_holds_code(globals, (PyObject *)code, 0, &budget)) {
+    PyObject *wanted = (PyObject *)code;
+    if (dict_holds_code(globals, wanted, 0, &budget) || dict_holds_code(globals, wanted, 1, &budget) ||
+        dict_holds_code(globals, wanted, 2, &budget)) {
         return codes_lookup(code); /* held by a live function: alive */
     }
     if (through_n_missed == THROUGH_MISSES) {
