@@ -45,9 +45,9 @@ int pyframe_on_stack(PyThreadState *ts, pyframe f, PyCodeObject *code);
 /* Where a running thread stands, read from another thread without the GIL
  * (through safe_read, see common/safe_read.h): its innermost frame, that frame's
  * code and instruction, and the opcode there as the live bytecode holds it
- * (specialised forms included), and its first callers.  A sample, not a fact: the thread keeps running,
- * so the values may be a few instructions stale; a read that fails or looks torn
- * says so.  frame and code are addresses, never to be followed: the owner
+ * (specialised forms included), and its first callers.  A sample, not a fact:
+ * the thread keeps running, so the values may be a few instructions stale; a
+ * read that fails or looks torn says so.  frame and code are addresses, never to be followed: the owner
  * compares them with a frame it reads later with the GIL (pyframe_innermost),
  * and trusts lasti only for that same frame running that same code. */
 enum {

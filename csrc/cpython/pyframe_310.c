@@ -71,7 +71,7 @@ static void peek_callers(PyFrameObject *f, pyframe_peeked *out)
     for (; f != NULL && n < PYFRAME_PEEK_CALLERS; n++) {
         PyFrameObject copy;
         if (safe_read(f, &copy, offsetof(PyFrameObject, f_localsplus)) != 0 || copy.f_lasti < 0) {
-            break; /* unreadable, or torn: a caller has started */
+            break; /* unreadable, or torn (a caller has always started) */
         }
         out->callers[n].frame = (uintptr_t)f;
         out->callers[n].code = (uintptr_t)copy.f_code;
