@@ -769,10 +769,10 @@ def test_native_operator_in_a_returned_function_keeps_its_line(profile_program, 
     """`SPINNER * ms` burns 2 ms in C holding the GIL inside a multiplication
     (a BINARY_OP, as a bytes repeat or a numpy operation is, not a call).  The
     request lands in it; the thread can answer only after `burn` has returned,
-    at the jump back of `run`'s loop.  Charged where it answered, the time went
-    to `run`'s loop (before: 0% on the operator's line, the loop's last line
-    99%); charged where it stood at the request, it is the operator's, through
-    its caller on the stack.  Where a call follows, the thread answers at that
+    in `run`.  Charged where it answered, the time went to `run`'s lines
+    (before: 0% on the operator's line, 98% on the call's line); charged where
+    it stood at the request, it is the operator's, through its caller on the
+    stack.  Where a call follows, the thread answers at that
     function's entry, which got the time on its `def` line (7.8% of Scalene's
     arithmetic_smear.py on `def hot_arith`): frames called since the request
     are not the sample's.  Tolerances: the operator's line holds at least 85%
