@@ -75,75 +75,68 @@ pyframe pyframe_suspended(PyObject *gen)
     return FRAME_STATE_SUSPENDED(g->gi_frame_state) ? (pyframe)g->gi_iframe : NULL;
 }
 
-/* The peek's callers of a frame whose `previous` is f (without the GIL: every
- * read through safe_read, every address only compared). */
-static void peek_callers(const _PyInterpreterFrame *f, pyframe_peeked *out)
+/* Without the GIL: the first complete frame from *f outward (shims passed over,
+ * 8 frames at most), read into *copy, with *f set to it and *at to its
+ * position; a peek status.  Every read goes through safe_read, and addresses
+ * are kept as integers: what was read may be garbage (the frame was changing),
+ * and neither a member access through it nor a comparison of pointers into
+ * different objects is defined C. */
+static int peek_frame(const _PyInterpreterFrame **f, _PyInterpreterFrame *copy, pyframe_position *at)
 {
-    int n = 0;
-    for (int hops = 0; f != NULL && n < PYFRAME_PEEK_CALLERS && hops < 8; hops++) {
-        _PyInterpreterFrame copy;
+    for (int depth = 0; *f != NULL && depth < 8; depth++) {
         PyTypeObject *type;
-        if (safe_read(f, &copy, offsetof(_PyInterpreterFrame, localsplus)) != 0) {
-            break;
+        if (safe_read(*f, copy, offsetof(_PyInterpreterFrame, localsplus)) != 0) {
+            return PYFRAME_PEEK_FAILED;
         }
-        if (copy.owner == FRAME_OWNED_BY_CSTACK || copy.f_executable == NULL ||
-            safe_read(MEMBER(copy.f_executable, PyObject, ob_type), &type, sizeof type) != 0 ||
+        if (copy->owner == FRAME_OWNED_BY_CSTACK || copy->f_executable == NULL ||
+            safe_read(MEMBER(copy->f_executable, PyObject, ob_type), &type, sizeof type) != 0 ||
             type != &PyCode_Type) {
-            f = copy.previous; /* a shim between C and the eval loop */
+            *f = copy->previous; /* a shim between C and the eval loop: its caller is in a call */
             continue;
         }
-        uintptr_t first = (uintptr_t)MEMBER(copy.f_executable, PyCodeObject, co_code_adaptive);
-        if ((uintptr_t)copy.instr_ptr < first) {
-            break; /* a caller is inside its code: the copy is torn */
+        uintptr_t first = (uintptr_t)MEMBER(copy->f_executable, PyCodeObject, co_code_adaptive);
+        if ((uintptr_t)copy->instr_ptr < first) {
+            return PYFRAME_PEEK_STARTING;
         }
-        out->callers[n].frame = (uintptr_t)f;
-        out->callers[n].code = (uintptr_t)copy.f_executable;
-        out->callers[n].lasti = (int)(((uintptr_t)copy.instr_ptr - first) / sizeof(_Py_CODEUNIT));
-        n++;
+        at->frame = (uintptr_t)*f;
+        at->code = (uintptr_t)copy->f_executable;
+        at->lasti = (int)(((uintptr_t)copy->instr_ptr - first) / sizeof(_Py_CODEUNIT));
+        return PYFRAME_PEEK_OPCODE;
+    }
+    return *f == NULL ? PYFRAME_PEEK_NO_FRAME : PYFRAME_PEEK_FAILED;
+}
+
+int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
+{
+    const _PyInterpreterFrame *f;
+    if (safe_read(MEMBER(ts, PyThreadState, current_frame), &f, sizeof f) != 0) {
+        return PYFRAME_PEEK_FAILED;
+    }
+    _PyInterpreterFrame copy;
+    pyframe_position leaf;
+    int status = peek_frame(&f, &copy, &leaf);
+    if (status != PYFRAME_PEEK_OPCODE) {
+        return status;
+    }
+    _Py_CODEUNIT unit;
+    if (safe_read(copy.instr_ptr, &unit, sizeof unit) != 0) {
+        return PYFRAME_PEEK_FAILED;
+    }
+    out->frame = leaf.frame;
+    out->code = leaf.code;
+    out->lasti = leaf.lasti;
+    out->opcode = _Py_OPCODE(unit);
+    /* Its callers, each at its call (one that has not started is a torn read:
+     * the list ends there, the leaf is good without it). */
+    int n = 0;
+    for (f = copy.previous; n < PYFRAME_PEEK_CALLERS && peek_frame(&f, &copy, &out->callers[n]) == PYFRAME_PEEK_OPCODE;
+         n++) {
         f = copy.previous;
     }
     for (; n < PYFRAME_PEEK_CALLERS; n++) {
         out->callers[n] = (pyframe_position){0, 0, -1};
     }
-}
-
-int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
-{
-    _PyInterpreterFrame *f;
-    if (safe_read(MEMBER(ts, PyThreadState, current_frame), &f, sizeof f) != 0) {
-        return PYFRAME_PEEK_FAILED;
-    }
-    for (int depth = 0; f != NULL && depth < 8; depth++) {
-        _PyInterpreterFrame copy;
-        PyTypeObject *type;
-        if (safe_read(f, &copy, offsetof(_PyInterpreterFrame, localsplus)) != 0) {
-            return PYFRAME_PEEK_FAILED;
-        }
-        if (copy.owner == FRAME_OWNED_BY_CSTACK || copy.f_executable == NULL ||
-            safe_read(MEMBER(copy.f_executable, PyObject, ob_type), &type, sizeof type) != 0 ||
-            type != &PyCode_Type) {
-            f = copy.previous; /* a shim between C and the eval loop: its caller is in a call */
-            continue;
-        }
-        /* Addresses as integers: what was read may be garbage (the frame was
-         * changing), and neither a member access through it nor a comparison of
-         * pointers into different objects is defined C. */
-        uintptr_t first = (uintptr_t)MEMBER(copy.f_executable, PyCodeObject, co_code_adaptive);
-        if ((uintptr_t)copy.instr_ptr < first) {
-            return PYFRAME_PEEK_STARTING;
-        }
-        _Py_CODEUNIT unit;
-        if (safe_read(copy.instr_ptr, &unit, sizeof unit) != 0) {
-            return PYFRAME_PEEK_FAILED;
-        }
-        out->frame = (uintptr_t)f;
-        out->code = (uintptr_t)copy.f_executable;
-        out->lasti = (int)(((uintptr_t)copy.instr_ptr - first) / sizeof(_Py_CODEUNIT));
-        out->opcode = _Py_OPCODE(unit);
-        peek_callers(copy.previous, out);
-        return PYFRAME_PEEK_OPCODE;
-    }
-    return f == NULL ? PYFRAME_PEEK_NO_FRAME : PYFRAME_PEEK_FAILED;
+    return PYFRAME_PEEK_OPCODE;
 }
 
 PyObject *pyframe_code_bytes(PyCodeObject *code)

@@ -182,6 +182,12 @@ typedef struct {
     uint32_t stack; /* the call stack ending at the line (stacks.h); STACKS_ROOT with no reported frame */
 } location;
 
+/* Position i of a peek: 0 its own frame, i its caller i - 1. */
+static pyframe_position peeked_position(const pyframe_peeked *at, int i)
+{
+    return i == 0 ? (pyframe_position){at->frame, at->code, at->lasti} : at->callers[i - 1];
+}
+
 /* Frames of the current stack searched for one seen at t0 (t0_on_stack). */
 #define MEET_DEPTH 8
 
@@ -195,14 +201,14 @@ static int t0_on_stack(const pyframe_peeked *at, pyframe innermost, pyframe *mee
     pyframe f = innermost;
     for (int depth = 0; f != NULL && depth < MEET_DEPTH; depth++, f = pyframe_caller(f)) {
         uintptr_t frame = (uintptr_t)f, code = (uintptr_t)pyframe_code(f);
-        if (at->frame == frame && at->code == code) {
-            *meet = f;
-            return 0;
-        }
-        for (int k = 0; k < PYFRAME_PEEK_CALLERS && at->callers[k].frame != 0; k++) {
-            if (at->callers[k].frame == frame && at->callers[k].code == code) {
+        for (int k = 0; k <= PYFRAME_PEEK_CALLERS; k++) {
+            pyframe_position p = peeked_position(at, k);
+            if (p.frame == 0) {
+                break;
+            }
+            if (p.frame == frame && p.code == code) {
                 *meet = f;
-                return k + 1;
+                return k;
             }
         }
     }
@@ -225,7 +231,7 @@ static int locate_returned(location *loc, const pyframe_peeked *at, int k, pyfra
     stack_frame gone[1 + PYFRAME_PEEK_CALLERS];
     int n = 0;
     for (int i = 0; i < k; i++) {
-        pyframe_position p = i == 0 ? (pyframe_position){at->frame, at->code, at->lasti} : at->callers[i - 1];
+        pyframe_position p = peeked_position(at, i);
         PyCodeObject *code = (PyCodeObject *)p.code;
         const code_info *info = codes_find_through(code, pyframe_globals(innermost));
         if (info == NULL || p.lasti < 0 || p.lasti >= info->n_units) {
@@ -306,7 +312,7 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
      * work, where the thread answers) are not the sample's. */
     pyframe meet = NULL;
     int returned = at != NULL ? t0_on_stack(at, innermost, &meet) : -1;
-    int meet_lasti = returned == 0 ? at->lasti : returned > 0 ? at->callers[returned - 1].lasti : -1;
+    int meet_lasti = returned >= 0 ? peeked_position(at, returned).lasti : -1;
     if (meet != NULL && meet != innermost && !codes_reported_from(meet, &f)) {
         loc.ok = 0;
         return loc;
@@ -994,7 +1000,7 @@ static void make_request(void)
     pyframe_peeked at = {.lasti = -1}; /* frame 0: no position (only a full peek sets it) */
     atomic_store(&S.request_standing, main_standing(&at));
     for (int i = 0; i <= PYFRAME_PEEK_CALLERS; i++) {
-        pyframe_position p = i == 0 ? (pyframe_position){at.frame, at.code, at.lasti} : at.callers[i - 1];
+        pyframe_position p = peeked_position(&at, i);
         atomic_store(&S.request_frame[i], p.frame);
         atomic_store(&S.request_code[i], p.code);
         atomic_store(&S.request_lasti[i], p.lasti);
