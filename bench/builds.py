@@ -21,7 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-WORKLOADS = Path(__file__).resolve().parent / "workloads"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run as bench  # noqa: E402
+
+WORKLOADS = bench.WORKLOADS_DIR
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,8 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     for python in (args.before, args.after):
         if not os.access(python, os.X_OK):
             parser.error(f"{python} is not an executable python")
-    env = dict(os.environ, BENCH_SCALE=args.scale, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
-               MKL_NUM_THREADS="1")
+    env = bench.workload_env(args.scale, blas_threads=1)
     mode = ["--cpu-only"] if args.cpu_only else []
     times: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch:

@@ -478,6 +478,21 @@ class Run:
     stdout: str = ""
 
 
+def workload_env(scale, blas_threads: int) -> dict:
+    """The environment the workloads run in (also bench/builds.py's)."""
+    env = dict(os.environ)
+    env["BENCH_SCALE"] = str(scale)
+    if blas_threads:
+        # On a small machine shared with other work, BLAS threads that spin
+        # while waiting for a core make numpy's timings swing by several
+        # times; pin them so that the noise does not swamp the overhead.
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                    "MKL_NUM_THREADS"):
+            env[var] = str(blas_threads)
+    env.pop("PYTHONPROFILEIMPORTTIME", None)
+    return env
+
+
 def run_once(tool: str, script: Path, env: dict, outdir: Path,
              timeout: float, expected_stdout: str | None) -> Run:
     cmd, profile = command_for(tool, script, outdir)
@@ -581,16 +596,7 @@ def run_benchmark(workloads: list[Path], tools: list[str], rounds: int,
     """Returns times, ratios, problems, notes, capped ratios and the
     BENCH_SCALE each workload ran at (its own when calibrated up to
     min_seconds bare)."""
-    env = dict(os.environ)
-    env["BENCH_SCALE"] = str(scale)
-    if blas_threads:
-        # On a small machine shared with other work, BLAS threads that spin
-        # while waiting for a core make numpy's timings swing by several
-        # times; pin them so that the noise does not swamp the overhead.
-        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-                    "MKL_NUM_THREADS"):
-            env[var] = str(blas_threads)
-    env.pop("PYTHONPROFILEIMPORTTIME", None)
+    env = workload_env(scale, blas_threads)
     rng = random.Random(seed)
     times: dict = {(w.stem, t): [] for w in workloads for t in tools}
     problems: dict = {}   # (workload, tool) -> list of messages
