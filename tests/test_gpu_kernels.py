@@ -331,15 +331,14 @@ def test_reports_show_kernel_columns_only_when_present(profile_program, kernel_e
     assert "GPU kernel" not in text.render(off.profile, color=False)
 
 
-# A known race, about 1 run in 50 on this machine with the builds of b4ee762 and
-# after: the child's launches are made with the GIL released (ctypes), so their
-# notes wait for a drain with the frames' code objects unreferenced; when no
-# snapshot comes while the child's module still runs, its code is unknown by
-# the final drain and the 30 kernels are unattributed
-# (gpu_kernel_unattributed_sec 0.03).  Run once more on a failure until the
-# launches keep their codes alive (as memory samples do, code_life.c).
-@pytest.mark.flaky(reruns=1)
-def test_child_process_kernels_are_merged(profile_program, kernel_env, tmp_path):
+# The child launches through ctypes, which releases the GIL, so its launches'
+# notes wait for a drain with their frames' code objects unreferenced.  The
+# snapshots drain every 10 ms; a child that ends before one used to lose its
+# line (its module's code gone by the final drain: about 1 run in 50 with the
+# default rate, every run with the 1 s rate of the second case).  Now a note
+# queued without the GIL asks the main thread for a drain at once.
+@pytest.mark.parametrize("rate", [None, "1"], ids=["default-rate", "no-snapshot-in-the-child"])
+def test_child_process_kernels_are_merged(profile_program, kernel_env, tmp_path, rate):
     (tmp_path / "child.py").write_text(
         "import ctypes\n"
         "cu = ctypes.CDLL('libcupti.so.13')\n"
@@ -353,7 +352,8 @@ for _ in range(10):
     cu.fake_cupti_launch(1_000_000)                            # PARENT_LAUNCHES
 cu.fake_cupti_synchronize()
 """
-    run = profile_program(source, options=["--gpu-kernels"], env=kernel_env())
+    options = ["--gpu-kernels"] + (["--cpu-sampling-rate", rate] if rate else [])
+    run = profile_program(source, options=options, env=kernel_env())
     p = run.profile
     why = _figures(run, "PARENT_LAUNCHES", "PARENT_WAITS")
     assert p["process_count"] == 2, why

@@ -62,6 +62,8 @@ static struct {
      * for none (the same handshake as mem_profile.c's callback_enter). */
     atomic_int accepting;
     atomic_int in_note;
+    /* A drain is asked of the main thread (see want_drain). */
+    atomic_int drain_wanted;
     _Atomic uint64_t head; /* next slot a launching thread claims */
     _Atomic uint64_t tail; /* next slot the drain reads (GIL held) */
     _Atomic uint64_t lost_launches;
@@ -147,6 +149,41 @@ static int place_now(PyThreadState *ts, uint32_t *site, int32_t *lineno)
     return 1;
 }
 
+static int drain_as_pending_call(void *unused)
+{
+    (void)unused;
+    /* As in a snapshot: no collection while the drain registers codes (which
+     * allocates), or one could free a code it has just found alive. */
+    int collecting = PyGC_Disable();
+    gpu_kernels_drain();
+    if (collecting) {
+        PyGC_Enable();
+    }
+    return 0;
+}
+
+/* A note queued without the GIL names codes nobody keeps alive for it: once
+ * its frames return, the drain can no longer read their lines.  The snapshots
+ * drain every 10 ms, which a short program (a child that launches and ends)
+ * can outlive, so the main thread is asked for a drain at its next bytecode
+ * boundary: when the launching thread is the main thread, right after the call
+ * that launched returns, its frames still there.  At most one request is out
+ * at a time (the drain clears the flag), so a loop of launches costs one
+ * pending call per drain, not one per launch.  This runs inside the program's
+ * CUDA call, not inside an allocator: Py_AddPendingCall may take its lock. */
+static void want_drain(void)
+{
+    if (atomic_exchange(&L.drain_wanted, 1)) {
+        return;
+    }
+    PyInterpreterState *main = PyInterpreterState_Main();
+    if (main == NULL || Py_AddPendingCall(drain_as_pending_call, NULL) != 0) {
+        atomic_store(&L.drain_wanted, 0); /* the queue is full: at the next launch */
+        return;
+    }
+    pyframe_wake_main_thread(main);
+}
+
 /* The launching thread, inside the library's callback (see launches.h). */
 void launches_note(uint32_t correlation)
 {
@@ -204,6 +241,9 @@ void launches_note(uint32_t correlation)
         }
     }
     atomic_store_explicit(&n->ready, 1, memory_order_release);
+    if (n->state == NOTE_STACK && !n->holds_refs) {
+        want_drain();
+    }
     atomic_fetch_sub(&L.in_note, 1);
 }
 
@@ -274,6 +314,8 @@ static void place_queued(const launch_note *n, uint32_t *site, int32_t *lineno)
 
 void launches_drain(int final)
 {
+    /* Notes queued from here on ask again. */
+    atomic_store(&L.drain_wanted, 0);
     /* Records that arrived before this drain: their launches were noted before
      * (a launch's callback returns before its work can finish). */
     pthread_mutex_lock(&L.lock);
@@ -345,6 +387,7 @@ void launches_forget_in_child(void)
 {
     atomic_store(&L.accepting, 0);
     atomic_store(&L.in_note, 0);
+    atomic_store(&L.drain_wanted, 0);
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     L.lock = fresh;
 }
