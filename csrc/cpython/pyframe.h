@@ -87,6 +87,20 @@ PyObject *pyframe_code_qualname(PyCodeObject *code); /* borrowed */
  * at one of them was running bytecode, not inside a call into C. */
 extern const char *const pyframe_python_park_opcodes[];
 
+/* The unconditional jumps that may go backward, a loop's back edge (names,
+ * NULL-terminated), and how their argument (EXTENDED_ARG included) gives the
+ * target in code units: relative, target = next instruction + caches -
+ * argument; else absolute.  Not the conditional ones (3.11's
+ * POP_JUMP_BACKWARD_IF_*): those are their test's line's (an `if` whose false
+ * branch goes back to the loop's head).  Not JUMP_BACKWARD_NO_INTERRUPT: the
+ * loop of an await or a yield from, not of the source. */
+typedef struct {
+    const char *name;
+    int relative;
+    int caches;
+} pyframe_jump;
+extern const pyframe_jump pyframe_back_jumps[];
+
 /* After Py_AddPendingCall from a thread other than the main one, make the main
  * thread notice the request at its next bytecode boundary.  CPython 3.10-3.12
  * recompute the "eval breaker" in the calling thread, where pending calls do not

@@ -31,6 +31,9 @@ const char pyframe_layout[] = "3.10";
 const char *const pyframe_python_park_opcodes[] = {"JUMP_ABSOLUTE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE",
                                                    NULL};
 
+/* An absolute target: backward when it is not after the jump. */
+const pyframe_jump pyframe_back_jumps[] = {{"JUMP_ABSOLUTE", 0, 0}, {NULL, 0, 0}};
+
 pyframe pyframe_innermost(PyThreadState *ts)
 {
     return ts->frame;

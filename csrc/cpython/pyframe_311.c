@@ -30,6 +30,8 @@ const char *const pyframe_python_park_opcodes[] = {
     "RESUME", "JUMP_BACKWARD", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
     "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE", NULL};
 
+const pyframe_jump pyframe_back_jumps[] = {{"JUMP_BACKWARD", 1, 0}, {NULL, 0, 0}};
+
 static int frame_is_complete(const _PyInterpreterFrame *f)
 {
 #if PY_VERSION_HEX >= 0x030C0000

@@ -23,6 +23,9 @@ const char pyframe_layout[] = "3.13";
 /* Function entry and loop back-edges (see codes.c). */
 const char *const pyframe_python_park_opcodes[] = {"RESUME", "JUMP_BACKWARD", NULL};
 
+/* JUMP_BACKWARD keeps one cache entry (the optimiser's counter). */
+const pyframe_jump pyframe_back_jumps[] = {{"JUMP_BACKWARD", 1, 1}, {NULL, 0, 0}};
+
 static int frame_is_complete(const _PyInterpreterFrame *f)
 {
     if (f->owner == FRAME_OWNED_BY_CSTACK || !PyCode_Check(f->f_executable)) {

@@ -22,6 +22,10 @@ typedef struct {
     uint32_t site;                /* reported codes: their function (sites.h); else SITE_NONE */
     int n_units;                  /* length of the bytecode in code units */
     uint8_t *python_parked;       /* per unit: 1 at an eval-breaker point that is not a call */
+    /* A loop's back edges: (jump, target) pairs of code units, in the same block
+     * as python_parked (codes_line). */
+    int n_back_edges;
+    int32_t *back_edges;
     PyObject *watch;              /* the weak reference that tells the code's death */
     /* The line of the instruction asked last (codes_line_known): a frame that
      * calls stays at one instruction, so the outer frames of a call stack,
@@ -63,7 +67,8 @@ int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported);
 /* The same from frame f outward. */
 int codes_reported_from(pyframe f, pyframe *reported);
 /* The line of instruction lasti in code (alive: on a frame); never negative:
- * an instruction without a line gets the nearest earlier one's. */
+ * an instruction without a line gets the nearest earlier one's, and a loop's
+ * jump back its loop head's (codes.c, line_of). */
 int codes_line(PyCodeObject *code, int lasti);
 /* The same for a registered code (info: codes_find's or codes_lookup's for it),
  * remembering the last answer; never calls into CPython but to read the line

@@ -101,8 +101,12 @@ void cpu_sums_add(cpu_sums *into, const cpu_window *w, int count_off_cpu, double
     into->samples++;
 }
 
-void cpu_sums_add_native(cpu_sums *into, uint64_t native_ns, double core_fraction)
+void cpu_sums_add_cpu(cpu_sums *into, uint64_t ns, int native, double core_fraction)
 {
-    into->native_ns += native_ns;
-    into->busy_core_ns += core_fraction * (double)native_ns;
+    if (native) {
+        into->native_ns += ns;
+    } else {
+        into->python_ns += ns;
+    }
+    into->busy_core_ns += core_fraction * (double)ns;
 }

@@ -65,7 +65,9 @@ typedef struct {
 void cpu_sums_resolve(const cpu_sums *s, double unit_ns, cpu_totals *out);
 /* A measured window; off-CPU time is left out with count_off_cpu 0 (virtual time). */
 void cpu_sums_add(cpu_sums *into, const cpu_window *w, int count_off_cpu, double core_fraction);
-/* Native CPU time of threads without Python state, charged to a location. */
-void cpu_sums_add_native(cpu_sums *into, uint64_t native_ns, double core_fraction);
+/* CPU time alone, not a sample of its own: native time of threads without Python
+ * state, charged to the main thread's location; a thread's Python time charged
+ * where it was last seen running (sampler.c). */
+void cpu_sums_add_cpu(cpu_sums *into, uint64_t ns, int native, double core_fraction);
 
 #endif

@@ -67,6 +67,20 @@ typedef struct {
     uint64_t main_runq_ns; /* CLOCK_UNAVAILABLE: not read */
 } command_time;
 
+/* Where a thread's time goes: the nearest reported frame on its stack, and the
+ * kind of what it runs.  The kind is decided at the innermost frame, reported or
+ * not, so time in the standard library keeps its kind when it is charged to the
+ * user's line.  site is SITE_NONE when no reported frame is on the stack.  A
+ * location holds the key, not the record: records move when the table grows. */
+typedef struct {
+    uint32_t site; /* SITE_NONE: no reported frame */
+    int lineno;
+    int native;
+    int ok; /* 0 when memory ran out: the time is dropped */
+    int loop_idle; /* in an asyncio event loop's own code: its time off CPU is the loop's idle time */
+    uint32_t stack; /* the call stack ending at the line (stacks.h); STACKS_ROOT with no reported frame */
+} location;
+
 typedef struct {
     uint64_t last_wall_ns;
     uint64_t last_cpu_ns;
@@ -76,6 +90,10 @@ typedef struct {
     int schedstat;         /* its /proc/self/task/<tid>/schedstat fd + 1; 0: not open yet,
                             * -1: unavailable (zero, as a new track is, means not open) */
     pid_t tid;
+    /* Where the thread was last seen running bytecode at a request (see
+     * charge_other_thread), and in which snapshot; serial 0: never. */
+    uint64_t running_serial;
+    location running;
 } thread_track;
 
 /* Threads other than the main one whose position is read with the request's
@@ -168,19 +186,6 @@ static uint64_t helper_cpu_since_start(void)
     return delta(atomic_load(&helper_cpu_total_ns), helper_cpu_at_start_ns);
 }
 
-/* Where a thread's time goes: the nearest reported frame on its stack, and the
- * kind of what it runs.  The kind is decided at the innermost frame, reported or
- * not, so time in the standard library keeps its kind when it is charged to the
- * user's line.  site is SITE_NONE when no reported frame is on the stack.  A
- * location holds the key, not the record: records move when the table grows. */
-typedef struct {
-    uint32_t site; /* SITE_NONE: no reported frame */
-    int lineno;
-    int native;
-    int ok; /* 0 when memory ran out: the time is dropped */
-    int loop_idle; /* in an asyncio event loop's own code: its time off CPU is the loop's idle time */
-    uint32_t stack; /* the call stack ending at the line (stacks.h); STACKS_ROOT with no reported frame */
-} location;
 
 /* Position i of a peek: 0 its own frame, i its caller i - 1. */
 static pyframe_position peeked_position(const pyframe_peeked *at, int i)
@@ -374,6 +379,64 @@ static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint6
     }
 }
 
+/* CPU time alone, to a location's line and stack (cpu_sums_add_cpu). */
+static void charge_cpu(const location *loc, uint64_t ns, int native, double core_fraction)
+{
+    cpu_sums *into = sums_at(loc);
+    if (into != NULL) {
+        cpu_sums_add_cpu(into, ns, native, core_fraction);
+        cpu_sums *stack = stack_sums_at(loc);
+        if (stack != NULL) {
+            cpu_sums_add_cpu(stack, ns, native, core_fraction);
+        }
+    }
+}
+
+/* How many snapshots old a thread's last running position may be to take the
+ * CPU it used while it is found waiting (charge_other_thread). */
+#define RUNNING_FRESH 16
+
+/* A thread other than the one answering.  A thread running bytecode is parked
+ * where it handed over the GIL (a loop's jump back, a function's entry), so
+ * where it stands at the snapshot says where it waited, not where it ran; where
+ * the peek at the request found it is where it ran, if it ran then.  When the
+ * peek found it at an instruction where bytecode parks, in the frame it stands
+ * in now, it was waiting for the GIL at the request: the wait is charged there, and
+ * the CPU it used in the window (before, while it held the GIL) where it was
+ * last seen running, a sample of where its CPU goes taken a few snapshots
+ * earlier.  Charged where it waited, two threads spinning in one loop had most
+ * of their CPU on the loop's jump back (the line of the loop's head, or of the
+ * body's last line: codes.c, line_of), whatever the body did. */
+static location charge_other_thread(PyThreadState *ts, thread_track *t, const pyframe_peeked *at,
+                                    uint64_t wall, uint64_t used, uint64_t runq, double core_fraction)
+{
+    location loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN, at);
+    int waiting = 0;
+    if (at != NULL && loc.ok && !loc.native) {
+        /* Parked at the request: at an instruction where bytecode parks, in
+         * the frame it stands in now (it may have run a little since, if it
+         * had the GIL before this snapshot: to the same jump, or another). */
+        pyframe now = pyframe_innermost(ts);
+        pyframe_position seen = peeked_position(at, 0);
+        const code_info *info = now != NULL ? codes_lookup(pyframe_code(now)) : NULL;
+        waiting = info != NULL && seen.frame == (uintptr_t)now && seen.code == (uintptr_t)pyframe_code(now) &&
+                  codes_python_at(info, seen.lasti);
+    }
+    if (!waiting) {
+        charge(&loc, wall, used, runq, core_fraction);
+        if (at != NULL && loc.ok && !loc.native && used > 0) {
+            t->running = loc;
+            t->running_serial = S.serial;
+        }
+    } else if (used > 0 && t->running_serial != 0 && S.serial - t->running_serial <= RUNNING_FRESH) {
+        charge(&loc, wall - used, 0, runq, core_fraction);
+        charge_cpu(&t->running, used, 0, core_fraction);
+    } else {
+        charge(&loc, wall, used, runq, core_fraction);
+    }
+    return loc;
+}
+
 /* The run-queue wait in an open schedstat file (any thread may call it). */
 static uint64_t read_runq_fd(int fd)
 {
@@ -424,6 +487,7 @@ static void forget_track(thread_track *t)
         close(t->schedstat - 1);
     }
     t->schedstat = 0;
+    t->running_serial = 0;
 }
 
 /* Closes the schedstat file of every tracked thread. */
@@ -738,10 +802,8 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
             loc = charge_main_answer(ts, t, now, cpu, fresh ? runq_now : runq_before, runq_now,
                                      core_fraction);
         } else {
-            /* A thread running bytecode is parked where it handed over the GIL:
-             * a loop's jump back or a function's entry, not where it was. */
-            loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN, ts == S.main_ts ? NULL : peeked_for(ts, source));
-            charge(&loc, wall, used, runq, core_fraction);
+            loc = charge_other_thread(ts, t, ts == S.main_ts ? NULL : peeked_for(ts, source), wall, used, runq,
+                                      core_fraction);
         }
         if (ts != S.main_ts && used > 0 && n_peek < PEEK_THREADS) {
             /* Threads that ran in this window: an idle pool's workers, parked in
@@ -794,14 +856,7 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
         S.untracked_carry = 0;
         S.totals.untracked_native_ns += untracked;
         main_location.ok = 1;
-        cpu_sums *into = sums_at(&main_location);
-        if (into != NULL) {
-            cpu_sums_add_native(into, untracked, core_fraction);
-            cpu_sums *stack = stack_sums_at(&main_location);
-            if (stack != NULL) {
-                cpu_sums_add_native(stack, untracked, core_fraction);
-            }
-        }
+        charge_cpu(&main_location, untracked, 1, core_fraction);
     }
 
     /* Await time is wall time by nature: with --use-virtual-time none is counted. */
