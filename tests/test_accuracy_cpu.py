@@ -816,6 +816,39 @@ def test_a_thread_waiting_for_the_gil_keeps_its_cpu_where_it_ran(profile_program
     assert total(run.line("# @work")) >= 0.65 * function_cpu, info
 
 
+# A recursion that unwinds past the callers a peek keeps (py-spy's
+# tests/scripts/recursive.py has this shape).
+RECURSION = """
+import time
+
+def recurse(x):  # @def
+    if x == 0:  # @base
+        return  # @return
+    recurse(x - 1)  # @recurse
+
+end = time.perf_counter() + 1.5
+while time.perf_counter() < end:  # @while
+    recurse(20)  # @call
+"""
+
+
+def test_a_recursion_that_unwinds_keeps_its_lines(profile_program):
+    """At t0 the thread is 20 calls deep; by its next eval-breaker check the
+    recursion has unwound to the caller's loop, or entered the next call, and
+    no frame seen at t0 is left on the stack.  Charged where it answered, the
+    `def` line had 30-44% of the run and the `while` line 16-32%, the recursion's
+    own lines 25-35%.  Tolerances: the `def` line at most 5% of the run's time,
+    the `while` line at most 10%, the function's body lines at least 70%."""
+    run = profile_program(RECURSION, options=["--cpu-only"])
+    info = run.describe("# @def", "# @base", "# @return", "# @recurse", "# @while", "# @call")
+    whole = total(run.function("<module>")) + total(run.function("recurse"))
+    body = sum(total(run.line(m)) for m in ("# @base", "# @return", "# @recurse"))
+    assert whole > 1.0, info
+    assert total(run.line("# @def")) <= 0.05 * whole, info
+    assert total(run.line("# @while")) <= 0.10 * whole, info
+    assert body >= 0.70 * whole, info
+
+
 # ---------------------------------------------------------------------------
 # (j) native work in an operator, in a small function that has returned by the
 #     time the thread answers

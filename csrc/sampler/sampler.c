@@ -264,6 +264,26 @@ static int locate_returned(location *loc, const pyframe_peeked *at, int k, pyfra
     return 1;
 }
 
+/* No frame seen at t0 is on the stack any more: the thread left all of them
+ * before answering (a recursion that unwound past the callers the peek keeps:
+ * `recurse(x - 1)` 20 deep answers at the caller's loop or at the next call's
+ * entry, which took 60% of such a program's time, its `if x == 0` line 0%).
+ * The sample is still where t0 saw it, read as locate_returned reads returned
+ * frames; what joins those frames to the stack is not known, so they are put on
+ * the stack's outermost frame, the program's own loop as a rule. */
+static int locate_unmet(location *loc, const pyframe_peeked *at, pyframe innermost)
+{
+    int k = 0;
+    while (k <= PYFRAME_PEEK_CALLERS && peeked_position(at, k).frame != 0) {
+        k++;
+    }
+    pyframe root = innermost;
+    while (pyframe_caller(root) != NULL) {
+        root = pyframe_caller(root);
+    }
+    return k > 0 && locate_returned(loc, at, k, root, -1);
+}
+
 /* native_by_delay: the main thread answering its request, whose kind is where it
  * stood at t0 (standing), or, for an instruction that outlasts the request, the
  * delay.  Where it stood in Python, only the delay's CPU time counts: a thread
@@ -323,6 +343,9 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
         return loc;
     }
     if (returned > 0 && locate_returned(&loc, at, returned, meet, f == meet ? meet_lasti : -1)) {
+        return loc;
+    }
+    if (returned < 0 && at != NULL && locate_unmet(&loc, at, innermost)) {
         return loc;
     }
     if (f != NULL) {
