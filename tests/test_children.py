@@ -195,6 +195,27 @@ print(os.waitstatus_to_exitcode(status))
     assert str(other) in execd[0]["command"]
 
 
+def test_a_short_childs_module_level_memory_is_on_its_line(profile_program, tmp_path):
+    """A child run by Python itself (not by the launcher) whose top level
+    allocates without the GIL and ends before any snapshot: its samples named
+    a code object freed before the child's last drain, and its 32 MB were
+    unattributed.  The child follows its __main__ code from its start now
+    (children._follow_main_code).  --cpu-sampling-rate 1: no snapshot in the
+    child.  Tolerance: a window (1 MB) a block."""
+    child = write_program(tmp_path, """
+import _groundtruth as gt
+kept = [gt.malloc_bytes_nogil(8 << 20) for _ in range(4)]  # CHILD ALLOCATES
+""", "child.py")
+    source = f"""
+import subprocess, sys
+subprocess.run([sys.executable, {str(child)!r}], check=True)
+"""
+    p = profile_program(source, options=["--cpu-sampling-rate", "1"])
+    line = _line_of(p, "CHILD ALLOCATES", child)
+    assert abs(line["n_malloc_mb"] - 32) <= 4, (line, p.profile["unattributed_memory"])
+    assert p.profile["unattributed_memory"]["malloc_mb"] < 8, p.profile["unattributed_memory"]
+
+
 def test_subprocess_run_of_python(profile_program, tmp_path):
     other = write_program(tmp_path, OTHER, "other.py")
     source = f"""

@@ -469,6 +469,37 @@ def start_exec_child(settings_path: str) -> None:
         _write_json(os.path.join(settings["run_dir"], f"n-{os.getpid()}-{os.urandom(6).hex()}.json"),
                     {"pid": os.getpid(), "ppid": os.getppid(), "command": list(getattr(sys, "orig_argv", sys.argv)),
                      "note": f"not profiled: {type(e).__name__}: {e}"})
+        return
+    _follow_main_code()
+
+
+# The program's top-level code in a child started by an exec, kept alive.
+_MAIN_CODE: list = []
+
+
+def _follow_main_code() -> None:
+    """The child's own program (the script, -m module or -c code) is run by
+    Python itself, not by the launcher, so the profiler met its top-level code
+    only at a snapshot, and that code is freed when it ends, before the
+    profile is written.  A child shorter than a snapshot (or with --cpu-sampling-rate 1)
+    lost its module-level memory: samples taken without the GIL named a code
+    that was gone by the last drain (a 512 MB np.zeros), and those of a deep
+    import were cut before reaching it (numpy's 24-31 MB).  A profile function
+    catches the first frame of __main__'s code as it starts (the top level runs
+    as a frame, which reports a 'call'), has the profiler follow it from then
+    on (as the launcher does for the first process), keeps it alive to the end,
+    and removes itself."""
+    from . import _core
+
+    def catch(frame, event, arg):
+        if event != "call" or frame.f_globals.get("__name__") != "__main__":
+            return  # site's last imports, runpy's frames for -m
+        sys.setprofile(None)
+        if frame.f_code.co_name == "<module>":
+            _MAIN_CODE.append(frame.f_code)
+            _core.follow_code(frame.f_code)
+
+    sys.setprofile(catch)
 
 
 class _Forks:
