@@ -849,6 +849,39 @@ def test_a_recursion_that_unwinds_keeps_its_lines(profile_program):
     assert body >= 0.70 * whole, info
 
 
+# A function whose local list dies as it returns, then a sleep (austin's
+# test/targets/sleepy.py has this shape, scaled up).
+FREE_THEN_SLEEP = """
+import time
+
+def build():
+    kept = [x for x in range(4_000_000)]  # @build
+    return None  # @return
+
+for _ in range(3):
+    build()  # @call
+    time.sleep(0.3)  # @sleep
+"""
+
+
+def test_freeing_before_a_sleep_is_not_the_sleeps(profile_program):
+    """The request lands while the list is freed, inside the return; the main
+    thread answers only after the sleep, and the sampler thread, looking at it
+    meanwhile, charged the CPU it had used (the freeing) to where it stood: the
+    sleep's line, as native time (0.08-0.16 s for one free of 10 million).
+    That CPU goes where the request found the thread now.  Tolerances: at most 0.06 s of CPU on the
+    sleep's line (a request made after a free still takes it there), at least
+    0.05 s of native time on the call's line or build's return (the three
+    frees take 0.1-0.15 s here)."""
+    run = profile_program(FREE_THEN_SLEEP, options=["--cpu-only"])
+    info = run.describe("# @build", "# @return", "# @call", "# @sleep")
+    sleep = run.line("# @sleep")
+    assert sleep["n_cpu_python_sec"] + sleep["n_cpu_native_sec"] <= 0.06, info
+    assert sleep["n_sys_sec"] >= 0.8, info
+    freeing = sum(run.line(m)["n_cpu_native_sec"] for m in ("# @return", "# @call"))
+    assert freeing >= 0.05, info
+
+
 # ---------------------------------------------------------------------------
 # (j) native work in an operator, in a small function that has returned by the
 #     time the thread answers

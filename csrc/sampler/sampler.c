@@ -643,6 +643,41 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
     return loc;
 }
 
+/* The sampler thread looking at a main thread that has not answered the
+ * request it made at t0, within this window: the thread has blocked since (a
+ * sleep, a lock, I/O), so where it stands says where it waits, not where the CPU
+ * it used since it was last looked at went, which was around t0, before it
+ * blocked (a list of 10 million freed as its function returned, then
+ * time.sleep(0.5): the freeing's 0.08-0.16 s were native time of the sleep's
+ * line).  That CPU goes where t0 saw the thread (locate's rules for the frames
+ * seen then), of the kind charge_main_answer would give it (in a call at t0, or
+ * CPU since t0 past the native threshold: native); the rest of the window goes
+ * where it stands. */
+static location charge_main_away(PyThreadState *ts, uint64_t cpu, uint64_t wall, uint64_t used, uint64_t runq,
+                                 double core_fraction)
+{
+    location here = locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL);
+    pyframe_peeked at;
+    request_position(&at);
+    location then = here;
+    if (used > 0 && at.frame != 0) {
+        then = locate(ts, 0, 0, 0, STANDING_UNKNOWN, &at);
+    }
+    if (!then.ok || (then.site == here.site && then.lineno == here.lineno && then.stack == here.stack)) {
+        charge(&here, wall, used, runq, core_fraction);
+        return here;
+    }
+    int standing = atomic_load(&S.request_standing);
+    if (standing == STANDING_IN_CALL) {
+        then.native = 1;
+    } else if (standing == STANDING_PYTHON) {
+        then.native = delta(cpu, atomic_load(&S.request_main_cpu_ns)) > NATIVE_DELAY_NS;
+    }
+    charge(&here, wall - used, 0, runq, core_fraction);
+    charge_cpu(&then, used, then.native, core_fraction);
+    return here;
+}
+
 /* Threads come and go; drop the tracks of those that are gone once they outnumber
  * the living, so the table follows the number of live threads. */
 static void prune_threads(size_t live)
@@ -824,6 +859,9 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
         } else if (source == ANSWERED_BY_MAIN && ts == S.main_ts) {
             loc = charge_main_answer(ts, t, now, cpu, fresh ? runq_now : runq_before, runq_now,
                                      core_fraction);
+        } else if (ts == S.main_ts && atomic_load(&S.request_pending) &&
+                   atomic_load(&S.request_wall_ns) > t->last_wall_ns) {
+            loc = charge_main_away(ts, cpu, wall, used, runq, core_fraction);
         } else {
             loc = charge_other_thread(ts, t, ts == S.main_ts ? NULL : peeked_for(ts, source), wall, used, runq,
                                       core_fraction);
