@@ -61,7 +61,16 @@ DEFAULT_TESTS = ["tests/test_accuracy_memory.py", "tests/test_hardening.py", "te
                  "tests/test_bounded.py",
                  # The GPU kernel tier: its callbacks run inside the program's
                  # CUDA calls, on the program's threads (the CUPTI test double).
-                 "tests/test_gpu_kernels.py"]
+                 "tests/test_gpu_kernels.py",
+                 # Loops' jumps back decoded from the bytecode; a waiting
+                 # thread's CPU, an unmet t0 and a blocked main thread's CPU
+                 # charged to positions read at a request.
+                 "tests/test_accuracy_cpu.py::test_a_loops_jump_back_is_the_loops_line",
+                 "tests/test_accuracy_cpu.py::test_a_thread_waiting_for_the_gil_keeps_its_cpu_where_it_ran",
+                 "tests/test_accuracy_cpu.py::test_a_recursion_that_unwinds_keeps_its_lines",
+                 "tests/test_accuracy_cpu.py::test_freeing_before_a_sleep_is_not_the_sleeps",
+                 # A child's __main__ code followed from a profile function.
+                 "tests/test_children.py::test_a_short_childs_module_level_memory_is_on_its_line"]
 STRESS_SECONDS = "8"
 INJECTED = (
     "csrc/memory/pyalloc.c",
