@@ -1462,6 +1462,9 @@ int sampler_start(const sampler_options *options)
         table_key key = {pyframe_thread_serial(ts), 0};
         thread_track *t = table_upsert(&S.threads, key, &created);
         uint64_t cpu = clock_thread_cpu_ns(pyframe_thread_tid(ts));
+        if (t != NULL) {
+            t->running_serial = 0; /* an earlier run's place: its sites may be gone */
+        }
         if (t != NULL && cpu != CLOCK_UNAVAILABLE) {
             t->last_wall_ns = S.last_wall_ns;
             t->last_cpu_ns = cpu;
