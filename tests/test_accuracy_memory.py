@@ -123,8 +123,39 @@ print(len(small))
 """
 
 
-def test_small_python_objects_are_python(profile_program):
-    run = profile_program(SMALL_OBJECTS)
+REGION_SEEN = """
+import sys
+big_reserve = any(l.split()[1] == "---p" and
+                  (lambda lo, hi: hi - lo)(*(int(v, 16) for v in l.split()[0].split("-"))) >= 16 << 30
+                  for l in open("/proc/self/maps"))
+print("region" if big_reserve else "no region", file=sys.stderr)
+"""
+
+
+@pytest.fixture(params=["arena-region", "address-space-limit"])
+def arena_placement(request):
+    """pymalloc's arenas in the library's reserved region (the default), or, under
+    a limit on the address space (RLIMIT_AS, inherited by the profiled
+    process), in mappings of their own that the arena map finds
+    (memhooks/pymalloc_arenas.c): either way every small block must be known."""
+    import resource
+    if request.param == "arena-region":
+        yield "region"
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = 16 << 30
+    if hard != resource.RLIM_INFINITY and hard < limit:
+        pytest.skip("the address space is limited below 16 GiB here already")
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield "no region"
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_small_python_objects_are_python(profile_program, arena_placement):
+    run = profile_program(SMALL_OBJECTS + REGION_SEEN)
+    assert run.proc.stderr.strip().endswith(arena_placement), run.proc.stderr
     line = run.line("# @small")
     info = memory_summary(run)
     print(f"3M small tuples: {line['n_malloc_mb']:.1f} MB, python share {line['n_python_fraction']:.4f}, "

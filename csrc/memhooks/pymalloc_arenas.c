@@ -15,12 +15,27 @@
  * `uint szidx` after a union and three pointers; block size = (szidx + 1) * 16.
  * The extension verifies them on the running interpreter (a block of known size
  * class must read back that size) before it relies on them.
+ *
+ * The arenas themselves come from a region of address space reserved here
+ * (inaccessible, no memory committed) and cut into 1 MiB slots, one arena
+ * each: an arena is mapped into a free slot when pymalloc asks for one and the
+ * slot is made inaccessible again when pymalloc gives it back (the same two
+ * system calls as pymalloc's own mmap and munmap).  A block of Python's
+ * allocators then lies in an arena when its address lies in the region: one
+ * compare in every Python free, where the map above costs two dependent loads
+ * that miss the cache when the program's data has pushed the map out (perf on
+ * a worker of bench/workloads/multiproc.py: the Python free hook took 5.1% of
+ * the samples, most of them on those two loads).  The map stays for the arenas
+ * made outside the region: a region that could not be reserved, or that is
+ * full.  No region is reserved under a limit on the address space
+ * (RLIMIT_AS): the reservation would count against it.
  */
 #include "pymalloc_arenas.h"
 
 #include <dlfcn.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 typedef struct {
     void *ctx;
@@ -45,6 +60,9 @@ static void *map_memory(size_t bytes)
 
 int pymalloc_map_init(pymalloc_arena_map *m)
 {
+    m->region_base = m->region_size = 0;
+    m->slot_shift = 0;
+    m->slots_in_use = NULL;
     m->leaves = map_memory(PYMALLOC_LEAVES * sizeof *m->leaves);
     m->tracking = m->leaves != NULL;
     return m->leaves != NULL ? 0 : -1;
@@ -147,9 +165,122 @@ void pymalloc_map_remove(pymalloc_arena_map *m, uintptr_t base, size_t size)
     }
 }
 
+/* ---- the region -------------------------------------------------------------- */
+
+#define REGION_SLOTS ((size_t)1 << 15)
+#define REGION_SLOT_SHIFT 20 /* 1 MiB, pymalloc's arena on 64-bit since 3.10: 32 GiB in all */
+
+int pymalloc_region_reserve(pymalloc_arena_map *m, size_t slots, size_t slot_bytes)
+{
+    unsigned shift = 0;
+    while (((size_t)1 << shift) < slot_bytes) {
+        shift++;
+    }
+    if (slots == 0 || slots % 64 != 0 || ((size_t)1 << shift) != slot_bytes || slot_bytes % PAGE != 0) {
+        return -1;
+    }
+    size_t bytes = slots << shift;
+    _Atomic uint64_t *bits = map_memory(slots / 8);
+    if (bits == NULL) {
+        return -1;
+    }
+    /* One slot more than needed, to align the region to a slot. */
+    void *r = mmap(NULL, bytes + slot_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) {
+        munmap((void *)bits, slots / 8);
+        return -1;
+    }
+    uintptr_t base = ((uintptr_t)r + slot_bytes - 1) & ~(uintptr_t)(slot_bytes - 1);
+    if (base != (uintptr_t)r) {
+        munmap(r, base - (uintptr_t)r);
+    }
+    if ((uintptr_t)r + slot_bytes != base) {
+        munmap((void *)(base + bytes), (uintptr_t)r + slot_bytes - base);
+    }
+    m->slots_in_use = bits;
+    m->slot_shift = shift;
+    m->region_base = base;
+    m->region_size = bytes;
+    return 0;
+}
+
+void pymalloc_region_release(pymalloc_arena_map *m)
+{
+    if (m->region_size == 0) {
+        return;
+    }
+    munmap((void *)m->region_base, m->region_size);
+    munmap((void *)m->slots_in_use, (m->region_size >> m->slot_shift) / 8);
+    m->region_base = m->region_size = 0;
+    m->slots_in_use = NULL;
+}
+
+/* Slots are claimed with an atomic or, so that two interpreters with GILs of
+ * their own (3.12's isolated subinterpreters) never get the same one. */
+void *pymalloc_region_alloc(pymalloc_arena_map *m, size_t size)
+{
+    if (m->region_size == 0 || size > ((size_t)1 << m->slot_shift)) {
+        return NULL;
+    }
+    size_t words = (m->region_size >> m->slot_shift) / 64;
+    for (size_t w = 0; w < words; w++) {
+        uint64_t used = atomic_load_explicit(&m->slots_in_use[w], memory_order_relaxed);
+        while (~used != 0) {
+            unsigned bit = (unsigned)__builtin_ctzll(~used);
+            uint64_t mask = (uint64_t)1 << bit;
+            used = atomic_fetch_or_explicit(&m->slots_in_use[w], mask, memory_order_acquire);
+            if (used & mask) {
+                continue; /* taken meanwhile: look again */
+            }
+            void *at = (void *)(m->region_base + ((w * 64 + bit) << m->slot_shift));
+            void *p = mmap(at, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+            if (p == MAP_FAILED) {
+                atomic_fetch_and_explicit(&m->slots_in_use[w], ~mask, memory_order_release);
+                return NULL; /* out of memory (strict overcommit): as pymalloc's own mmap */
+            }
+            return p;
+        }
+    }
+    return NULL;
+}
+
+int pymalloc_region_free(pymalloc_arena_map *m, void *p, size_t size)
+{
+    uintptr_t a = (uintptr_t)p;
+    if (a - m->region_base >= m->region_size) {
+        return 0;
+    }
+    size_t slot = (a - m->region_base) >> m->slot_shift;
+    /* The slot made inaccessible again (its memory and commit given back), as
+     * pymalloc's munmap would.  Should that fail (too many mappings), its pages
+     * are dropped and it stays mapped: either way it may be handed out again. */
+    if (mmap(p, (size_t)1 << m->slot_shift, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+             -1, 0) == MAP_FAILED) {
+        madvise(p, size, MADV_DONTNEED);
+    }
+    atomic_fetch_and_explicit(&m->slots_in_use[slot / 64], ~((uint64_t)1 << (slot % 64)), memory_order_release);
+    return 1;
+}
+
+/* No region under a limit on the address space: 32 GiB reserved would count
+ * against it, and the program could run out of address space early. */
+static int address_space_unlimited(void)
+{
+    struct rlimit limit;
+    return getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur == RLIM_INFINITY;
+}
+
+/* ---- the arena allocator ------------------------------------------------------ */
+
 static void *arena_alloc(void *ctx, size_t size)
 {
     (void)ctx;
+    if (is_arena(size)) {
+        void *p = pymalloc_region_alloc(&map, size);
+        if (p != NULL) {
+            return p;
+        }
+    }
     void *p = original.alloc(original.ctx, size);
     if (p != NULL && map.tracking && is_arena(size) && pymalloc_map_add(&map, (uintptr_t)p, size) != 0) {
         /* Lookups of the arenas already in the map stay right (arenas are
@@ -163,6 +294,9 @@ static void arena_free(void *ctx, void *p, size_t size)
 {
     (void)ctx;
     if (p != NULL && installed && is_arena(size)) {
+        if (pymalloc_region_free(&map, p, size)) {
+            return;
+        }
         pymalloc_map_remove(&map, (uintptr_t)p, size);
     }
     original.free(original.ctx, p, size);
@@ -178,6 +312,9 @@ void pymalloc_arenas_install(void)
     get(&original);
     if (original.alloc == NULL || original.free == NULL || pymalloc_map_init(&map) != 0) {
         return;
+    }
+    if (address_space_unlimited()) {
+        pymalloc_region_reserve(&map, REGION_SLOTS, (size_t)1 << REGION_SLOT_SHIFT); /* else the map alone */
     }
     installed = 1;
     arena_allocator mine = {NULL, arena_alloc, arena_free};

@@ -3,6 +3,7 @@
 #ifndef PYROMETER_PYMALLOC_ARENAS_H
 #define PYROMETER_PYMALLOC_ARENAS_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,12 +33,24 @@ typedef struct {
 
 typedef struct {
     pymalloc_granule **leaves; /* PYMALLOC_LEAVES entries */
-    int tracking;              /* every arena of the process is in the map */
+    int tracking;              /* every arena of the process is in the region or the map */
+    /* The address range reserved for arenas (pymalloc_arenas.c): an arena made
+     * there is not in the map, and any block a caller can hold that lies in the
+     * range is in one of them.  region_size 0: no region.  Set in the library's
+     * constructor, before the first arena, and never changed. */
+    uintptr_t region_base, region_size;
+    unsigned slot_shift;            /* log2 of a slot's bytes */
+    _Atomic uint64_t *slots_in_use; /* one bit per slot */
 } pymalloc_arena_map;
 
-/* Whether address a lies in one of pymalloc's arenas. */
+/* Whether address a, a live block of Python's allocators, lies in one of
+ * pymalloc's arenas.  Most arenas are in the region: one compare against two
+ * values that never change, where the map costs two dependent loads. */
 static inline int pymalloc_arenas_find(const pymalloc_arena_map *m, uintptr_t a)
 {
+    if (__builtin_expect(a - m->region_base < m->region_size, 1)) {
+        return 1;
+    }
     uintptr_t leaf = a >> PYMALLOC_LEAF_BITS;
     if (leaf >= PYMALLOC_LEAVES || m->leaves[leaf] == NULL) {
         return 0;
@@ -65,6 +78,17 @@ static inline size_t pymalloc_pool_block_size(uintptr_t a)
     unsigned int szidx = *(const unsigned int *)(pool + 4 * sizeof(void *) + sizeof(unsigned int));
     return ((size_t)szidx + 1) << 4;
 }
+
+/* The region's arena slots, apart from the interpreter (for tests): a region of
+ * `slots` slots of `slot_bytes` (a power of two, 1 MiB in the library) reserved
+ * into m (region_base, region_size), or -1 when the address space cannot be
+ * reserved (m left without a region); an arena of `size` bytes handed out from
+ * it, or NULL (the region full, the size over a slot, or the mapping refused);
+ * an arena given back (1), or 0 when p is not the region's. */
+int pymalloc_region_reserve(pymalloc_arena_map *m, size_t slots, size_t slot_bytes);
+void *pymalloc_region_alloc(pymalloc_arena_map *m, size_t size);
+int pymalloc_region_free(pymalloc_arena_map *m, void *p, size_t size);
+void pymalloc_region_release(pymalloc_arena_map *m);
 
 /* From the library's constructor; does nothing in a process without CPython. */
 void pymalloc_arenas_install(void);

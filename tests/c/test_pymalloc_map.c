@@ -102,7 +102,55 @@ static void map_handles_many_arenas(void)
     pymalloc_map_release(&m);
 }
 
+/* Arenas from a reserved region: each is writable memory in a slot of its own,
+ * found without the map; a full region refuses, a slot given back is handed out
+ * again (inaccessible meanwhile), and the map still finds what was added
+ * outside the region. */
+static void region_hands_out_and_takes_back_arenas(void)
+{
+    pymalloc_arena_map m;
+    REQUIRE(pymalloc_map_init(&m) == 0);
+    REQUIRE(pymalloc_region_reserve(&m, 64, MiB) == 0);
+    CHECK_EQ(m.region_size, 64 * MiB);
+    CHECK_EQ(m.region_base % MiB, 0);
+    CHECK_EQ(pymalloc_region_reserve(&m, 64, 3 * MiB / 2), -1); /* not a power of two */
+    unsigned char *arena[64];
+    for (int i = 0; i < 64; i++) {
+        arena[i] = pymalloc_region_alloc(&m, MiB);
+        REQUIRE(arena[i] != NULL);
+        arena[i][0] = (unsigned char)i; /* mapped, writable */
+        arena[i][MiB - 1] = (unsigned char)i;
+        CHECK_EQ(found(&m, (uintptr_t)arena[i]), 1);
+        CHECK_EQ(found(&m, (uintptr_t)arena[i] + MiB - 1), 1);
+        for (int j = 0; j < i; j++) {
+            CHECK(arena[i] != arena[j]);
+        }
+    }
+    CHECK(pymalloc_region_alloc(&m, MiB) == NULL); /* full */
+    CHECK_EQ(pymalloc_region_free(&m, arena[17], MiB), 1);
+    CHECK(pymalloc_region_alloc(&m, 2 * MiB) == NULL); /* over a slot */
+    unsigned char *again = pymalloc_region_alloc(&m, 256 * KiB);
+    CHECK(again == arena[17]);
+    CHECK_EQ(again[0], 0); /* fresh memory, not the arena given back */
+    CHECK_EQ(arena[63][MiB - 1], 63);
+    int not_ours = 0;
+    CHECK_EQ(pymalloc_region_free(&m, &not_ours, MiB), 0);
+    /* Outside the region, the map answers. */
+    CHECK_EQ(found(&m, BASE + 5 * GiB), 0);
+    REQUIRE(pymalloc_map_add(&m, BASE + 5 * GiB, MiB) == 0);
+    CHECK_EQ(found(&m, BASE + 5 * GiB + 10), 1);
+    CHECK_EQ(found(&m, m.region_base - 1), 0);
+    CHECK_EQ(found(&m, m.region_base + m.region_size), 0);
+    for (int i = 0; i < 64; i++) {
+        CHECK_EQ(pymalloc_region_free(&m, i == 17 ? again : arena[i], MiB), 1);
+    }
+    pymalloc_region_release(&m);
+    CHECK_EQ(m.region_size, 0);
+    pymalloc_map_release(&m);
+}
+
 const unit_test pymalloc_map_tests[] = {
+    UNIT_TEST(region_hands_out_and_takes_back_arenas),
     UNIT_TEST(map_finds_exactly_the_arenas),
     UNIT_TEST(map_refuses_what_it_cannot_represent),
     UNIT_TEST(map_handles_many_arenas),
