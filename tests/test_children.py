@@ -231,13 +231,22 @@ print(subprocess.run([sys.executable, {str(other)!r}, "7"]).returncode)  # RUNS 
     assert rows[1]["ppid"] == rows[0]["pid"] and rows[1]["profiled"]
 
 
-def test_non_python_child_is_listed(profile_program):
+@pytest.mark.parametrize("imported", ["by-the-program", "before-the-run"])
+def test_non_python_child_is_listed(profile_program, tmp_path, imported):
+    """subprocess is wrapped when the program imports it (children.py), or at
+    the start when it was imported before (here by a sitecustomize)."""
     source = """
 import subprocess
 subprocess.run(["/bin/sh", "-c", "exit 3"])
 subprocess.run("echo '<b>\\x1b[31m' > /dev/null", shell=True)
 """
-    p = profile_program(source, options=["--cpu-only"])
+    env = None
+    if imported == "before-the-run":
+        site_dir = tmp_path / "site"
+        site_dir.mkdir()
+        (site_dir / "sitecustomize.py").write_text("import subprocess\n")
+        env = {"PYTHONPATH": str(site_dir)}
+    p = profile_program(source, options=["--cpu-only"], env=env)
     rows = p.profile["processes"]
     assert len(rows) == 3 and p.profile["process_count"] == 3, rows
     sh = rows[1]

@@ -214,12 +214,58 @@ def _command_of(args, shell: bool, executable) -> list[str]:
 
 def _install_family_wrappers() -> None:
     """Wraps subprocess.Popen._execute_child (what it starts) and os.waitpid
-    and os.wait (what it reaps).  Once per interpreter: a forked child has them."""
+    and os.wait (what it reaps).  Once per interpreter: a forked child has them.
+    subprocess is wrapped when the program imports it (most never do, and
+    importing it here would cost every run ~2 ms: it brings selectors, select
+    and fcntl)."""
     if _Family.installed:
         return
     _Family.installed = True
-    import subprocess
-    execute_child = subprocess.Popen._execute_child
+    if "subprocess" in sys.modules:
+        _wrap_popen(sys.modules["subprocess"])
+    else:
+        sys.meta_path.insert(0, _WhenSubprocessImported())
+    _wrap_wait()
+
+
+class _WhenSubprocessImported:
+    """A finder first in sys.meta_path until subprocess is imported: it takes
+    itself out, finds subprocess as the import system would (the finders
+    after it, through importlib.util.find_spec), and wraps Popen once the
+    module has run; for every other name it finds nothing, and the import
+    system goes on to the next finder."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "subprocess":
+            return None
+        try:
+            sys.meta_path.remove(self)  # once: from here on the import system alone
+        except ValueError:
+            pass
+        import importlib.util
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec  # not a loader that runs the module (the import system's own error follows)
+
+        def exec_and_wrap(module):
+            exec_module(module)
+            _wrap_popen(module)
+        try:
+            loader.exec_module = exec_and_wrap  # this spec's own loader object
+        except AttributeError:
+            pass
+        return spec
+
+
+def _wrap_popen(subprocess) -> None:
+    """Popen._execute_child, wrapped to note what it starts (a module named
+    subprocess without it, the program's own, is left alone)."""
+    execute_child = getattr(getattr(subprocess, "Popen", None), "_execute_child", None)
+    code = getattr(execute_child, "__code__", None)
+    if code is None or "shell" not in code.co_varnames:
+        return
     # Popen passes its arguments by position; shell's place is read from the
     # function itself, which has changed between versions before.
     shell_at = execute_child.__code__.co_varnames.index("shell") - 3
@@ -241,6 +287,9 @@ def _install_family_wrappers() -> None:
     _execute_child.__wrapped__ = execute_child
     subprocess.Popen._execute_child = _execute_child
 
+
+def _wrap_wait() -> None:
+    """os.waitpid and os.wait, wrapped to note what they reap."""
     waitpid = os.waitpid
 
     def _waitpid(pid, options, /):

@@ -19,7 +19,7 @@ from .options import Options, UsageError, add_export_options, exports_of, parse
 
 
 def _error(message: str, status: int = 2) -> int:
-    from .render.text import visible  # a message may quote a file name: nothing raw to the terminal
+    from .render.visible import visible  # a message may quote a file name: nothing raw to the terminal
     print(f"pyrometer: error: {visible(message)}", file=sys.stderr)
     return status
 
@@ -53,8 +53,9 @@ DEFAULT_FILES = {"html": "pyrometer-profile.html", "json": "pyrometer-profile.js
 def write_report(profile: dict, fmt: str, path: str | None, web: bool = False) -> bool | None:
     """The report, rendered and written to path (None: standard output).  For
     --web, whether a browser was opened; None otherwise."""
-    from .render import json_out, report, text
+    from .render import json_out, report
     if path is None:
+        from .render import text
         stream = _report_stream()
         to_terminal = (stream or sys.stderr).isatty()
         # A terminal's width is respected; a file or a pipe gets the lines whole
@@ -77,7 +78,7 @@ def where_written(fmt: str, shown: str, path: str, *, opened: bool | None = None
     with its own); path: the same, absolute."""
     import shlex
     from .render.json_out import written_in_place
-    from .render.text import visible
+    from .render.visible import visible
     what = {"json": "profile", "html": "web report", "text": "report"}[fmt]
     line = f"pyrometer: {what} written to {visible(shown)}"
     if interval is not None:
@@ -124,7 +125,7 @@ def write_exports(profile: dict, exports: dict[str, tuple[str, str]], metric: st
     from .render import export
     from .render.json_out import write_report as write_file, written_in_place
     from .render.stacks import ExportError
-    from .render.text import visible
+    from .render.visible import visible
     ok = True
     for fmt, (shown, path) in exports.items():
         try:

@@ -422,7 +422,7 @@ def attach(pid: int) -> int:
     if found is None or found[0] != "json":
         return _error(f"process {pid} writes no JSON snapshots to show: start the program with "
                       "pyrometer --profile-interval 1 --json PROG (or run it with pyrometer top PROG)")
-    from .render.text import visible
+    from .render.visible import visible
     path = found[1]
     shown = visible(path)
     note = f"process {pid} · its snapshots in {path} · Ctrl-C here leaves it running"

@@ -25,8 +25,9 @@ def _installation_directories() -> list[str]:
     Worked out once per process: a process that starts the core many times (a
     profile per test under pytest --pyrometer) would spend a millisecond each."""
     dirs = set()
+    paths = sysconfig.get_paths()  # each call expands the whole scheme again
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        path = sysconfig.get_paths().get(key)
+        path = paths.get(key)
         if path:
             dirs.add(path)
     try:

@@ -100,7 +100,7 @@ def _descendants(pid: int) -> list[int]:
 
 
 def main(pid: int, resume: bool) -> int:
-    from .render.text import visible
+    from .render.visible import visible
     try:
         from . import _core
         signum = _core.CONTROL_SIGNAL

@@ -4,7 +4,6 @@ a function summary.  Reads only the finished profile (pyrometer.model)."""
 from __future__ import annotations
 
 import collections
-import re
 import shutil
 import textwrap
 import unicodedata
@@ -14,6 +13,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from ..model import display_name, significant, time_share
+from .visible import visible
 
 # A line is highlighted as hot when it takes this many times the CPU threshold.
 HOT_FACTOR = 5.0
@@ -23,27 +23,6 @@ BOLD, RED, YELLOW, DIM, RESET = "\x1b[1m", "\x1b[31m", "\x1b[33m", "\x1b[2m", "\
 
 def terminal_width() -> int:
     return max(60, shutil.get_terminal_size((132, 24)).columns)
-
-
-# Characters a string of the profile must not send to the terminal as they are:
-# C0 and C1 controls (an escape sequence can rewrite the screen, set the window
-# title or, on some terminals, answer back into the shell's input), DEL, lone
-# surrogates (a file name that was not UTF-8; they cannot be written out), the
-# line and paragraph separators, and the bidirectional controls that make text
-# display in another order than it is read ("Trojan Source").
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def _escape(match: re.Match) -> str:
-    c = ord(match.group())
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
-def visible(text: str) -> str:
-    """text as the terminal may show it: tabs expanded, every character above
-    written as a visible escape (ESC as \\x1b), the way Python's repr does."""
-    text = text.expandtabs(4)
-    return _UNPRINTABLE.sub(_escape, text) if _UNPRINTABLE.search(text) else text
 
 
 def _cleaned(value: Any) -> Any:
