@@ -168,6 +168,28 @@ def test_small_python_objects_are_python(profile_program, arena_placement):
     assert line["n_growth_mb"] > 150, info
 
 
+LIMITED_BY_THE_PROGRAM = """
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.RLIM_INFINITY))
+small = [(i, -i) for i in range(3_000_000)]  # @small
+print(len(small))
+"""
+
+
+def test_a_program_that_limits_its_address_space_runs(profile_program):
+    """A program that caps its own address space once running (a worker
+    limiting its memory) must not find the arena region's 32 GiB counted
+    against its cap: the library closes the region when the limit is set
+    (pymalloc_arenas.c), and the arenas made after go to the map.  Before,
+    its next arena failed and the interpreter crashed (SIGSEGV)."""
+    run = profile_program(LIMITED_BY_THE_PROGRAM)
+    assert run.proc.stdout.strip() == "3000000"
+    line = run.line("# @small")
+    info = memory_summary(run)
+    assert line["n_malloc_mb"] > 50 and line["n_python_fraction"] >= 0.9, info
+    assert line["n_growth_mb"] > 150, info
+
+
 # ---------------------------------------------------------------------------
 # (c) copy volume
 # ---------------------------------------------------------------------------

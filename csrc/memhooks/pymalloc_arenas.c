@@ -34,6 +34,8 @@
 
 #include <dlfcn.h>
 #include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
@@ -60,9 +62,12 @@ static void *map_memory(size_t bytes)
 
 int pymalloc_map_init(pymalloc_arena_map *m)
 {
-    m->region_base = m->region_size = 0;
+    m->region_base = 0;
+    atomic_init(&m->region_size, 0);
     m->slot_shift = 0;
+    m->slot_count = 0;
     m->slots_in_use = NULL;
+    atomic_init(&m->region_closed, 0);
     m->leaves = map_memory(PYMALLOC_LEAVES * sizeof *m->leaves);
     m->tracking = m->leaves != NULL;
     return m->leaves != NULL ? 0 : -1;
@@ -199,38 +204,52 @@ int pymalloc_region_reserve(pymalloc_arena_map *m, size_t slots, size_t slot_byt
     }
     m->slots_in_use = bits;
     m->slot_shift = shift;
+    m->slot_count = slots;
     m->region_base = base;
-    m->region_size = bytes;
+    atomic_store(&m->region_size, bytes);
     return 0;
 }
 
 void pymalloc_region_release(pymalloc_arena_map *m)
 {
-    if (m->region_size == 0) {
+    if (m->slot_count == 0) {
         return;
     }
-    munmap((void *)m->region_base, m->region_size);
-    munmap((void *)m->slots_in_use, (m->region_size >> m->slot_shift) / 8);
-    m->region_base = m->region_size = 0;
+    uintptr_t size = atomic_load(&m->region_size);
+    if (size != 0) {
+        munmap((void *)m->region_base, size);
+    }
+    munmap((void *)m->slots_in_use, m->slot_count / 8);
+    m->region_base = 0;
+    atomic_store(&m->region_size, 0);
+    m->slot_count = 0;
     m->slots_in_use = NULL;
 }
 
 /* Slots are claimed with an atomic or, so that two interpreters with GILs of
- * their own (3.12's isolated subinterpreters) never get the same one. */
+ * their own (3.12's isolated subinterpreters) never get the same one.  A slot
+ * claimed as the region closes is given up (close reads the slots after it has
+ * marked the region closed, and a claim reads the mark after its bit is set:
+ * with both sequentially consistent, close sees the claim or the claim sees
+ * the mark). */
 void *pymalloc_region_alloc(pymalloc_arena_map *m, size_t size)
 {
-    if (m->region_size == 0 || size > ((size_t)1 << m->slot_shift)) {
+    if (m->slot_count == 0 || atomic_load(&m->region_closed) || size > ((size_t)1 << m->slot_shift)) {
         return NULL;
     }
-    size_t words = (m->region_size >> m->slot_shift) / 64;
+    size_t words = m->slot_count / 64;
     for (size_t w = 0; w < words; w++) {
         uint64_t used = atomic_load_explicit(&m->slots_in_use[w], memory_order_relaxed);
         while (~used != 0) {
             unsigned bit = (unsigned)__builtin_ctzll(~used);
             uint64_t mask = (uint64_t)1 << bit;
-            used = atomic_fetch_or_explicit(&m->slots_in_use[w], mask, memory_order_acquire);
+            used = atomic_fetch_or(&m->slots_in_use[w], mask);
             if (used & mask) {
                 continue; /* taken meanwhile: look again */
+            }
+            if (atomic_load(&m->region_closed)) {
+                atomic_fetch_and(&m->slots_in_use[w], ~mask);
+                return NULL;
             }
             void *at = (void *)(m->region_base + ((w * 64 + bit) << m->slot_shift));
             void *p = mmap(at, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
@@ -247,7 +266,7 @@ void *pymalloc_region_alloc(pymalloc_arena_map *m, size_t size)
 int pymalloc_region_free(pymalloc_arena_map *m, void *p, size_t size)
 {
     uintptr_t a = (uintptr_t)p;
-    if (a - m->region_base >= m->region_size) {
+    if (a - m->region_base >= atomic_load_explicit(&m->region_size, memory_order_relaxed)) {
         return 0;
     }
     size_t slot = (a - m->region_base) >> m->slot_shift;
@@ -262,12 +281,93 @@ int pymalloc_region_free(pymalloc_arena_map *m, void *p, size_t size)
     return 1;
 }
 
+void pymalloc_region_close(pymalloc_arena_map *m)
+{
+    if (m->slot_count == 0 || atomic_exchange(&m->region_closed, 1)) {
+        return;
+    }
+    size_t kept = 0; /* slots up to the last one in use */
+    for (size_t w = 0; w < m->slot_count / 64; w++) {
+        uint64_t used = atomic_load(&m->slots_in_use[w]);
+        if (used != 0) {
+            kept = w * 64 + 64 - (size_t)__builtin_clzll(used);
+        }
+    }
+    uintptr_t size = atomic_load(&m->region_size), keep = (uintptr_t)kept << m->slot_shift;
+    /* Smaller first: no block can be found in the part given back, which other
+     * mappings may take from here on. */
+    atomic_store(&m->region_size, keep);
+    if (keep < size) {
+        munmap((void *)(m->region_base + keep), size - keep);
+    }
+}
+
 /* No region under a limit on the address space: 32 GiB reserved would count
  * against it, and the program could run out of address space early. */
 static int address_space_unlimited(void)
 {
     struct rlimit limit;
     return getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur == RLIM_INFINITY;
+}
+
+/* ---- a limit on the address space, set by the program -------------------------- */
+
+/* The program may limit its own address space (resource.setrlimit(RLIMIT_AS,
+ * ...), a worker capping its memory) after the region was reserved; the 32 GiB
+ * would then count against its limit and its next allocations fail.  So the
+ * library interposes the four ways to set a limit, closes the region when one
+ * limits the address space, and makes the call itself: glibc's four are each
+ * the prlimit64 system call, on 64-bit Linux the same structure either way.
+ * No dlsym and no allocation: AddressSanitizer's start-up sets a limit (on
+ * core files) before its shadow memory exists, so these functions are also
+ * left uninstrumented there (see EARLY in hooks.c); only a limit on the
+ * address space reaches instrumented code (the close). */
+#define EXPORT __attribute__((visibility("default")))
+#if defined(__SANITIZE_ADDRESS__)
+#define EARLY __attribute__((no_sanitize_address))
+#else
+#define EARLY
+#endif
+
+static EARLY int set_limit(pid_t pid, int resource, const struct rlimit *limit, struct rlimit *old)
+{
+    if (limit != NULL && resource == RLIMIT_AS && limit->rlim_cur != RLIM_INFINITY && installed &&
+        (pid == 0 || pid == getpid())) {
+        pymalloc_region_close(&map);
+    }
+    return (int)syscall(SYS_prlimit64, pid, resource, limit, old);
+}
+
+/* The four by their symbols' names (asm labels): the build's
+ * _FILE_OFFSET_BITS=64 makes the headers' setrlimit and prlimit the 64-bit
+ * symbols, and all four must be this library's.  On 64-bit Linux struct rlimit
+ * and struct rlimit64 are the same. */
+_Static_assert(sizeof(struct rlimit) == 16 && sizeof(rlim_t) == 8, "struct rlimit is struct rlimit64 here");
+EXPORT EARLY int limit_set(int resource, const struct rlimit *limit) __asm__("setrlimit");
+EXPORT EARLY int limit_set64(int resource, const struct rlimit *limit) __asm__("setrlimit64");
+EXPORT EARLY int limit_set_of(pid_t pid, int resource, const struct rlimit *limit, struct rlimit *old)
+    __asm__("prlimit");
+EXPORT EARLY int limit_set_of64(pid_t pid, int resource, const struct rlimit *limit, struct rlimit *old)
+    __asm__("prlimit64");
+
+int limit_set(int resource, const struct rlimit *limit)
+{
+    return set_limit(0, resource, limit, NULL);
+}
+
+int limit_set64(int resource, const struct rlimit *limit)
+{
+    return set_limit(0, resource, limit, NULL);
+}
+
+int limit_set_of(pid_t pid, int resource, const struct rlimit *limit, struct rlimit *old)
+{
+    return set_limit(pid, resource, limit, old);
+}
+
+int limit_set_of64(pid_t pid, int resource, const struct rlimit *limit, struct rlimit *old)
+{
+    return set_limit(pid, resource, limit, old);
 }
 
 /* ---- the arena allocator ------------------------------------------------------ */

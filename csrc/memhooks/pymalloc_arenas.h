@@ -38,9 +38,15 @@ typedef struct {
      * there is not in the map, and any block a caller can hold that lies in the
      * range is in one of them.  region_size 0: no region.  Set in the library's
      * constructor, before the first arena, and never changed. */
-    uintptr_t region_base, region_size;
+    uintptr_t region_base;
+    /* The part of the region in service: all of it, until a limit on the
+     * address space closes the region (pymalloc_region_close), which keeps only
+     * the slots up to the last one that holds an arena. */
+    _Atomic uintptr_t region_size;
     unsigned slot_shift;            /* log2 of a slot's bytes */
+    size_t slot_count;              /* slots reserved at first: the bits below */
     _Atomic uint64_t *slots_in_use; /* one bit per slot */
+    _Atomic int region_closed;      /* no new arena in the region */
 } pymalloc_arena_map;
 
 /* Whether address a, a live block of Python's allocators, lies in one of
@@ -48,7 +54,7 @@ typedef struct {
  * values that never change, where the map costs two dependent loads. */
 static inline int pymalloc_arenas_find(const pymalloc_arena_map *m, uintptr_t a)
 {
-    if (__builtin_expect(a - m->region_base < m->region_size, 1)) {
+    if (__builtin_expect(a - m->region_base < atomic_load_explicit(&m->region_size, memory_order_relaxed), 1)) {
         return 1;
     }
     uintptr_t leaf = a >> PYMALLOC_LEAF_BITS;
@@ -89,6 +95,12 @@ int pymalloc_region_reserve(pymalloc_arena_map *m, size_t slots, size_t slot_byt
 void *pymalloc_region_alloc(pymalloc_arena_map *m, size_t size);
 int pymalloc_region_free(pymalloc_arena_map *m, void *p, size_t size);
 void pymalloc_region_release(pymalloc_arena_map *m);
+/* A finite limit on the address space is being set (the program's setrlimit
+ * or prlimit, which the library interposes): the region's free slots past the
+ * last arena are given back, so that only address space pymalloc uses counts
+ * against the limit, and no new arena goes there (they go to the map).  Slots
+ * freed below the last arena stay reserved. */
+void pymalloc_region_close(pymalloc_arena_map *m);
 
 /* From the library's constructor; does nothing in a process without CPython. */
 void pymalloc_arenas_install(void);

@@ -52,11 +52,10 @@ static int installed;
 static int64_t window;
 static const volatile uintptr_t *watched;
 static const volatile uint64_t *watched_slots; /* which slots of `watched` hold a block */
-/* A copy of the library's arena map: its leaves pointer never changes, and a
- * copy here saves the fast paths one load.  Read only with sizing ==
- * PYALLOC_POOLS, which install() chooses only with a map to copy (else its
- * leaves are NULL). */
-static pymalloc_arena_map arenas;
+/* The library's arena map itself (not a copy: a limit on the address space
+ * shrinks its region while the program runs).  Read only with sizing ==
+ * PYALLOC_POOLS, which install() chooses only with a map (else NULL). */
+static const pymalloc_arena_map *arenas;
 /* Requests of 1 to small_limit bytes are served by pymalloc from its pools, never
  * by malloc, and their blocks' sizes can be read back; 0 under any other Python
  * allocator (PYTHONMALLOC=malloc, debug hooks), which sends every call the slow
@@ -186,7 +185,7 @@ static int debug_header_intact(const void *ptr)
 static inline size_t block_size(void *ptr, int *pooled)
 {
     uintptr_t a = (uintptr_t)ptr;
-    if (LIKELY(sizing == PYALLOC_POOLS) && LIKELY(pymalloc_arenas_find(&arenas, a))) {
+    if (LIKELY(sizing == PYALLOC_POOLS) && LIKELY(pymalloc_arenas_find(arenas, a))) {
         *pooled = 1;
         return pymalloc_pool_block_size(a);
     }
@@ -306,7 +305,7 @@ static void *wrapped_realloc(void *ctx, void *ptr, size_t size)
 {
     wrapped_domain *d = ctx;
     uintptr_t a = (uintptr_t)ptr;
-    if (LIKELY(size - 1 < small_limit) && LIKELY(pymalloc_arenas_find(&arenas, a)) &&
+    if (LIKELY(size - 1 < small_limit) && LIKELY(pymalloc_arenas_find(arenas, a)) &&
         LIKELY(!memhooks_is_watched(watched_slots, watched, a))) {
         int64_t before = (int64_t)pymalloc_pool_block_size(a);
         void *p = d->original.realloc(d->original.ctx, ptr, size);
@@ -354,7 +353,7 @@ static void wrapped_free(void *ctx, void *ptr)
 {
     wrapped_domain *d = ctx;
     uintptr_t a = (uintptr_t)ptr;
-    if (LIKELY(small_limit != 0) && LIKELY(pymalloc_arenas_find(&arenas, a)) &&
+    if (LIKELY(small_limit != 0) && LIKELY(pymalloc_arenas_find(arenas, a)) &&
         LIKELY(!memhooks_is_watched(watched_slots, watched, a))) {
         int64_t net = python_net - (int64_t)pymalloc_pool_block_size(a);
         if (LIKELY(!beyond_window(net))) {
@@ -383,7 +382,7 @@ static int sizes_read_back(void)
         } else if (sizing == PYALLOC_POOLS && pooled_class[i] != 0) {
             /* Only pymalloc blocks: a pointer of another allocator must never reach
              * malloc_usable_size (it may crash there). */
-            ok = pymalloc_arenas_find(&arenas, (uintptr_t)p) &&
+            ok = pymalloc_arenas_find(arenas, (uintptr_t)p) &&
                  pymalloc_pool_block_size((uintptr_t)p) == pooled_class[i];
         } else {
             int pooled;
@@ -440,7 +439,7 @@ pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes)
     watched_slots = api->watch_occupied();
     pymalloc_arena_map *map = api->python_arenas();
     if (map != NULL) {
-        arenas = *map;
+        arenas = map;
     }
     const char *name = current_allocator_name();
     snprintf(allocator_name, sizeof allocator_name, "%s", name != NULL ? name : "unknown");

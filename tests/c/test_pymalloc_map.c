@@ -149,7 +149,36 @@ static void region_hands_out_and_takes_back_arenas(void)
     pymalloc_map_release(&m);
 }
 
+/* A limit on the address space closes the region: the free slots past the last
+ * arena are given back (their addresses no longer found), the arenas it keeps
+ * are still found and can be given back, and no new arena is handed out. */
+static void region_closes_past_its_last_arena(void)
+{
+    pymalloc_arena_map m;
+    REQUIRE(pymalloc_map_init(&m) == 0);
+    REQUIRE(pymalloc_region_reserve(&m, 128, MiB) == 0);
+    unsigned char *a = pymalloc_region_alloc(&m, MiB), *b = pymalloc_region_alloc(&m, MiB),
+                  *c = pymalloc_region_alloc(&m, MiB);
+    REQUIRE(a != NULL && b != NULL && c != NULL);
+    CHECK_EQ(pymalloc_region_free(&m, b, MiB), 1); /* a hole below the last arena */
+    uintptr_t last = (uintptr_t)c > (uintptr_t)a ? (uintptr_t)c : (uintptr_t)a;
+    pymalloc_region_close(&m);
+    CHECK_EQ(m.region_size, last + MiB - m.region_base);
+    CHECK(pymalloc_region_alloc(&m, MiB) == NULL);
+    CHECK_EQ(found(&m, (uintptr_t)a + 100), 1);
+    CHECK_EQ(found(&m, (uintptr_t)c + MiB - 1), 1);
+    CHECK_EQ(found(&m, last + MiB), 0); /* given back: another mapping may be there */
+    c[0] = 1; /* still mapped */
+    pymalloc_region_close(&m); /* once only */
+    CHECK_EQ(m.region_size, last + MiB - m.region_base);
+    CHECK_EQ(pymalloc_region_free(&m, c, MiB), 1);
+    CHECK_EQ(pymalloc_region_free(&m, a, MiB), 1);
+    pymalloc_region_release(&m);
+    pymalloc_map_release(&m);
+}
+
 const unit_test pymalloc_map_tests[] = {
+    UNIT_TEST(region_closes_past_its_last_arena),
     UNIT_TEST(region_hands_out_and_takes_back_arenas),
     UNIT_TEST(map_finds_exactly_the_arenas),
     UNIT_TEST(map_refuses_what_it_cannot_represent),
