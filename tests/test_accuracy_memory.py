@@ -132,7 +132,13 @@ print("region" if big_reserve else "no region", file=sys.stderr)
 """
 
 
-@pytest.fixture(params=["arena-region", "address-space-limit"])
+# AddressSanitizer (tests/sanitized.py) reserves terabytes of shadow memory at
+# start: under it no process can live with a limit on its address space.
+UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "") or "ASAN_OPTIONS" in os.environ
+NO_LIMIT_UNDER_ASAN = pytest.mark.skipif(UNDER_ASAN, reason="AddressSanitizer needs an unlimited address space")
+
+
+@pytest.fixture(params=["arena-region", pytest.param("address-space-limit", marks=NO_LIMIT_UNDER_ASAN)])
 def arena_placement(request):
     """pymalloc's arenas in the library's reserved region (the default), or, under
     a limit on the address space (RLIMIT_AS, inherited by the profiled
@@ -176,6 +182,7 @@ print(len(small))
 """
 
 
+@NO_LIMIT_UNDER_ASAN
 def test_a_program_that_limits_its_address_space_runs(profile_program):
     """A program that caps its own address space once running (a worker
     limiting its memory) must not find the arena region's 32 GiB counted
