@@ -28,7 +28,10 @@
  * the samples, most of them on those two loads).  The map stays for the arenas
  * made outside the region: a region that could not be reserved, or that is
  * full.  No region is reserved under a limit on the address space
- * (RLIMIT_AS): the reservation would count against it.
+ * (RLIMIT_AS): the reservation would count against it; a limit the program
+ * sets later closes the region first (setrlimit and prlimit, interposed
+ * below).  The region shows in the process's virtual size, never in its
+ * memory.
  */
 #include "pymalloc_arenas.h"
 
