@@ -9,6 +9,7 @@
  *  - the sample function runs with this thread's counting suspended (busy), so
  *    whatever it allocates is neither counted nor re-entered.
  */
+#include "interpose.h"
 #include "memhooks.h"
 #include "pymalloc_arenas.h"
 #include "../common/sample_distance.h"
@@ -21,27 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXPORT __attribute__((visibility("default")))
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 /* Slow paths are kept out of line, so that the interposed functions' common path
  * saves no registers and sets up no frame. */
 #define COLD __attribute__((noinline, cold))
-/* Built with AddressSanitizer (the sanitizer job, tests/sanitized.py), the
- * library is preloaded ahead of ASan's runtime, so that the program's malloc
- * reaches these hooks and theirs (dlsym(RTLD_NEXT)) reaches ASan's.  ASan's
- * start-up calls dlsym before it has mapped its shadow memory, and dlsym may
- * call malloc: whatever runs then (the interposed entry points, up to the point
- * where they see counting is off, and the resolution of the real functions)
- * must not be instrumented, or its first shadow check faults.  Everything past
- * that point (counting, samples, watches) is instrumented, and the blocks
- * themselves are checked by ASan's own allocator and interceptors.  Empty in
- * every other build. */
-#if defined(__SANITIZE_ADDRESS__)
-#define EARLY __attribute__((no_sanitize_address))
-#else
-#define EARLY
-#endif
 
 /* ---- the real functions ---------------------------------------------------- */
 

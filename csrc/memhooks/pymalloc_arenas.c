@@ -34,6 +34,7 @@
  * memory.
  */
 #include "pymalloc_arenas.h"
+#include "interpose.h"
 
 #include <dlfcn.h>
 #include <stdint.h>
@@ -323,14 +324,8 @@ static int address_space_unlimited(void)
  * the prlimit64 system call, on 64-bit Linux the same structure either way.
  * No dlsym and no allocation: AddressSanitizer's start-up sets a limit (on
  * core files) before its shadow memory exists, so these functions are also
- * left uninstrumented there (see EARLY in hooks.c); only a limit on the
+ * left uninstrumented there (EARLY, interpose.h); only a limit on the
  * address space reaches instrumented code (the close). */
-#define EXPORT __attribute__((visibility("default")))
-#if defined(__SANITIZE_ADDRESS__)
-#define EARLY __attribute__((no_sanitize_address))
-#else
-#define EARLY
-#endif
 
 static EARLY int set_limit(pid_t pid, int resource, const struct rlimit *limit, struct rlimit *old)
 {
