@@ -106,6 +106,23 @@ DEFAULT_ROUNDS = 5
 # the issue asks for programs of 2 s or more, and a shorter one weighs the
 # profilers' start-up more than a real program does.
 MIN_SECONDS = 2.0
+# Start-up and exit on their own: an empty program, run by every command of
+# the tables (alternated, STARTUP_RUNS per round), reported apart from the
+# workloads' ratios in milliseconds more than bare.  A 2 s workload's ratio
+# carries this once; a long-running program pays it once.
+STARTUP_RUNS = 3
+EMPTY_PROGRAM = '''\
+"""An empty program: what a profiler costs to start and to end."""
+# The function a user would decorate (bench/run.py's decorated copy).
+HOT = ["nothing"]
+
+
+def nothing():
+    pass
+
+
+nothing()
+'''
 
 DOC_INTRO = """\
 # Benchmarks
@@ -673,14 +690,41 @@ def run_benchmark(workloads: list[Path], tools: list[str], rounds: int,
                             capped_ratio.get(key, [])):
                         capped_ratio.setdefault(key, []).append(
                             secs[-1] / bare_time)
-    return times, ratios, problems, notes, capped_ratio, scales
+        startup = measure_startup(tools, rounds, env, outdir, timeout, rng)
+    return times, ratios, problems, notes, capped_ratio, scales, startup
+
+
+def measure_startup(tools: list[str], rounds: int, env: dict, outdir: Path,
+                    timeout: float, rng: random.Random) -> dict:
+    """Each command's start-up and exit: tool -> the seconds its runs of an
+    empty program took more than the bare run just before them (same order
+    shuffled every time, STARTUP_RUNS per round); failed runs are left out."""
+    empty = outdir / "empty_program.py"
+    empty.write_text(EMPTY_PROGRAM)
+    extra: dict = {t: [] for t in tools if t != "bare"}
+    for rnd in range(rounds * STARTUP_RUNS):
+        order = tools[:]
+        rng.shuffle(order)
+        seconds = {}
+        for t in order:
+            r = run_once(t, empty, env, outdir, timeout, None)
+            if r.ok:
+                seconds[t] = r.seconds
+        log(f"start-up {rnd + 1}/{rounds * STARTUP_RUNS}  "
+            + "  ".join(f"{t} {s * 1000:.0f} ms" for t, s in seconds.items()))
+        if "bare" in seconds:
+            for t, s in seconds.items():
+                if t != "bare":
+                    extra[t].append(s - seconds["bare"])
+    extra["bare"] = []
+    return extra
 
 
 # ---------------------------------------------------------------- report --
 
 def build_report(table, workloads, tools, tool_info, times, ratios, problems,
                  notes, rounds, scale, blas_threads, load_before, load_after,
-                 elapsed, capped=None, scales=None) -> str:
+                 elapsed, capped=None, scales=None, startup=None) -> str:
     """The section of docs/benchmarks.md for one table ("cpu" or "memory")."""
     names = [w.stem for w in workloads]
     peers = [t for t in TABLES[table] if t in tools]
@@ -718,7 +762,11 @@ def build_report(table, workloads, tools, tool_info, times, ratios, problems,
     out.append("")
     out.append("Bare: median wall time in seconds over rounds (min to max), "
                "which shows how noisy the machine was. Tools: slowdown vs bare "
-               "in the same round, median over rounds (min to max).")
+               "in the same round, median over rounds (min to max). The last "
+               "row: how much longer than bare each command takes on an empty "
+               f"program ({STARTUP_RUNS} runs a round), in milliseconds: "
+               "the part of each ratio that a longer program would not pay "
+               "again.")
     out.append("")
     header = "| workload | bare (s) | " + " | ".join(peers) + " |"
     out.append(header)
@@ -764,6 +812,14 @@ def build_report(table, workloads, tools, tool_info, times, ratios, problems,
         worst.append((">= " if t in capped_tools else "")
                      + fmt_ratio(max(medians[t])) if medians[t] else "-")
     out.append("| " + " | ".join(worst) + " |")
+    if startup:
+        row = ["start-up and exit (an empty program; not in the median)", ""]
+        for t in peers:
+            extra = startup.get(t, [])
+            row.append(f"+{statistics.median(extra) * 1000:.0f} ms "
+                       f"({min(extra) * 1000:+.0f} to "
+                       f"{max(extra) * 1000:+.0f})" if extra else "-")
+        out.append("| " + " | ".join(row) + " |")
 
     remarks = []
     for t in peers:
@@ -909,7 +965,7 @@ def main(argv=None) -> int:
         f"rounds, BENCH_SCALE={scale:g}")
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    times, ratios, problems, notes, capped, scales = run_benchmark(
+    times, ratios, problems, notes, capped, scales, startup = run_benchmark(
         workloads, runnable, rounds, scale, args.timeout, args.seed,
         args.blas_threads, 0.0 if args.quick else MIN_SECONDS)
     elapsed = time.perf_counter() - started
@@ -921,7 +977,7 @@ def main(argv=None) -> int:
         reports[table] = build_report(
             table, workloads, tools, tool_info, times, ratios, problems,
             notes, rounds, scale, args.blas_threads, load_before, load_after,
-            elapsed, capped, scales)
+            elapsed, capped, scales, startup)
         print(f"## {TITLES[table]}\n")
         print(reports[table])
     if do_write and reports:

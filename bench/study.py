@@ -54,7 +54,7 @@ def measure_overhead(rounds: int, scale_: float, timeout: float, min_seconds: fl
     runnable = [t for t in tools if not tool_info[t].error]
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    times, ratios, problems, notes, capped, scales = bench.run_benchmark(
+    times, ratios, problems, notes, capped, scales, startup = bench.run_benchmark(
         workloads, runnable, rounds, scale_, timeout, None, 1, min_seconds)
     elapsed = time.perf_counter() - started
 
@@ -70,6 +70,7 @@ def measure_overhead(rounds: int, scale_: float, timeout: float, min_seconds: fl
             "times": nest(times), "ratios": nest(ratios),
             "problems": nest(problems), "notes": nest(notes),
             "capped": nest(capped), "rounds": rounds, "scale": scale_, "scales": scales,
+            "startup": startup,
             "load_before": load_before, "load_after": os.getloadavg()[0],
             "elapsed": elapsed}
 
@@ -212,7 +213,7 @@ def overhead_tables(ov: dict) -> dict:
             table, workloads, ov["tools"], tool_info, unnest(ov["times"]),
             unnest(ov["ratios"]), unnest(ov["problems"]), unnest(ov["notes"]),
             ov["rounds"], ov["scale"], 1, ov["load_before"], ov["load_after"],
-            ov["elapsed"], unnest(ov.get("capped", {})), ov.get("scales"))
+            ov["elapsed"], unnest(ov.get("capped", {})), ov.get("scales"), ov.get("startup"))
     return out
 
 
