@@ -650,14 +650,18 @@ def test_busy_machine_is_cpu_wait(profile_program, busy_machine):
     """Every CPU busy with other processes: the program's pure-Python loop waits
     on the run queue for part of its time, which the kernel counts
     (/proc/self/task/<tid>/schedstat).  That is CPU wait, not system time, and the
-    line stays Python.  Tolerances: system under 5% of the line's time, CPU wait
-    at least 5% (with one more runnable process than CPUs the truth is far above)."""
+    line stays Python.  With no other thread to hold the GIL, none of that
+    waiting is GIL wait (it was 6-14% of such a line's time when the run-queue
+    figure missed a wait still under way).  Tolerances: system under 5% of the
+    line's time, GIL wait under 2%, CPU wait at least 5% (with one more
+    runnable process than CPUs the truth is far above)."""
     run = profile_program(PYTHON_LOOP, options=["--cpu-only"])
     loop = run.line("# @loop")
     info = run.describe("# @loop") + f"\n  loop waits: GIL {loop['n_gil_wait_sec']:.3f}s CPU {loop['n_cpu_wait_sec']:.3f}s"
     print(info)
     whole = total_with_waits(loop)
     assert loop["n_sys_sec"] <= 0.05 * whole, info
+    assert loop["n_gil_wait_sec"] <= 0.02 * whole, info
     assert loop["n_cpu_wait_sec"] >= 0.05 * whole, info
     assert loop["n_cpu_python_sec"] >= 0.9 * cpu(loop), info
 

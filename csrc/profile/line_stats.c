@@ -47,7 +47,7 @@ void line_stats_release(void)
     }
 }
 
-void cpu_sums_add_estimate(cpu_sums *into, int native, int loop_idle, double on_cpu, double runq,
+void cpu_sums_add_estimate(cpu_sums *into, int native, int loop_idle, int gil_alone, double on_cpu, double runq,
                            double core_fraction)
 {
     double off = 1.0 - on_cpu;
@@ -60,6 +60,9 @@ void cpu_sums_add_estimate(cpu_sums *into, int native, int loop_idle, double on_
     } else if (native) {
         into->est_native += on_cpu;
         into->est_system += off - runq;
+    } else if (gil_alone) {
+        into->est_python += on_cpu;
+        runq = off;
     } else {
         into->est_python += on_cpu;
         into->est_gil_wait += off - runq;
@@ -92,6 +95,9 @@ void cpu_sums_add(cpu_sums *into, const cpu_window *w, int count_off_cpu, double
     } else if (w->native) {
         into->native_ns += cpu;
         into->system_ns += off - runq;
+    } else if (w->gil_alone) {
+        into->python_ns += cpu;
+        runq = off;
     } else {
         into->python_ns += cpu;
         into->gil_wait_ns += off - runq;

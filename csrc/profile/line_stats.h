@@ -40,6 +40,11 @@ typedef struct {
     uint64_t wall_ns, cpu_ns, runq_ns;
     int native;
     int loop_idle; /* the thread stood in an asyncio event loop's own code */
+    /* No other thread of the program could hold the GIL (it has one Python
+     * thread): time off CPU while running Python was a wait for a CPU that the
+     * run-queue figure missed (schedstat counts a wait when it ends), not for
+     * the GIL. */
+    int gil_alone;
 } cpu_window;
 
 typedef struct {
@@ -55,8 +60,8 @@ void line_stats_release(void);
 size_t line_stats_memory_bytes(void);
 
 /* One estimated unit (a request interval) of time: on CPU for on_cpu of it, on
- * the run queue for runq of it, the rest off CPU (loop_idle: as in cpu_window). */
-void cpu_sums_add_estimate(cpu_sums *into, int native, int loop_idle, double on_cpu, double runq,
+ * the run queue for runq of it, the rest off CPU (loop_idle, gil_alone: as in cpu_window). */
+void cpu_sums_add_estimate(cpu_sums *into, int native, int loop_idle, int gil_alone, double on_cpu, double runq,
                            double core_fraction);
 /* Measured plus estimated time in nanoseconds, given the length of one unit. */
 typedef struct {

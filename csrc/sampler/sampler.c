@@ -153,6 +153,7 @@ static struct {
     long n_cpus;
     table threads; /* thread serial -> thread_track */
     uint64_t serial;
+    int gil_alone; /* this snapshot found one Python thread of the program (cpu_window) */
     uint64_t last_wall_ns, last_process_cpu_ns, last_sampler_cpu_ns;
     uint64_t pause_wall_ns, pause_process_cpu_ns; /* when it stopped for a fork */
     uint64_t earlier_samplers_cpu_ns; /* CPU of sampler threads ended by forks */
@@ -394,7 +395,7 @@ static void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint6
     if (into == NULL) {
         return;
     }
-    cpu_window w = {wall_ns, cpu_ns, runq_ns, loc->native, loc->loop_idle};
+    cpu_window w = {wall_ns, cpu_ns, runq_ns, loc->native, loc->loop_idle, S.gil_alone};
     cpu_sums_add(into, &w, !S.options.virtual_time, core_fraction);
     cpu_sums *stack = stack_sums_at(loc);
     if (stack != NULL) {
@@ -634,10 +635,11 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
     S.totals.est_off_units += 1.0 - on_cpu - est_runq;
     cpu_sums *into = sums_at(&loc);
     if (into != NULL) {
-        cpu_sums_add_estimate(into, loc.native, loc.loop_idle, on_cpu, runq_share, core_fraction);
+        cpu_sums_add_estimate(into, loc.native, loc.loop_idle, S.gil_alone, on_cpu, runq_share, core_fraction);
         cpu_sums *stack = stack_sums_at(&loc);
         if (stack != NULL) {
-            cpu_sums_add_estimate(stack, loc.native, loc.loop_idle, on_cpu, runq_share, core_fraction);
+            cpu_sums_add_estimate(stack, loc.native, loc.loop_idle, S.gil_alone, on_cpu, runq_share,
+                                  core_fraction);
         }
     }
     return loc;
@@ -788,6 +790,16 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
         core_fraction = core_fraction > 1.0 ? 1.0 : core_fraction;
     }
     S.serial++;
+
+    /* Whether any other thread of the program could have held the GIL (the
+     * sampler's own takeovers aside: main_waiting_for_cpu). */
+    int program_threads = 0;
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL && program_threads < 2;
+         ts = PyThreadState_Next(ts)) {
+        pid_t tid = pyframe_thread_tid(ts);
+        program_threads += tid > 0 && ts != S.sampler_ts && tid != sampler_tid;
+    }
+    S.gil_alone = program_threads <= 1;
 
     uint64_t threads_used = 0;
     size_t live = 0;
@@ -1132,6 +1144,27 @@ static void make_request(void)
     }
 }
 
+/* The sampler thread, without the GIL, when the main thread has not answered a
+ * request for a whole interval: whether it was waiting for a CPU all along (a
+ * busy machine) rather than blocked or in a long call.  It then answers once it
+ * runs again, its wait measured as run-queue time; a takeover would only make
+ * it hand over the GIL it holds, and wait to get it back, charged as a GIL wait
+ * that no thread of the program caused (4 single-threaded processes on 2 cores
+ * showed 0.4 s of it).  Its CPU clock stood still (less than a tenth of the
+ * wait) while its run-queue wait grew by at least half of it. */
+static int main_waiting_for_cpu(uint64_t waited)
+{
+    uint64_t cpu_t0 = atomic_load(&S.request_main_cpu_ns), runq_t0 = atomic_load(&S.request_main_runq_ns);
+    if (cpu_t0 == CLOCK_UNAVAILABLE || runq_t0 == CLOCK_UNAVAILABLE || waited == 0) {
+        return 0;
+    }
+    uint64_t cpu = clock_thread_cpu_ns(S.main_tid), runq = read_runq_fd(S.main_schedstat_fd);
+    if (cpu == CLOCK_UNAVAILABLE || runq == CLOCK_UNAVAILABLE || cpu < cpu_t0 || runq < runq_t0) {
+        return 0;
+    }
+    return (cpu - cpu_t0) * 10 < waited && (runq - runq_t0) * 2 >= waited;
+}
+
 /* The sampler thread, without the GIL: a command from outside was received.  It
  * makes a request (unless one is waiting), so that the main thread acts on it
  * at its next bytecode boundary and its answer measures the time after a
@@ -1187,7 +1220,8 @@ static void *sampler_main(void *unused)
             continue;
         }
         uint64_t waited = delta(clock_wall_ns(), atomic_load(&S.request_wall_ns));
-        if (waited < (ending ? ENDING_TAKEOVER_NS : interval) || atomic_load(&S.main_reporting)) {
+        if (waited < (ending ? ENDING_TAKEOVER_NS : interval) || atomic_load(&S.main_reporting) ||
+            (!ending && main_waiting_for_cpu(waited))) {
             continue;
         }
         /* The main thread has not answered for a whole interval: it is blocked or
