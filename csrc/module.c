@@ -415,14 +415,20 @@ static PyObject *core_periodic_stop(PyObject *module, PyObject *unused)
     return periodic_stop();
 }
 
-static PyObject *core_ending_install(PyObject *module, PyObject *write_profile)
+static PyObject *core_ending_install(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     (void)module;
+    static char *keywords[] = {"write_profile", "child", NULL};
+    PyObject *write_profile;
+    int child = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|p:ending_install", keywords, &write_profile, &child)) {
+        return NULL;
+    }
     if (!PyCallable_Check(write_profile)) {
         PyErr_SetString(PyExc_TypeError, "ending_install needs a callable");
         return NULL;
     }
-    if (ending_install(write_profile) != 0) {
+    if (ending_install(write_profile, child) != 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -626,10 +632,10 @@ static PyMethodDef core_methods[] = {
      "Start the CPU sampler with the given file filter."},
     {"stop", core_stop, METH_NOARGS, "Stop the CPU sampler and join its thread."},
     {"collect", core_collect, METH_NOARGS, "The aggregates measured so far, as plain data."},
-    {"ending_install", core_ending_install, METH_O,
-     "ending_install(write_profile)\nOn a termination signal with its default disposition, call "
+    {"ending_install", (PyCFunction)(void (*)(void))core_ending_install, METH_VARARGS | METH_KEYWORDS,
+     "ending_install(write_profile, child=False)\nOn a termination signal with its default disposition, call "
      "write_profile(signum) (from the main or the sampler thread), then die of the signal; on a "
-     "crash, one line on stderr (see csrc/ending/ending.h)."},
+     "crash, one line on stderr (see csrc/ending/ending.h), which names a child process as such."},
     {"ending_uninstall", core_ending_uninstall, METH_NOARGS,
      "Put back the signal dispositions that ending_install replaced."},
     {"ending_reinstall", core_ending_reinstall, METH_O,

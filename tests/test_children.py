@@ -255,6 +255,35 @@ subprocess.run("echo '<b>\\x1b[31m' > /dev/null", shell=True)
     assert rows[2]["command"][:2] == ["/bin/sh", "-c"] and "\x1b" in rows[2]["command"][2]
 
 
+def test_a_crashed_child_is_named_and_listed(profile_program):
+    """A multiprocessing child dies of SIGSEGV and the parent carries on: the
+    line on stderr names the child (its pid) and its own profile, not the run's,
+    as lost; the run's profile is written, and its row says what it died of.
+    Before: "the program crashed (SIGSEGV): the profile is lost", above a
+    profile that was written, and a row that said "still running ... or
+    killed"."""
+    source = """
+import ctypes, multiprocessing as mp, sys
+
+def bad():
+    ctypes.string_at(0)
+
+if __name__ == "__main__":
+    p = mp.Process(target=bad)
+    p.start()
+    p.join()
+    print("exit code", p.exitcode)
+"""
+    p = profile_program(source, options=["--cpu-only"])
+    assert p.proc.stdout == "exit code -11\n", p.proc.stderr
+    rows = p.profile["processes"]
+    crashed = [r for r in rows if r["exit_status"] == 128 + 11]
+    assert len(crashed) == 1 and crashed[0]["note"] == "no profile: it died of SIGSEGV", rows
+    said = [line for line in p.proc.stderr.splitlines() if "crashed" in line]
+    assert said == [f"pyrometer: the program's child process {crashed[0]['pid']} crashed (SIGSEGV): its own "
+                    f"profile is lost, a crashed process cannot write it (the run's profile lists it)"], p.proc.stderr
+
+
 def test_many_short_children_merge_quickly(profile_program):
     source = """
 import multiprocessing as mp

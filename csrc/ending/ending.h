@@ -37,8 +37,10 @@
 #define ENDING_POLL_NS 20000000ULL
 
 /* GIL held.  Installs the handlers and keeps a reference to write_profile, a
- * callable taking the signal number.  0, or -1 with an exception set. */
-int ending_install(PyObject *write_profile);
+ * callable taking the signal number; child: this process is one of the
+ * program's children (its lines on stderr say so, with its pid).  0, or -1
+ * with an exception set. */
+int ending_install(PyObject *write_profile, int child);
 /* GIL held.  Puts back the dispositions that ours replaced, where ours are still
  * installed, and drops write_profile. */
 void ending_uninstall(void);

@@ -385,7 +385,7 @@ class ChildSession:
                     program=s.get("program", []), gpu=self._gpu(),
                     start_off=int(s.get("start_off", False)) if start_off is None else start_off,
                     control_file=os.path.join(s["run_dir"], CONTROL_FILE))
-        _core.ending_install(self._on_termination_signal)
+        _core.ending_install(self._on_termination_signal, child=True)
         from . import focus
         focus.install_builtin()  # a profiled child is the program too: its @profile counts
         self.endings = Endings(self.write, _core.ending_signal, _core.ending_reinstall, _core.ending_die)
@@ -818,7 +818,7 @@ def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: fl
         if key in finished:
             continue
         images.add(record.get("pid", 0))
-        add_row(_row(record, profiled=True, note="no profile: still running when the run ended, or killed"))
+        add_row(_row(record, profiled=True, note=NO_PROFILE))
     for pid, command, status in spawned:
         if pid in images:
             continue
@@ -830,9 +830,22 @@ def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: fl
     for row in table:
         if row["exit_status"] is None and row["pid"] in reaped and row is not top:
             row["exit_status"] = reaped[row["pid"]]
+        if row["note"] == NO_PROFILE and isinstance(row["exit_status"], int) and row["exit_status"] > 128:
+            row["note"] = f"no profile: it died of {_signal_name(row['exit_status'] - 128)}"
     if count > len(table):
         notes.add(f"{count:,} processes: the process table lists the first {len(table):,}")
     return merger.result(), table, count, sorted(notes)
+
+
+# A child that started profiled and wrote no profile, its end not known.
+NO_PROFILE = "no profile: still running when the run ended, or killed"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name  # SIGSEGV: it crashed; SIGKILL: it was killed
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _row(record: dict[str, Any], profiled: bool, note: str | None = None) -> dict[str, Any]:
