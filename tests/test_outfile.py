@@ -221,3 +221,31 @@ def test_json_layout_reads_back_as_json_dumps_would_write_it(tmp_path, groundtru
         assert json.loads(render(value)) == json.loads(json.dumps(value))
     with pytest.raises(ValueError):
         render({"files": {"x": {"lines": [{"n": float("nan")}]}}})
+
+
+def test_a_program_that_closes_its_stdout_gets_the_report_on_stderr(tmp_path, groundtruth_dir):
+    """The text report goes to standard output; a program that closed the
+    descriptor itself (os.close(1)) gets it on stderr, and the run's exit status
+    stays the program's.  Before: "cannot write the report: [Errno 9] Bad file
+    descriptor", no report, and exit status 1 for a program that exited 0."""
+    prog = tmp_path / "closes.py"
+    prog.write_text("import os, sys\nprint('before', flush=True)\nos.close(1)\nsys.exit(0)\n")
+    proc = pyrometer(["--cpu-only", prog], tmp_path, groundtruth_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "before\n"
+    assert "cannot write" not in proc.stderr and "closes.py" in proc.stderr, proc.stderr
+
+
+def test_a_report_that_cannot_be_written_keeps_the_programs_status(tmp_path, groundtruth_dir):
+    """--outfile's directory was there at the start (checked then) and the
+    program removed it: the failure is said on stderr, and the exit status is
+    still the program's (3 here, 0 below), not pyrometer's."""
+    out_dir = tmp_path / "reports"
+    for status in (3, 0):
+        out_dir.mkdir()
+        prog = tmp_path / "removes.py"
+        prog.write_text(f"import shutil, sys\nshutil.rmtree({str(out_dir)!r})\nprint('ran')\nsys.exit({status})\n")
+        proc = pyrometer(["--cpu-only", "--json", "--outfile", out_dir / "p.json", prog], tmp_path, groundtruth_dir)
+        assert proc.returncode == status, proc.stderr
+        assert proc.stdout == "ran\n"
+        assert "pyrometer: error: cannot write the report" in proc.stderr, proc.stderr

@@ -25,11 +25,26 @@ def _error(message: str, status: int = 2) -> int:
 
 
 def _report_stream():
-    """The program may have replaced or closed sys.stdout; report to the real one."""
+    """The program may have replaced or closed sys.stdout, or closed its
+    descriptor (os.close(1)); report to the real one, else to stderr."""
     for stream in (sys.stdout, sys.__stdout__, sys.stderr):
-        if stream is not None and not getattr(stream, "closed", False):
+        if stream is not None and not getattr(stream, "closed", False) and _descriptor_open(stream):
             return stream
     return None
+
+
+def _descriptor_open(stream) -> bool:
+    """Whether the stream's descriptor is still open (one without a descriptor,
+    an io.StringIO the program put there: yes)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return True
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def report_path(fmt: str, outfile: str | None, periodic: bool = False,
@@ -360,8 +375,10 @@ def _profile(options: Options) -> int:
         # of nothing would only bury that (periodic reports end unwritten).
         if writer is not None:
             writer.stop()
-    elif not write_profile(outcome.status, "exit") and outcome.status == 0:
-        outcome.status = 1
+    else:
+        # A report that could not be written is said on stderr (_write); the
+        # run's exit status stays the program's, which scripts and CI act on.
+        write_profile(outcome.status, "exit")
     if run is not None:
         run.remove()
     _core.ending_uninstall()
