@@ -70,22 +70,32 @@ memhooks_thread *pyrometer_memhooks_thread(void);
 /* The watch table of sampled allocations, for callers that count Python blocks
  * themselves: a free of p needs pyrometer_memhooks_unwatch(p) only when
  * memhooks_is_watched(occupied, table, p), which keeps the common free to one
- * load from a 2 KiB map of the occupied slots. */
+ * load from a 2 KiB map of the occupied slots.  An address hashes to a bucket
+ * of two slots side by side (their bits are in one word of the map): it may be
+ * watched in either. */
 #define MEMHOOKS_WATCH_BITS 14
 #define MEMHOOKS_WATCH_SLOTS (1u << MEMHOOKS_WATCH_BITS)
+/* The first slot of address's bucket (even). */
 static inline size_t memhooks_watch_slot(uintptr_t address)
 {
-    return (size_t)((address >> 4) * 0x9E3779B97F4A7C15ULL >> (64 - MEMHOOKS_WATCH_BITS));
+    return (size_t)((address >> 4) * 0x9E3779B97F4A7C15ULL >> (64 - MEMHOOKS_WATCH_BITS)) & ~(size_t)1;
 }
 static inline int memhooks_slot_occupied(const volatile uint64_t *occupied, size_t slot)
 {
     return (int)((occupied[slot / 64] >> (slot % 64)) & 1);
 }
+/* The bucket's two bits: 1 for its first slot, 2 for its second. */
+static inline unsigned memhooks_bucket_occupied(const volatile uint64_t *occupied, size_t slot)
+{
+    return (unsigned)((occupied[slot / 64] >> (slot % 64)) & 3);
+}
 static inline int memhooks_is_watched(const volatile uint64_t *occupied, const volatile uintptr_t *table,
                                       uintptr_t address)
 {
     size_t slot = memhooks_watch_slot(address);
-    return __builtin_expect(memhooks_slot_occupied(occupied, slot), 0) && table[slot] == address;
+    unsigned bits = memhooks_bucket_occupied(occupied, slot);
+    return __builtin_expect(bits != 0, 0) &&
+           (((bits & 1) && table[slot] == address) || ((bits & 2) && table[slot + 1] == address));
 }
 const volatile uintptr_t *pyrometer_memhooks_watch_table(void);
 const volatile uint64_t *pyrometer_memhooks_watch_occupied(void);

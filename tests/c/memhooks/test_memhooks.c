@@ -1382,33 +1382,31 @@ static void memhooks_failed_realloc_keeps_watch(void)
  * address, so a test can choose addresses and find ones that share a slot. */
 static char field[1 << 20];
 
-/* Finds two addresses of field that share the watch slot of field[0], by watching
- * candidates until one evicts field[0]'s token (the hash stays the library's). */
-static int find_slot_mates(char **first, char **second)
+/* Addresses of field in the bucket of field[0] (memhooks.h's hash, the
+ * library's): a filler, taken second, the slot after field[0]'s; y, which
+ * then evicts field[0]'s sample (equal weights: the way the address's bit 5
+ * names, 0 here); and z, any other. */
+static int find_bucket_mates(char **filler, char **first, char **second)
 {
-    char *found[2] = {NULL, NULL};
-    for (int n = 0; n < 2; n++) {
-        if (session_start(1, MiB) != 0) {
-            return 0;
+    size_t home = memhooks_watch_slot((uintptr_t)field);
+    *filler = *first = *second = NULL;
+    for (size_t off = 16; off < sizeof field; off += 16) {
+        char *c = field + off;
+        if (memhooks_watch_slot((uintptr_t)c) != home) {
+            continue;
         }
-        watch_mine = 1;
-        api.sample_python(16, field);
-        uintptr_t home = atomic_load(&rec.next_token);
-        for (size_t off = 16; off < sizeof field && found[n] == NULL; off += 16) {
-            if (field + off == found[0]) {
-                continue;
-            }
-            api.sample_python(16, field + off);
-            if (atomic_load(&rec.token_evicted[home]) != 0) {
-                found[n] = field + off;
-            }
+        if (*filler == NULL) {
+            *filler = c;
+        } else if (*first == NULL && (((uintptr_t)c >> 5) & 1) == 0) {
+            *first = c;
+        } else if (*second == NULL && c != *first) {
+            *second = c;
         }
-        watch_mine = 0;
-        api.stop();
+        if (*filler != NULL && *first != NULL && *second != NULL) {
+            return 1;
+        }
     }
-    *first = found[0];
-    *second = found[1];
-    return found[0] != NULL && found[1] != NULL;
+    return 0;
 }
 
 static char *racing_address;
@@ -1426,6 +1424,40 @@ static void *watch_when_paused(void *arg)
     return NULL;
 }
 
+/* A bucket holds two blocks; when it is full, the lighter one gives way, and a
+ * sample lighter than both is not watched (its own token is told "evicted").
+ * With one slot per address, a run of small samples evicted a long-lived
+ * 6.4 MB block, whose bytes then counted as live at the end though it was
+ * freed. */
+static void memhooks_watch_bucket_keeps_the_heavier_blocks(void)
+{
+    char *filler, *y, *z;
+    REQUIRE(hooks_loaded());
+    REQUIRE(find_bucket_mates(&filler, &y, &z));
+    REQUIRE(session_start(1, MiB) == 0);
+    watch_mine = 1;
+    api.sample_python(6 * MiB, field); /* token 1: heavy */
+    api.sample_python(16, filler);     /* token 2: both fit */
+    CHECK_EQ(atomic_load(&rec.evicted_calls), 0);
+    api.sample_python(32, y);          /* token 3: evicts token 2, the lighter */
+    CHECK_EQ(atomic_load(&rec.token_evicted[2]), 1);
+    CHECK_EQ(atomic_load(&rec.token_evicted[1]), 0);
+    api.sample_python(16, z);          /* token 4: lighter than both, not watched */
+    CHECK_EQ(atomic_load(&rec.token_evicted[4]), 1);
+    CHECK_EQ(atomic_load(&rec.token_evicted[1]) + atomic_load(&rec.token_evicted[3]), 0);
+    watch_mine = 0;
+    char *blocks[] = {field, y};
+    for (int i = 0; i < 2; i++) {
+        freeing = blocks[i];
+        api.unwatch(blocks[i]);
+    }
+    freeing = NULL;
+    CHECK_EQ(atomic_load(&rec.token_freed[1]), 1);
+    CHECK_EQ(atomic_load(&rec.token_freed[3]), 1);
+    CHECK_EQ(atomic_load(&rec.misattributed), 0);
+    api.stop();
+}
+
 /* A sample's watch changes a slot's address and token in separate steps, and calls
  * the eviction callback between them.  Another thread watching an address of the
  * same slot meanwhile has its token overwritten: never told "freed" or "evicted"
@@ -1434,28 +1466,30 @@ static void *watch_when_paused(void *arg)
  * cannot be forced from outside, but a stress run shows it. */
 static void memhooks_watch_slot_changes_are_atomic(void)
 {
-    char *y, *z;
+    char *filler, *y, *z;
     REQUIRE(hooks_loaded());
-    REQUIRE(find_slot_mates(&y, &z));
+    REQUIRE(find_bucket_mates(&filler, &y, &z));
     REQUIRE(session_start(1, MiB) == 0);
     racing_address = z;
     pthread_t other; /* started first: what pthread_create allocates gets no token */
     REQUIRE(pthread_create(&other, NULL, watch_when_paused, NULL) == 0);
     watch_mine = 1;
-    api.sample_python(16, field); /* token 1 */
+    api.sample_python(16, field); /* token 1, the bucket's first slot */
+    api.sample_python(16, filler); /* token 2: the bucket is full */
     atomic_store(&pause_on_evicting, 1);
-    api.sample_python(16, y); /* token 2 evicts token 1; the callback waits for z's watch */
+    api.sample_python(16, y); /* token 3 evicts token 1; the callback waits for z's watch */
     watch_mine = 0;
     pthread_join(other, NULL);
     CHECK(atomic_load(&paused) && atomic_load(&resumed));
-    freeing = y;
-    api.unwatch(y); /* as the Python wrapper frees a block */
-    freeing = z;
-    api.unwatch(z);
+    char *blocks[] = {filler, y, z};
+    for (int i = 0; i < 3; i++) {
+        freeing = blocks[i];
+        api.unwatch(blocks[i]); /* as the Python wrapper frees a block */
+    }
     freeing = NULL;
     api.stop();
-    CHECK_EQ(atomic_load(&rec.next_token), 3);
-    for (uintptr_t k = 1; k <= 3; k++) {
+    CHECK_EQ(atomic_load(&rec.next_token), 4);
+    for (uintptr_t k = 1; k <= 4; k++) {
         int told = atomic_load(&rec.token_freed[k]) + atomic_load(&rec.token_evicted[k]);
         if (told != 1) {
             unit_fail(__FILE__, __LINE__, "token %lu told %d times", (unsigned long)k, told);
@@ -1534,6 +1568,7 @@ static const unit_test memhooks_tests[] = {
     UNIT_TEST(memhooks_errno_survives_samples),
     UNIT_TEST(memhooks_failed_realloc_keeps_watch),
     UNIT_TEST(memhooks_watch_slot_changes_are_atomic),
+    UNIT_TEST(memhooks_watch_bucket_keeps_the_heavier_blocks),
     UNIT_TEST(memhooks_stop_waits_for_running_callbacks),
     {NULL, NULL, NULL},
 };
