@@ -324,3 +324,34 @@ def test_nearest_marker_sets_each_budget(tmp_path):
     limits = {t["nodeid"].split("::")[-1]: t["limits"] for t in json.loads((tmp_path / "s.json").read_text())["tests"]}
     assert limits == {"test_inner": {"cpu_seconds": 50.0, "memory_mb": 300.0, "allocated_mb": 700.0},
                       "test_outer": {"cpu_seconds": 100.0, "allocated_mb": 700.0}}
+
+
+SLEEP_AND_CHURN = """
+import time
+
+def test_churn():
+    s = 0
+    for i in range(2_000_000): s += i  # churn line
+
+def test_sleep():
+    time.sleep(0.3)  # sleep line
+"""
+
+
+def test_a_tests_lines_agree_with_its_own_figures(tmp_path):
+    """A line's peak is never above its test's (a line of short-lived ints had
+    one 1 MiB sample live at a time, and read "1.0 MB peak" under a test whose
+    peak was 0.0 MB); a sleeping test's line shows the system time its test
+    shows (it read "0.000 s" under "system 0.200 s")."""
+    run = run_suite(tmp_path, "--pyrometer", "--pyrometer-summary", "summary.json", suite=SLEEP_AND_CHURN)
+    assert run.status == 0, run.out
+    summary = json.loads((tmp_path / "summary.json").read_text())["tests"]
+    tests = {t["nodeid"].split("::")[1]: t for t in summary}
+    churn = tests["test_churn"]
+    assert all(t["peak_mb"] <= churn["peak_mb"] + 1e-9 for t in churn["top_memory"]), churn
+    sleep_line = f"test_suite.py:{_line_of(SLEEP_AND_CHURN, '# sleep line')}"
+    sleep = tests["test_sleep"]
+    assert sleep["system_sec"] >= 0.25 and sleep["top_cpu"][0]["where"] == sleep_line, sleep
+    assert sleep["top_cpu"][0]["system_sec"] >= 0.25, sleep
+    assert re.search(rf"^\s+{re.escape(sleep_line)}  0\.\d{{3}} s  system 0\.[23]\d\d s  time\.sleep", run.out,
+                     re.M), run.out

@@ -148,11 +148,19 @@ class _Memory:
         watched = self.watched - self.evicted
         return 1.0 - (self.freed + 1) / (watched + 2) if watched >= 0 else 0.0
 
-    def fields(self, activity: float, elapsed: float) -> dict[str, Any]:
+    def fields(self, activity: float, elapsed: float, memory: dict[str, Any] | None = None) -> dict[str, Any]:
+        """memory: the run's memory figures, whose peak footprint bounds the
+        line's own peak: samples weigh a window each, so a line of short-lived
+        small objects that had one sample live at a time read 1.0 MB of peak in
+        a test whose footprint never grew (but never below its growth: what is
+        live at the end was live at once)."""
+        peak = max(self.peak, self.net, 0)
+        if memory:
+            peak = min(peak, max(memory["max_footprint_bytes"], self.net, 0))
         return {
             "n_malloc_mb": self.alloc / MB,
             "n_python_fraction": self.python / self.alloc if self.alloc else 0.0,
-            "n_peak_mb": max(self.peak, self.net, 0) / MB,  # what is live at the end was live at once
+            "n_peak_mb": peak / MB,
             "n_growth_mb": self.net / MB,
             "n_avg_mb": self.alloc / MB / self.mallocs if self.mallocs else 0.0,
             "n_mallocs": self.mallocs,
@@ -379,7 +387,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
                 entry.update(per_line_gpu.get(lineno, _NO_GPU).fields(gpu_total, gpu_kernels))
             if memory:
                 m = per_line_mem.get(lineno, _NO_MEMORY)
-                entry.update(m.fields(activity, elapsed))
+                entry.update(m.fields(activity, elapsed, memory))
                 likelihood = m.leak_likelihood()
                 if (leak_detector and footprint_grew and m.net > 0 and m.watched - m.evicted >= LEAK_MIN_SAMPLES
                         and likelihood >= LEAK_LIKELIHOOD):
@@ -404,7 +412,8 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
                 entry.update(gpu_functions.get(filename, {}).get((qualname, firstlineno), _NO_GPU)
                              .fields(gpu_total, gpu_kernels))
             if memory:
-                entry.update(mem_functions[filename].get((qualname, firstlineno), _NO_MEMORY).fields(activity, elapsed))
+                entry.update(mem_functions[filename].get((qualname, firstlineno), _NO_MEMORY)
+                             .fields(activity, elapsed, memory))
             if not reduced or _significant(entry, threshold, malloc_threshold):
                 function_entries.append(entry)
         file_total = _Sums()
@@ -502,7 +511,7 @@ def _hidden_entries(filename: str, per_line: dict, per_line_mem: dict, per_line_
         if gpu_used:
             entry.update(per_line_gpu.get(lineno, _NO_GPU).fields(gpu_total))
         if memory:
-            entry.update(per_line_mem.get(lineno, _NO_MEMORY).fields(activity, elapsed))
+            entry.update(per_line_mem.get(lineno, _NO_MEMORY).fields(activity, elapsed, memory))
         out.append((filename, entry))
     return out
 

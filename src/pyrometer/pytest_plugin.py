@@ -373,9 +373,9 @@ def summary(profile: dict[str, Any], limits: dict[str, float], memory: bool) -> 
         "python_sec": cpu["python"], "native_sec": cpu["native"], "system_sec": cpu["system"],
         "peak_mb": profile["max_footprint_mb"] if memory else None,
         "allocated_mb": profile["allocated_mb"] if memory else None,
-        "top_cpu": [{"where": _where(f, n), "cpu_sec": v, "python_sec": e["n_cpu_python_sec"],
+        "top_cpu": [{"where": _where(f, n), "cpu_sec": _line_cpu(e), "python_sec": e["n_cpu_python_sec"],
                      "native_sec": e["n_cpu_native_sec"], "system_sec": e["n_sys_sec"], "line": e["line"].strip()}
-                    for v, f, n, e in _top(profile, _line_cpu)],
+                    for v, f, n, e in _top(profile, lambda e: _line_cpu(e) + e["n_sys_sec"])],
         "top_memory": [{"where": _where(f, n), "peak_mb": e["n_peak_mb"], "allocated_mb": e["n_malloc_mb"],
                         "line": e["line"].strip()}
                        for v, f, n, e in _top(profile, lambda e: max(e["n_peak_mb"], e["n_malloc_mb"]))]
@@ -431,7 +431,11 @@ def summary_lines(results: list[dict[str, Any]], memory: bool, notices: list[str
             head += "  OVER BUDGET"
         out.append(head)
         for t in r["top_cpu"]:
-            out.append(f"    {t['where']}  {t['cpu_sec']:.3f} s  {t['line'][:60]}")
+            # A line's system time too (a sleep, I/O), as the test's line above
+            # says the test's: a sleeping test's line read "0.000 s" under
+            # "system 0.200 s".
+            waited = f"  system {t['system_sec']:.3f} s" if t.get("system_sec", 0.0) >= 0.0005 else ""
+            out.append(f"    {t['where']}  {t['cpu_sec']:.3f} s{waited}  {t['line'][:60]}")
         for t in r["top_memory"]:
             out.append(f"    {t['where']}  {t['peak_mb']:.1f} MB peak  {t['allocated_mb']:.1f} MB allocated  "
                        f"{t['line'][:60]}")
