@@ -523,3 +523,7 @@ def test_idle_event_loop_is_system(profile_program):
     assert v["evidence"]["event_loop_idle_sec"] > 0.5 * run.profile["elapsed_time_sec"], _describe(run)
     assert v["lines"][0]["lineno"] == run.lineno("@await"), _describe(run)
     assert "idle event loops" in v["summary"], _describe(run)
+    # Not "System time bounds this run" above a header that says system 0.000 s:
+    # the idle loop is in no share of the profile, and the words say it waits.
+    assert v["summary"].startswith("Waiting bounds this run: "), _describe(run)
+    assert run.profile["cpu_time_sec"]["system"] < 0.1 * run.profile["elapsed_time_sec"], _describe(run)

@@ -307,9 +307,18 @@ def _summary(bound: str, share: dict[str, float], cpu_wait: float, cpu_share: fl
     elif bound == "native_cpu":
         head = f"Native CPU bounds this run: {_pct(share['native'])} {of_time} is in native code{on}."
     elif bound == "system":
-        where = "system calls (sleep, I/O, locks)" + (
-            " and idle event loops" if evidence["event_loop_idle_sec"] >= 0.05 * evidence["judged_time_sec"] else "")
-        head = f"System time bounds this run: {_pct(share['system'])} {of_time} is spent off CPU in {where}{on}."
+        judged = evidence["judged_time_sec"]
+        idle = 100.0 * evidence["event_loop_idle_sec"] / judged if judged > 0 else 0.0  # percent, as share
+        if idle >= share["system"] / 2:
+            # Mostly an idle event loop: not system time, which the header
+            # says apart (an asyncio program read "System time bounds this
+            # run" above "system 0.000 s").
+            calls = " and system calls" if share["system"] - idle >= 5 else ""
+            head = (f"Waiting bounds this run: {_pct(share['system'])} {of_time} is spent off CPU, mostly in "
+                    f"idle event loops (coroutines awaiting sleeps, I/O or other tasks){calls}{on}.")
+        else:
+            where = "system calls (sleep, I/O, locks)" + (" and idle event loops" if idle >= 5 else "")
+            head = f"System time bounds this run: {_pct(share['system'])} {of_time} is spent off CPU in {where}{on}."
     elif bound == "gil_wait":
         head = f"Waiting for the GIL bounds this run: threads wait for it {_pct(share['gil_wait'])} {of_time}{on}."
     elif bound == "cpu_wait":
