@@ -222,10 +222,6 @@ static int slot_lock(size_t slot)
     return 0;
 }
 
-/* evict: whether a block watched in the same slot gives way (a sample's
- * block: the newer sample wins); without it, an occupied slot leaves the new
- * watch out (told "evicted" at once), so that following an object that is not
- * a sample (code_life's code objects) never costs a sample its fate. */
 /* Whether a slot is free for a new watch: empty, or holding no token. */
 static int slot_free(size_t slot)
 {
@@ -260,6 +256,10 @@ static long choose_slot(size_t bucket, uintptr_t address, int64_t weight, int ev
     return weight < lighter ? -1 : (long)victim;
 }
 
+/* evict: whether a block watched in a full bucket gives way (a sample's block:
+ * the lighter of the two goes, choose_slot); without it, a full bucket leaves
+ * the new watch out (told "evicted" at once), so that following an object that
+ * is not a sample (code_life's code objects) never costs a sample its fate. */
 static COLD void watch(void *address, uintptr_t token, int64_t weight, int evict)
 {
     uintptr_t evicted = token; /* not watched after all */
@@ -283,8 +283,6 @@ static COLD void watch(void *address, uintptr_t token, int64_t weight, int evict
     atomic_fetch_sub(&calls_out, 1);
 }
 
-/* Stops watching address; its token (0 if it was not watched) and weight, not
- * told yet. */
 /* The slot of address's bucket that holds it, or -1 (a racy read: the lock
  * taken afterwards from that address is what counts). */
 static inline long find_slot(uintptr_t address)
@@ -303,6 +301,8 @@ static inline long find_slot(uintptr_t address)
     return -1;
 }
 
+/* Stops watching address; its token (0 if it was not watched) and weight, not
+ * told yet. */
 static inline uintptr_t unwatch_quietly(void *address, int64_t *weight)
 {
     long found = find_slot((uintptr_t)address);
