@@ -791,8 +791,7 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
     }
     S.serial++;
 
-    /* Whether any other thread of the program could have held the GIL (the
-     * sampler's own takeovers aside: main_waiting_for_cpu). */
+    /* Whether any other thread of the program could have held the GIL. */
     int program_threads = 0;
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL && program_threads < 2;
          ts = PyThreadState_Next(ts)) {
@@ -1144,27 +1143,6 @@ static void make_request(void)
     }
 }
 
-/* The sampler thread, without the GIL, when the main thread has not answered a
- * request for a whole interval: whether it was waiting for a CPU all along (a
- * busy machine) rather than blocked or in a long call.  It then answers once it
- * runs again, its wait measured as run-queue time; a takeover would only make
- * it hand over the GIL it holds, and wait to get it back, charged as a GIL wait
- * that no thread of the program caused (4 single-threaded processes on 2 cores
- * showed 0.4 s of it).  Its CPU clock stood still (less than a tenth of the
- * wait) while its run-queue wait grew by at least half of it. */
-static int main_waiting_for_cpu(uint64_t waited)
-{
-    uint64_t cpu_t0 = atomic_load(&S.request_main_cpu_ns), runq_t0 = atomic_load(&S.request_main_runq_ns);
-    if (cpu_t0 == CLOCK_UNAVAILABLE || runq_t0 == CLOCK_UNAVAILABLE || waited == 0) {
-        return 0;
-    }
-    uint64_t cpu = clock_thread_cpu_ns(S.main_tid), runq = read_runq_fd(S.main_schedstat_fd);
-    if (cpu == CLOCK_UNAVAILABLE || runq == CLOCK_UNAVAILABLE || cpu < cpu_t0 || runq < runq_t0) {
-        return 0;
-    }
-    return (cpu - cpu_t0) * 10 < waited && (runq - runq_t0) * 2 >= waited;
-}
-
 /* The sampler thread, without the GIL: a command from outside was received.  It
  * makes a request (unless one is waiting), so that the main thread acts on it
  * at its next bytecode boundary and its answer measures the time after a
@@ -1220,8 +1198,7 @@ static void *sampler_main(void *unused)
             continue;
         }
         uint64_t waited = delta(clock_wall_ns(), atomic_load(&S.request_wall_ns));
-        if (waited < (ending ? ENDING_TAKEOVER_NS : interval) || atomic_load(&S.main_reporting) ||
-            (!ending && main_waiting_for_cpu(waited))) {
+        if (waited < (ending ? ENDING_TAKEOVER_NS : interval) || atomic_load(&S.main_reporting)) {
             continue;
         }
         /* The main thread has not answered for a whole interval: it is blocked or

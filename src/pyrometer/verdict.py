@@ -115,9 +115,11 @@ def decide(run: dict[str, Any], entries: Iterable[tuple[str, dict[str, Any]]],
                "gil_wait": cpu.get("gil_wait", 0.0), "cpu_wait": cpu.get("cpu_wait", 0.0)}
     folded = (run.get("threads") or 0) <= max(1, run.get("process_count") or 1)
     if folded:
-        # One thread per process waits for no GIL: what the sampler read as GIL
-        # wait there is time off the CPU that the kernel's run-queue count missed
+        # One thread per process waits for no GIL: what was read as GIL wait
+        # there is time off the CPU that the kernel's run-queue count missed
         # (how-it-works.md, "A snapshot"), so on a busy machine it is CPU wait.
+        # The sampler counts it so itself now (cpu_window.gil_alone); this
+        # stays for profiles of older builds that pyrometer view reads.
         seconds["cpu_wait"] += seconds["gil_wait"]
         seconds["gil_wait"] = 0.0
     # CPU wait is the machine's doing: a share of the judged time.  The other
