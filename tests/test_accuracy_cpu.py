@@ -892,6 +892,49 @@ def test_freeing_before_a_sleep_is_not_the_sleeps(profile_program):
     assert freeing >= 0.05, info
 
 
+# A long instruction that checks nothing (a list's `*`, and the store that frees
+# the list before it), then a call that keeps the GIL: the request that lands in
+# the first is answered only after the second.  The first phase times the
+# operator alone (its own clock around it answers the requests, so it is not
+# the measured loop).
+OPERATOR_THEN_CALL = """
+import json, sys, time
+import _groundtruth as gt
+big = list(range(1_000_000))
+x = None
+spent = 0.0
+for _ in range(20):
+    c0 = time.thread_time()
+    x = big * 4
+    spent += time.thread_time() - c0
+    gt.spin_gil(40)
+N = 60
+for _ in range(N):
+    x = big * 4  # @operator
+    gt.spin_gil(40)  # @call
+with open(sys.argv[1], "w") as f:
+    json.dump({"operator": N * spent / 20, "call": N * 0.040}, f)
+"""
+
+
+def test_a_call_after_a_long_instruction_keeps_its_time(profile_program, tmp_path):
+    """The sampler thread looks again each time it wakes while the request
+    waits, and charges the wait from the thread's move on (halfway between the
+    looks around it) to where it moved.  Before, the whole wait went to where
+    the request found the thread: the operator's line got 97% of the two lines'
+    time, truly about 30%.  Tolerance: each line's share of the two within 0.10
+    of the truth (the looks are a sampler wake apart, 10 ms on average, against
+    16 ms operators and 40 ms calls; 0.30-0.36 seen for a truth of 0.30)."""
+    truth_file = tmp_path / "truth.json"
+    run = profile_program(OPERATOR_THEN_CALL, options=["--cpu-only"], args=[str(truth_file)])
+    truth = json.loads(truth_file.read_text())
+    info = run.describe("# @operator", "# @call") + f"\n  program's own timing: {truth}"
+    operator, call = total(run.line("# @operator")), total(run.line("# @call"))
+    share, true_share = operator / (operator + call), truth["operator"] / (truth["operator"] + truth["call"])
+    print(f"operator's share {share:.3f}, truly {true_share:.3f}")
+    assert abs(share - true_share) <= 0.10, info
+
+
 # ---------------------------------------------------------------------------
 # (j) native work in an operator, in a small function that has returned by the
 #     time the thread answers

@@ -293,9 +293,15 @@ def test_no_leak_detector_reports_no_leak(profile_program):
 # (e) a thread with no Python state
 # ---------------------------------------------------------------------------
 
+# The C thread's work takes 30-40 ms: a run that short can end before the
+# sampler's first snapshot (1 run in 60 here; CI hit it), and a file with nothing
+# charged is not in the profile.  The sleep makes the file's presence certain; it
+# allocates nothing.
 C_THREAD = """
+import time
 import _groundtruth as gt
 gt.c_thread_malloc(100 << 20, 1 << 20)  # @cthread
+time.sleep(0.1)
 print("ok")
 """
 

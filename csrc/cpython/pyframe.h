@@ -108,6 +108,12 @@ extern const pyframe_jump pyframe_back_jumps[];
  * switch, a signal).  Any thread may call this; it only stores an atomic flag. */
 void pyframe_wake_main_thread(PyInterpreterState *interp);
 
+/* Whether thread ts holds the GIL at this moment: the GIL's own lock flag and
+ * last holder, which CPython stores atomically and keeps for the interpreter's
+ * life, read without the GIL by any thread.  A moment's answer, for a thread
+ * deciding whether to wait for the GIL at all. */
+int pyframe_gil_held_by(PyInterpreterState *interp, PyThreadState *ts);
+
 /* Whether the calling thread holds the GIL (callable without it: reads only the
  * thread's own state and the GIL holder, never allocates). */
 int pyframe_gil_is_mine(void);

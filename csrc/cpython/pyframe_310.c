@@ -9,6 +9,7 @@
 
 #include <frameobject.h>
 #include <internal/pycore_interp.h>
+#include <internal/pycore_runtime.h>
 #include <pthread.h>
 #include <time.h>
 #include "../common/safe_read.h"
@@ -163,4 +164,12 @@ void pyframe_wake_main_thread(PyInterpreterState *interp)
     /* The same store CPython makes when a thread asks for the GIL: harmless to
      * other threads, which recompute the flag and carry on. */
     _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
+}
+
+int pyframe_gil_held_by(PyInterpreterState *interp, PyThreadState *ts)
+{
+    (void)interp; /* one GIL for the runtime */
+    struct _gil_runtime_state *gil = &_PyRuntime.ceval.gil;
+    return _Py_atomic_load_relaxed(&gil->locked) &&
+           (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder) == ts;
 }

@@ -9,6 +9,7 @@
 #endif
 
 #include <internal/pycore_frame.h>
+#include <internal/pycore_interp.h>
 #include "../common/safe_read.h"
 
 #include <stddef.h>
@@ -162,4 +163,10 @@ pid_t pyframe_thread_tid(PyThreadState *ts)
 void pyframe_wake_main_thread(PyInterpreterState *interp)
 {
     (void)interp; /* Py_AddPendingCall signals the main thread itself. */
+}
+
+int pyframe_gil_held_by(PyInterpreterState *interp, PyThreadState *ts)
+{
+    struct _gil_runtime_state *gil = interp->ceval.gil; /* the interpreter's, maybe shared */
+    return _Py_atomic_load_int_relaxed(&gil->locked) && _Py_atomic_load_ptr_relaxed(&gil->last_holder) == ts;
 }

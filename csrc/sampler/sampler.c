@@ -33,6 +33,10 @@
  * code that long. */
 #define NATIVE_DELAY_NS 100000ULL
 
+/* How many intervals the sampler thread waits for an answer, while the main
+ * thread holds the GIL, before it takes the GIL itself (sampler_main). */
+#define TAKEOVER_PATIENCE 4
+
 /* After a termination signal, the main thread answers a request within
  * microseconds when it runs Python; one that has not answered for this long is
  * blocked or in a call that released the GIL, and the sampler thread writes the
@@ -106,6 +110,17 @@ typedef struct {
     pyframe_peeked at;
 } thread_peek;
 
+/* Where the main thread stood at one look by the sampler thread (pyframe_peek):
+ * its standing (enum standing), its innermost frame, code and instruction, and
+ * its callers' (entry 0 the innermost; frame 0: not read).  Each field atomic:
+ * written by the sampler thread without the GIL, read by the thread answering
+ * (store_look, load_look). */
+typedef struct {
+    atomic_int standing;
+    _Atomic uintptr_t frame[1 + PYFRAME_PEEK_CALLERS], code[1 + PYFRAME_PEEK_CALLERS];
+    atomic_int lasti[1 + PYFRAME_PEEK_CALLERS];
+} stored_look;
+
 /* Set on the sampler thread while it takes a snapshot itself (its own peeks). */
 static _Thread_local int sampler_taking_over;
 
@@ -116,13 +131,21 @@ static struct {
     _Atomic uint64_t request_main_cpu_ns; /* the main thread's CPU clock at t0 */
     _Atomic uint64_t request_main_runq_ns; /* its run-queue wait at t0 (schedstat) */
     int main_schedstat_fd;                 /* the main thread's schedstat, for the sampler thread */
-    atomic_int request_standing;          /* enum standing: the main thread at t0 */
-    /* Its innermost frame, code and instruction at t0, and its callers'
-     * (pyframe_peek; entry 0 the innermost, frame 0: not read), whose line the
-     * answer charges when the frame is still there or has returned into one of
-     * them (request_position). */
-    _Atomic uintptr_t request_frame[1 + PYFRAME_PEEK_CALLERS], request_code[1 + PYFRAME_PEEK_CALLERS];
-    atomic_int request_lasti[1 + PYFRAME_PEEK_CALLERS];
+    /* Where the main thread stood at t0, whose line the answer charges when
+     * the frame is still there or has returned into one of them. */
+    stored_look request_at;
+    /* The latest look, while the request waits, that found the main thread
+     * somewhere else than the look before it (t0's or an earlier such one:
+     * second_look): where, and when on both of its clocks; moved_wall_ns 0:
+     * none yet (the next request clears it before it is made).  Written by the
+     * sampler thread under moved_seq, odd while it writes (read_move). */
+    atomic_uint moved_seq;
+    stored_look moved_at;
+    _Atomic uint64_t moved_wall_ns;
+    _Atomic uint64_t moved_main_cpu_ns;
+    /* The sampler thread's own: when its last look (or t0) found the thread
+     * where the look before it had, on both clocks. */
+    uint64_t still_wall_ns, still_main_cpu_ns;
     /* The other threads' states to peek at (written by snapshots, GIL held; read
      * by the sampler thread without it: each entry atomic, a stale or torn list
      * costs only a peek of no use), and where they stood: at the request (read
@@ -537,22 +560,66 @@ static uint64_t runq_since(thread_track *t, pid_t tid, int fresh)
     return waited;
 }
 
-/* Where the main thread stood at its request's t0 (frame 0: not known). */
-static void request_position(pyframe_peeked *at)
+static void store_look(stored_look *into, int standing, const pyframe_peeked *at)
 {
-    at->frame = atomic_load(&S.request_frame[0]);
-    at->code = atomic_load(&S.request_code[0]);
-    at->lasti = atomic_load(&S.request_lasti[0]);
+    atomic_store(&into->standing, standing);
+    for (int i = 0; i <= PYFRAME_PEEK_CALLERS; i++) {
+        pyframe_position p = peeked_position(at, i);
+        atomic_store(&into->frame[i], p.frame);
+        atomic_store(&into->code[i], p.code);
+        atomic_store(&into->lasti[i], p.lasti);
+    }
+}
+
+/* A stored look's position (frame 0: not known); returns its standing. */
+static int load_look(stored_look *from, pyframe_peeked *at)
+{
+    at->frame = atomic_load(&from->frame[0]);
+    at->code = atomic_load(&from->code[0]);
+    at->lasti = atomic_load(&from->lasti[0]);
     at->opcode = 0;
     for (int i = 0; i < PYFRAME_PEEK_CALLERS; i++) {
-        at->callers[i] = (pyframe_position){atomic_load(&S.request_frame[i + 1]), atomic_load(&S.request_code[i + 1]),
-                                            atomic_load(&S.request_lasti[i + 1])};
+        at->callers[i] = (pyframe_position){atomic_load(&from->frame[i + 1]), atomic_load(&from->code[i + 1]),
+                                            atomic_load(&from->lasti[i + 1])};
     }
+    return atomic_load(&from->standing);
+}
+
+/* Whether a look after t0, before `now`, found the main thread moved on from
+ * where t0 saw it (second_look): then *where is that look's place (read as the
+ * answer reads t0's), and the look's time is returned; else 0. */
+static uint64_t moved_on_before(PyThreadState *ts, uint64_t now, uint64_t cpu, location *where,
+                                uint64_t *moved_cpu)
+{
+    pyframe_peeked there;
+    int standing = STANDING_UNKNOWN;
+    uint64_t moved = 0;
+    /* A whole copy, or none: the sampler thread may be storing a newer look
+     * (it is preempted mid-way seldom; then this answer does without). */
+    for (int tries = 0; tries < 8; tries++) {
+        unsigned seq = atomic_load(&S.moved_seq);
+        if (seq & 1u) {
+            continue;
+        }
+        moved = atomic_load(&S.moved_wall_ns);
+        standing = load_look(&S.moved_at, &there);
+        *moved_cpu = atomic_load(&S.moved_main_cpu_ns);
+        if (atomic_load(&S.moved_seq) == seq) {
+            break;
+        }
+        moved = 0;
+    }
+    if (moved == 0 || moved >= now) {
+        return 0;
+    }
+    *where = locate(ts, 1, delta(now, moved), delta(cpu, *moved_cpu), standing, &there);
+    return where->ok ? moved : 0;
 }
 
 /* The main thread answering its own request at `now`.  Its time since it was last
  * accounted (at `last`) has two parts:
- *  - the answer delay [t0, now], measured exactly: where it was the whole time;
+ *  - the answer delay [t0, now], measured exactly: where t0 saw the thread, up
+ *    to a later look that found it moved on (moved_on_before), then there;
  *  - the time before the request, [last, t0], which is estimated: the request
  *    times form a Poisson process over the time the main thread can answer, so
  *    each answered request observes the program in proportion to the time it
@@ -598,12 +665,26 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
     double runq_share = live > 0 ? (double)live_runq / (double)live : 0.0;
 
     pyframe_peeked at;
-    request_position(&at);
-    location loc = locate(ts, 1, delay, delta(cpu, cpu_t0), atomic_load(&S.request_standing),
-                          at.frame != 0 ? &at : NULL);
-    charge(&loc, dead, dead_cpu, dead_runq, core_fraction);
+    int standing = load_look(&S.request_at, &at);
+    location loc = locate(ts, 1, delay, delta(cpu, cpu_t0), standing, at.frame != 0 ? &at : NULL);
+    location later;
+    uint64_t moved_cpu = 0;
+    uint64_t moved = moved_on_before(ts, now, cpu, &later, &moved_cpu);
+    if (moved != 0) {
+        /* The wait up to the latest look that found the thread moved on is
+         * t0's; from that look on it is where the look saw it (second_look). */
+        uint64_t early = delta(moved, dead_from);
+        uint64_t early_cpu = delta(moved_cpu, dead_cpu_from);
+        early_cpu = early_cpu > early ? early : early_cpu;
+        early_cpu = early_cpu > dead_cpu ? dead_cpu : early_cpu;
+        uint64_t early_runq = dead > 0 ? (uint64_t)((double)dead_runq * ((double)early / (double)dead)) : 0;
+        charge(&loc, early, early_cpu, early_runq, core_fraction);
+        charge(&later, dead - early, dead_cpu - early_cpu, dead_runq - early_runq, core_fraction);
+    } else {
+        charge(&loc, dead, dead_cpu, dead_runq, core_fraction);
+    }
     if (looked_meanwhile) {
-        return loc;
+        return moved != 0 ? later : loc;
     }
     /* The estimated part: one unit, on and off CPU in the proportion measured for
      * the state it observed.  The unit's length is the measured time before
@@ -642,7 +723,7 @@ static location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t 
                                   core_fraction);
         }
     }
-    return loc;
+    return moved != 0 ? later : loc; /* where the thread is now */
 }
 
 /* The sampler thread looking at a main thread that has not answered the
@@ -660,7 +741,7 @@ static location charge_main_away(PyThreadState *ts, uint64_t cpu, uint64_t wall,
 {
     location here = locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL);
     pyframe_peeked at;
-    request_position(&at);
+    int standing = load_look(&S.request_at, &at);
     location then = here;
     if (used > 0 && at.frame != 0) {
         then = locate(ts, 0, 0, 0, STANDING_UNKNOWN, &at);
@@ -669,7 +750,6 @@ static location charge_main_away(PyThreadState *ts, uint64_t cpu, uint64_t wall,
         charge(&here, wall, used, runq, core_fraction);
         return here;
     }
-    int standing = atomic_load(&S.request_standing);
     if (standing == STANDING_IN_CALL) {
         then.native = 1;
     } else if (standing == STANDING_PYTHON) {
@@ -1125,22 +1205,64 @@ static void make_request(void)
      * 100 us native threshold: up to 27% of a pure-Python line read as native. */
     atomic_store(&S.request_main_runq_ns, read_runq_fd(S.main_schedstat_fd));
     pyframe_peeked at = {.lasti = -1}; /* frame 0: no position (only a full peek sets it) */
-    atomic_store(&S.request_standing, main_standing(&at));
-    for (int i = 0; i <= PYFRAME_PEEK_CALLERS; i++) {
-        pyframe_position p = peeked_position(&at, i);
-        atomic_store(&S.request_frame[i], p.frame);
-        atomic_store(&S.request_code[i], p.code);
-        atomic_store(&S.request_lasti[i], p.lasti);
-    }
+    store_look(&S.request_at, main_standing(&at), &at);
+    atomic_store(&S.moved_wall_ns, 0);
     peek_threads(S.request_peeks);
     atomic_store(&S.request_wall_ns, clock_wall_ns());
     atomic_store(&S.request_main_cpu_ns, clock_thread_cpu_ns(S.main_tid));
+    S.still_wall_ns = atomic_load(&S.request_wall_ns);
+    S.still_main_cpu_ns = atomic_load(&S.request_main_cpu_ns);
     atomic_store(&S.request_pending, 1);
     if (Py_AddPendingCall(answer_request, NULL) != 0) {
         atomic_store(&S.request_pending, 0); /* queue full: try at the next tick */
     } else {
         pyframe_wake_main_thread(S.interp);
     }
+}
+
+/* The sampler thread, without the GIL, each time it wakes while the main
+ * thread's request waits: whether the thread has moved on since the last look
+ * (t0's, or the latest that found it moved).  A thread running bytecode
+ * answers at its next eval-breaker check, so one that has not answered and
+ * stands elsewhere went on through instructions that check nothing (a list's
+ * `*`, a store that frees a large list) and perhaps into a call that keeps it;
+ * or t0 caught the end of the call before, when the sampler thread lost its
+ * CPU between its peek and t0.  Without these looks the whole wait went to
+ * t0's line: a 1.5 s call holding the GIL was charged, once in CI, to the line
+ * before it, and a loop of `x = big * 4` (16 ms) and a 40 ms call gave the
+ * first line 3.5 s of 3.6.  The move is placed halfway between this look and
+ * the one before, which found the thread still where it was (the unbiased
+ * place for a move at an unknown moment in between); the time from there on
+ * is where this look saw the thread, the time before stays t0's
+ * (charge_main_answer). */
+static void second_look(void)
+{
+    if (!S.peek_available || atomic_load(&S.request_at.frame[0]) == 0) {
+        return;
+    }
+    pyframe_peeked at = {.lasti = -1};
+    int standing = main_standing(&at);
+    uint64_t cpu = clock_thread_cpu_ns(S.main_tid);
+    uint64_t now = clock_wall_ns();
+    if (at.frame == 0 || cpu == CLOCK_UNAVAILABLE) {
+        return;
+    }
+    stored_look *last = atomic_load(&S.moved_wall_ns) != 0 ? &S.moved_at : &S.request_at;
+    if (at.frame == atomic_load(&last->frame[0]) && at.code == atomic_load(&last->code[0]) &&
+        at.lasti == atomic_load(&last->lasti[0])) {
+        S.still_wall_ns = now; /* still where the last look saw it */
+        S.still_main_cpu_ns = cpu;
+        return;
+    }
+    uint64_t move_wall = S.still_wall_ns + delta(now, S.still_wall_ns) / 2;
+    uint64_t move_cpu = S.still_main_cpu_ns + delta(cpu, S.still_main_cpu_ns) / 2;
+    atomic_fetch_add(&S.moved_seq, 1u); /* odd: being written */
+    store_look(&S.moved_at, standing, &at);
+    atomic_store(&S.moved_main_cpu_ns, move_cpu);
+    atomic_store(&S.moved_wall_ns, move_wall);
+    atomic_fetch_add(&S.moved_seq, 1u);
+    S.still_wall_ns = now;
+    S.still_main_cpu_ns = cpu;
 }
 
 /* The sampler thread, without the GIL: a command from outside was received.  It
@@ -1197,8 +1319,24 @@ static void *sampler_main(void *unused)
             make_request();
             continue;
         }
+        if (!ending) {
+            second_look();
+        }
         uint64_t waited = delta(clock_wall_ns(), atomic_load(&S.request_wall_ns));
         if (waited < (ending ? ENDING_TAKEOVER_NS : interval) || atomic_load(&S.main_reporting)) {
+            continue;
+        }
+        if (!ending && waited < TAKEOVER_PATIENCE * interval && pyframe_gil_held_by(S.interp, S.main_ts)) {
+            /* The main thread holds the GIL (a long call that keeps it, or one
+             * instruction's long work): taking it would wait for the answer,
+             * and with it the looks that follow where the thread goes.  The
+             * request is signalled again instead: another thread's GIL
+             * handover recomputes the eval breaker without pending calls
+             * (pyframe_wake_main_thread), and the attempt to take the GIL,
+             * whose drop request raised it again, is not made.  Past
+             * TAKEOVER_PATIENCE intervals the sampler thread takes it anyway,
+             * whatever the reason the answer is late. */
+            pyframe_wake_main_thread(S.interp);
             continue;
         }
         /* The main thread has not answered for a whole interval: it is blocked or
