@@ -138,7 +138,7 @@ static struct {
      * somewhere else than the look before it (t0's or an earlier such one:
      * second_look): where, and when on both of its clocks; moved_wall_ns 0:
      * none yet (the next request clears it before it is made).  Written by the
-     * sampler thread under moved_seq, odd while it writes (read_move). */
+     * sampler thread under moved_seq, odd while it writes (moved_on_before). */
     atomic_uint moved_seq;
     stored_look moved_at;
     _Atomic uint64_t moved_wall_ns;
@@ -560,6 +560,7 @@ static uint64_t runq_since(thread_track *t, pid_t tid, int fresh)
     return waited;
 }
 
+/* Keeps a look (the sampler thread's). */
 static void store_look(stored_look *into, int standing, const pyframe_peeked *at)
 {
     atomic_store(&into->standing, standing);
@@ -585,9 +586,10 @@ static int load_look(stored_look *from, pyframe_peeked *at)
     return atomic_load(&from->standing);
 }
 
-/* Whether a look after t0, before `now`, found the main thread moved on from
- * where t0 saw it (second_look): then *where is that look's place (read as the
- * answer reads t0's), and the look's time is returned; else 0. */
+/* Whether a look after t0 found the main thread moved on from where t0 saw it
+ * (second_look), at a moment before `now`: then *where is the place that look
+ * saw (read as the answer reads t0's), *moved_cpu the main thread's CPU clock
+ * at the move, and the move's time is returned; else 0. */
 static uint64_t moved_on_before(PyThreadState *ts, uint64_t now, uint64_t cpu, location *where,
                                 uint64_t *moved_cpu)
 {
