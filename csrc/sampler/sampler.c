@@ -1230,9 +1230,9 @@ static void make_request(void)
  * `*`, a store that frees a large list) and perhaps into a call that keeps it;
  * or t0 caught the end of the call before, when the sampler thread lost its
  * CPU between its peek and t0.  Without these looks the whole wait went to
- * t0's line: a 1.5 s call holding the GIL was charged, once in CI, to the line
- * before it, and a loop of `x = big * 4` (16 ms) and a 40 ms call gave the
- * first line 3.5 s of 3.6.  The move is placed halfway between this look and
+ * t0's line: a loop of `x = big * 4` (16 ms) and a 40 ms call gave the first
+ * line 3.5 s of 3.6 (and once in CI a 1.5 s call holding the GIL got nothing
+ * on its line, most likely this way).  The move is placed halfway between this look and
  * the one before, which found the thread still where it was (the unbiased
  * place for a move at an unknown moment in between); the time from there on
  * is where this look saw the thread, the time before stays t0's
