@@ -411,7 +411,10 @@ def test_too_brief_program(tmp_path, run_pyrometer):
     proc = run_pyrometer(["prog.py"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("quick\n")
-    assert re.search(r"too (brief|short)", proc.stdout), f"no 'too brief' note:\n{proc.stdout}"
+    # No sample at all, as a rule ("too brief"); the sampler's first wake is
+    # exponential, so now and then one lands in the 4 ms (CI: 1 sample, "Only 1
+    # samples were taken").  Either note says the profile is thin.
+    assert re.search(r"too (brief|short)|Only \d+ samples? w", proc.stdout), f"no 'too brief' note:\n{proc.stdout}"
     assert proc.stderr == ""
 
 
