@@ -443,7 +443,8 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
             + (" (what memory sampling saw is below)." if profile.get("memory") else ".")
             + " A lower --cpu-sampling-rate or a longer run gives a profile.", YELLOW)
     elif samples < FEW_SAMPLES:
-        add(f"Only {samples} samples were taken: the percentages below are rough.", YELLOW)
+        taken = "1 sample was" if samples == 1 else f"{samples} samples were"
+        add(f"Only {taken} taken: the percentages below are rough.", YELLOW)
     if profile.get("gpu"):
         for line in _gpu_header(profile):
             add(line)
