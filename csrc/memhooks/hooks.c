@@ -42,6 +42,15 @@ static struct {
 
 static atomic_int resolve_state; /* 0: not started, 1: in progress, 2: done */
 
+/* memcpy and memmove, the busiest of the interposed calls, reach their real
+ * functions through these, which hold plain_copy until resolve() has the real
+ * ones: so a copy tests nothing about resolution (a relaxed load is a plain
+ * mov).  Atomic because resolve() may store while another thread copies. */
+typedef void *(*copy_fn)(void *, const void *, size_t);
+static void *plain_copy(void *dst, const void *src, size_t n);
+static _Atomic(copy_fn) copy_memcpy = plain_copy;
+static _Atomic(copy_fn) copy_memmove = plain_copy;
+
 static EARLY void resolve(void)
 {
     int expected = 0;
@@ -51,6 +60,12 @@ static EARLY void resolve(void)
 #define HOOKED(name, ret, args) real.name = (name##_fn)dlsym(RTLD_NEXT, #name);
 #include "hooks_list.h"
 #undef HOOKED
+    if (real.memcpy != NULL) {
+        atomic_store_explicit(&copy_memcpy, (copy_fn)real.memcpy, memory_order_relaxed);
+    }
+    if (real.memmove != NULL) {
+        atomic_store_explicit(&copy_memmove, (copy_fn)real.memmove, memory_order_relaxed);
+    }
     atomic_store_explicit(&resolve_state, 2, memory_order_release);
 }
 
@@ -207,19 +222,43 @@ static COLD void tell(uintptr_t token, int evicted, int64_t weight)
     atomic_fetch_sub(&calls_out, 1);
 }
 
-/* Takes a slot's lock; 0 when another thread held it all along. */
-static int slot_lock(size_t slot)
+/* Takes a slot's lock; 0 when another thread held it all along.  *held: the
+ * address the slot held (0: none). */
+static int slot_lock(size_t slot, uintptr_t *held)
 {
     uintptr_t seen = atomic_load_explicit(&watch_address[slot], memory_order_relaxed);
     for (int i = 0; i < SLOT_TRIES; i++) {
         if (seen != SLOT_BUSY &&
             atomic_compare_exchange_weak_explicit(&watch_address[slot], &seen, SLOT_BUSY,
                                                   memory_order_acquire, memory_order_relaxed)) {
+            *held = seen;
             return 1;
         }
         seen = atomic_load_explicit(&watch_address[slot], memory_order_relaxed);
     }
     return 0;
+}
+
+/* The watch count of the pymalloc region's span holding address
+ * (pymalloc_arenas.h), which Python's free tests instead of this table: raised
+ * before a watch of the address is published, lowered after one is taken out,
+ * so that it is never below the number of watched blocks there.  Addresses
+ * outside the region have none. */
+static void span_watched(uintptr_t address, int more)
+{
+    pymalloc_arena_map *m = pymalloc_arenas_map();
+    if (m == NULL || address == 0 || address == SLOT_BUSY) {
+        return;
+    }
+    _Atomic uint16_t *count = pymalloc_span_watches(m, address);
+    if (count == NULL) {
+        return;
+    }
+    if (more) {
+        atomic_fetch_add_explicit(count, 1, memory_order_relaxed);
+    } else {
+        atomic_fetch_sub_explicit(count, 1, memory_order_relaxed);
+    }
 }
 
 /* Whether a slot is free for a new watch: empty, or holding no token. */
@@ -271,13 +310,16 @@ static COLD void watch(void *address, uintptr_t token, int64_t weight, int evict
                                                                weight, evict)
                                                  : -1;
     size_t slot = chosen >= 0 ? (size_t)chosen : 0;
-    if (chosen >= 0 && slot_lock(slot)) {
+    uintptr_t held = 0;
+    if (chosen >= 0 && slot_lock(slot, &held)) {
         evicted = atomic_load_explicit(&watch_token[slot], memory_order_relaxed);
         evicted_weight = atomic_load_explicit(&watch_weight[slot], memory_order_relaxed);
         atomic_store_explicit(&watch_token[slot], token, memory_order_relaxed);
         atomic_store_explicit(&watch_weight[slot], weight, memory_order_relaxed);
         occupy(slot);
+        span_watched((uintptr_t)address, 1);
         atomic_store_explicit(&watch_address[slot], (uintptr_t)address, memory_order_release);
+        span_watched(held, 0);
     }
     tell(evicted, 1, evicted_weight);
     atomic_fetch_sub(&calls_out, 1);
@@ -320,6 +362,7 @@ static inline uintptr_t unwatch_quietly(void *address, int64_t *weight)
     atomic_store_explicit(&watch_token[slot], 0, memory_order_relaxed);
     vacate(slot);
     atomic_store_explicit(&watch_address[slot], 0, memory_order_release);
+    span_watched((uintptr_t)address, 0);
     return token;
 }
 
@@ -612,26 +655,21 @@ static COLD EARLY void *plain_copy(void *dst, const void *src, size_t n)
     return dst;
 }
 
+/* Before resolution nothing counts (enabled is 0) and the copy is plain_copy. */
 EXPORT EARLY void *memcpy(void *restrict dst, const void *restrict src, size_t n)
 {
-    if (UNLIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) != 2)) {
-        return plain_copy(dst, src, n);
-    }
     if (counting()) {
         note_copy(n);
     }
-    return real.memcpy(dst, src, n);
+    return atomic_load_explicit(&copy_memcpy, memory_order_relaxed)(dst, src, n);
 }
 
 EXPORT EARLY void *memmove(void *dst, const void *src, size_t n)
 {
-    if (UNLIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) != 2)) {
-        return plain_copy(dst, src, n);
-    }
     if (counting()) {
         note_copy(n);
     }
-    return real.memmove(dst, src, n);
+    return atomic_load_explicit(&copy_memmove, memory_order_relaxed)(dst, src, n);
 }
 
 /* The fortified variants check the destination size themselves (and abort on
@@ -716,12 +754,14 @@ EXPORT void pyrometer_memhooks_stop(void)
         while (bits != 0) {
             size_t i = word * 64 + (size_t)__builtin_ctzll(bits);
             bits &= bits - 1;
-            while (!slot_lock(i)) {
+            uintptr_t held = 0;
+            while (!slot_lock(i, &held)) {
                 sched_yield(); /* a free or a retoken changing this slot: instructions */
             }
             atomic_store_explicit(&watch_token[i], 0, memory_order_relaxed);
             vacate(i);
             atomic_store_explicit(&watch_address[i], 0, memory_order_release);
+            span_watched(held, 0);
         }
     }
 }

@@ -70,6 +70,7 @@ int pymalloc_map_init(pymalloc_arena_map *m)
     atomic_init(&m->region_size, 0);
     m->slot_shift = 0;
     m->slot_count = 0;
+    m->span_watches = NULL;
     m->slots_in_use = NULL;
     atomic_init(&m->region_closed, 0);
     m->leaves = map_memory(PYMALLOC_LEAVES * sizeof *m->leaves);
@@ -193,10 +194,19 @@ int pymalloc_region_reserve(pymalloc_arena_map *m, size_t slots, size_t slot_byt
     if (bits == NULL) {
         return -1;
     }
+    /* 2 bytes a span: 4 MiB of address space for the 32 GiB region, of which
+     * only the pages of spans ever watched are touched. */
+    size_t watches_bytes = (bytes >> PYMALLOC_SPAN_SHIFT) * sizeof(uint16_t);
+    _Atomic uint16_t *watches = bytes >= ((size_t)1 << PYMALLOC_SPAN_SHIFT) ? map_memory(watches_bytes) : NULL;
+    if (watches == NULL) {
+        munmap((void *)bits, slots / 8);
+        return -1;
+    }
     /* One slot more than needed, to align the region to a slot. */
     void *r = mmap(NULL, bytes + slot_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED) {
         munmap((void *)bits, slots / 8);
+        munmap((void *)watches, watches_bytes);
         return -1;
     }
     uintptr_t base = ((uintptr_t)r + slot_bytes - 1) & ~(uintptr_t)(slot_bytes - 1);
@@ -207,6 +217,7 @@ int pymalloc_region_reserve(pymalloc_arena_map *m, size_t slots, size_t slot_byt
         munmap((void *)(base + bytes), (uintptr_t)r + slot_bytes - base);
     }
     m->slots_in_use = bits;
+    m->span_watches = watches;
     m->slot_shift = shift;
     m->slot_count = slots;
     m->region_base = base;
@@ -224,10 +235,15 @@ void pymalloc_region_release(pymalloc_arena_map *m)
         munmap((void *)m->region_base, size);
     }
     munmap((void *)m->slots_in_use, m->slot_count / 8);
+    if (m->span_watches != NULL) {
+        munmap((void *)m->span_watches,
+               (((uintptr_t)m->slot_count << m->slot_shift) >> PYMALLOC_SPAN_SHIFT) * sizeof(uint16_t));
+    }
     m->region_base = 0;
     atomic_store(&m->region_size, 0);
     m->slot_count = 0;
     m->slots_in_use = NULL;
+    m->span_watches = NULL;
 }
 
 /* Slots are claimed with an atomic or, so that two interpreters with GILs of

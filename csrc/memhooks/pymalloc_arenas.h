@@ -47,7 +47,27 @@ typedef struct {
     size_t slot_count;              /* slots reserved at first: the bits below */
     _Atomic uint64_t *slots_in_use; /* one bit per slot */
     _Atomic int region_closed;      /* no new arena in the region */
+    /* For every 16 KiB of the region's reservation (PYMALLOC_SPAN_SHIFT), how
+     * many blocks there the library watches (hooks.c: raised before a watch is
+     * published, lowered once it is taken out; never lower than the truth).  A
+     * free of a Python block in the region tests its span's count (one load
+     * beside the region test) instead of hashing into the watch table.  NULL
+     * without a region. */
+    _Atomic uint16_t *span_watches;
 } pymalloc_arena_map;
+
+#define PYMALLOC_SPAN_SHIFT 14
+
+/* The watch count of the span holding a, or NULL when a lies outside the
+ * region's reservation (or there is no region). */
+static inline _Atomic uint16_t *pymalloc_span_watches(const pymalloc_arena_map *m, uintptr_t a)
+{
+    uintptr_t off = a - m->region_base;
+    if (m->span_watches == NULL || off >= ((uintptr_t)m->slot_count << m->slot_shift)) {
+        return NULL;
+    }
+    return &m->span_watches[off >> PYMALLOC_SPAN_SHIFT];
+}
 
 /* Whether address a, a live block of Python's allocators, lies in one of
  * pymalloc's arenas.  Most arenas are in the region: one compare against two

@@ -77,10 +77,15 @@ static int64_t python_net;
 static int64_t python_countdown;
 static uint64_t python_rng;
 
+/* window - 1 and twice that, kept beside the window so that the fast paths'
+ * test below is one add and one compare. */
+static int64_t window_less_1;
+static uint64_t window_span;
+
 /* Whether v is a window or more away from 0, in one comparison. */
 static inline int beyond_window(int64_t v)
 {
-    return (uint64_t)(v + (window - 1)) > (uint64_t)(2 * (window - 1));
+    return (uint64_t)(v + window_less_1) > window_span;
 }
 
 /* The slow part of counting a Python block of `bytes` (allocated: > 0, freed:
@@ -104,6 +109,25 @@ static COLD void settle(int64_t bytes, void *p)
     if (bytes > 0 && crossings > 0) {
         hooks.sample_python(crossings * window, p);
     }
+}
+
+/* Counts a pymalloc block (smaller than a window) allocated, before it is:
+ * 1 when that is all (the block needs no sample and the net no report), so
+ * that the caller's call to pymalloc can be its last (a tail call: no frame,
+ * no saved registers); 0, with nothing counted, when the block must be counted
+ * after the call (count_small, which settles).  Counting first counts a block
+ * that pymalloc then fails to give (out of memory: a MemoryError follows) as
+ * allocated: at most 512 bytes of net a failure, never a sample. */
+static inline int counted_before(int64_t bytes)
+{
+    int64_t net = python_net + bytes;
+    int64_t left = python_countdown - bytes;
+    if (UNLIKELY(beyond_window(net) | (left <= 0))) {
+        return 0;
+    }
+    python_net = net;
+    python_countdown = left;
+    return 1;
 }
 
 /* Counts a pymalloc block (smaller than a window) allocated. */
@@ -209,6 +233,19 @@ static inline void unwatch(void *ptr)
     }
 }
 
+/* Whether a is a block of pymalloc's that the library surely does not watch:
+ * in the region (nearly every arena), one load of its span's watch count
+ * (pymalloc_arenas.h); elsewhere, the arena map and the watch table.  0 also
+ * for a watched block, or one in a span that holds one. */
+static inline int unwatched_pymalloc_block(uintptr_t a)
+{
+    uintptr_t off = a - arenas->region_base;
+    if (LIKELY(off < atomic_load_explicit(&arenas->region_size, memory_order_relaxed))) {
+        return atomic_load_explicit(&arenas->span_watches[off >> PYMALLOC_SPAN_SHIFT], memory_order_relaxed) == 0;
+    }
+    return pymalloc_arenas_find(arenas, a) && !memhooks_is_watched(watched_slots, watched, a);
+}
+
 /* Allocator hooks: called with the GIL held, for every Python allocation.  They
  * forward and count.  Calls that may reach malloc (large requests, realloc, and
  * every call when sizes cannot be read back) raise the thread's python_depth, so
@@ -228,15 +265,24 @@ static COLD void *malloc_through(wrapped_domain *d, size_t size)
     return p;
 }
 
+/* A pymalloc block that settles: a sample, or the net's report. */
+static COLD void *malloc_settling(wrapped_domain *d, size_t size)
+{
+    void *p = d->original.malloc(d->original.ctx, size);
+    if (LIKELY(p != NULL)) {
+        count_small(small_size(size), p);
+    }
+    return p;
+}
+
 static void *wrapped_malloc(void *ctx, size_t size)
 {
     wrapped_domain *d = ctx;
     if (LIKELY(size - 1 < small_limit)) { /* 0 wraps around: pymalloc hands it to malloc */
-        void *p = d->original.malloc(d->original.ctx, size);
-        if (LIKELY(p != NULL)) {
-            count_small(small_size(size), p);
+        if (LIKELY(counted_before(small_size(size)))) {
+            return d->original.malloc(d->original.ctx, size);
         }
-        return p;
+        return malloc_settling(d, size);
     }
     return malloc_through(d, size);
 }
@@ -255,16 +301,24 @@ static COLD void *calloc_through(wrapped_domain *d, size_t nelem, size_t elsize)
     return p;
 }
 
+static COLD void *calloc_settling(wrapped_domain *d, size_t nelem, size_t elsize, size_t size)
+{
+    void *p = d->original.calloc(d->original.ctx, nelem, elsize);
+    if (LIKELY(p != NULL)) {
+        count_small(small_size(size), p);
+    }
+    return p;
+}
+
 static void *wrapped_calloc(void *ctx, size_t nelem, size_t elsize)
 {
     wrapped_domain *d = ctx;
     size_t size;
     if (!__builtin_mul_overflow(nelem, elsize, &size) && LIKELY(size - 1 < small_limit)) {
-        void *p = d->original.calloc(d->original.ctx, nelem, elsize);
-        if (LIKELY(p != NULL)) {
-            count_small(small_size(size), p);
+        if (LIKELY(counted_before(small_size(size)))) {
+            return d->original.calloc(d->original.ctx, nelem, elsize);
         }
-        return p;
+        return calloc_settling(d, nelem, elsize, size);
     }
     return calloc_through(d, nelem, elsize);
 }
@@ -305,8 +359,7 @@ static void *wrapped_realloc(void *ctx, void *ptr, size_t size)
 {
     wrapped_domain *d = ctx;
     uintptr_t a = (uintptr_t)ptr;
-    if (LIKELY(size - 1 < small_limit) && LIKELY(pymalloc_arenas_find(arenas, a)) &&
-        LIKELY(!memhooks_is_watched(watched_slots, watched, a))) {
+    if (LIKELY(size - 1 < small_limit) && LIKELY(unwatched_pymalloc_block(a))) {
         int64_t before = (int64_t)pymalloc_pool_block_size(a);
         void *p = d->original.realloc(d->original.ctx, ptr, size);
         if (LIKELY(p != NULL) && p != ptr) {
@@ -353,8 +406,7 @@ static void wrapped_free(void *ctx, void *ptr)
 {
     wrapped_domain *d = ctx;
     uintptr_t a = (uintptr_t)ptr;
-    if (LIKELY(small_limit != 0) && LIKELY(pymalloc_arenas_find(arenas, a)) &&
-        LIKELY(!memhooks_is_watched(watched_slots, watched, a))) {
+    if (LIKELY(unwatched_pymalloc_block(a))) {
         int64_t net = python_net - (int64_t)pymalloc_pool_block_size(a);
         if (LIKELY(!beyond_window(net))) {
             python_net = net;
@@ -363,6 +415,13 @@ static void wrapped_free(void *ctx, void *ptr)
         }
     }
     free_slow(d, ptr);
+}
+
+/* free without pymalloc's fast path (small_limit 0: the sizes of its blocks
+ * are not read from its pools, or the window is too small for them). */
+static void wrapped_free_unpooled(void *ctx, void *ptr)
+{
+    free_slow(ctx, ptr);
 }
 
 /* Blocks of known sizes must read back as expected under the chosen sizing: the
@@ -435,6 +494,8 @@ pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes)
     }
     hooks = *api;
     window = window_bytes;
+    window_less_1 = window_bytes - 1;
+    window_span = 2 * (uint64_t)window_less_1;
     watched = api->watch_table();
     watched_slots = api->watch_occupied();
     pymalloc_arena_map *map = api->python_arenas();
@@ -460,7 +521,7 @@ pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes)
     for (int i = 0; i < 2; i++) {
         PyMem_GetAllocator(domains[i].domain, &domains[i].original);
         PyMemAllocatorEx mine = {&domains[i], wrapped_malloc, wrapped_calloc, wrapped_realloc,
-                                 wrapped_free};
+                                 small_limit != 0 ? wrapped_free : wrapped_free_unpooled};
         PyMem_SetAllocator(domains[i].domain, &mine);
     }
     installed = 1;
