@@ -141,11 +141,24 @@ static void region_hands_out_and_takes_back_arenas(void)
     CHECK_EQ(found(&m, BASE + 5 * GiB + 10), 1);
     CHECK_EQ(found(&m, m.region_base - 1), 0);
     CHECK_EQ(found(&m, m.region_base + m.region_size), 0);
+    /* Each 16 KiB span of the reservation has its watch count, zero at first;
+     * addresses outside it have none. */
+    _Atomic uint16_t *first = pymalloc_span_watches(&m, m.region_base);
+    _Atomic uint16_t *last = pymalloc_span_watches(&m, m.region_base + m.region_size - 1);
+    REQUIRE(first != NULL && last != NULL);
+    CHECK_EQ(last - first, (long)(64 * MiB / (16 * KiB)) - 1);
+    CHECK(pymalloc_span_watches(&m, m.region_base + 16 * KiB - 1) == first);
+    CHECK(pymalloc_span_watches(&m, m.region_base + 16 * KiB) == first + 1);
+    CHECK_EQ(atomic_load(first), 0);
+    CHECK_EQ(atomic_load(last), 0);
+    CHECK(pymalloc_span_watches(&m, m.region_base - 1) == NULL);
+    CHECK(pymalloc_span_watches(&m, m.region_base + m.region_size) == NULL);
     for (int i = 0; i < 64; i++) {
         CHECK_EQ(pymalloc_region_free(&m, i == 17 ? again : arena[i], MiB), 1);
     }
     pymalloc_region_release(&m);
     CHECK_EQ(m.region_size, 0);
+    CHECK(m.span_watches == NULL);
     pymalloc_map_release(&m);
 }
 
