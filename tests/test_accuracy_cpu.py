@@ -923,13 +923,11 @@ def test_a_call_after_a_long_instruction_keeps_its_time(profile_program, tmp_pat
     looks around it) to where it moved.  Before, the whole wait went to where
     the request found the thread: the operator's line got 0.82-0.97 of the two
     lines' time, truly about 0.30.  Tolerance: the operator's share within 0.15
-    of the truth.  With looks only at the sampler's scheduled wakes (10 ms on
-    average, against 16 ms operators and 40 ms calls) the halfway point landed
-    late on average (the gap back to the look before a move is cut short at t0,
-    the gap on to the next look is not): 0.00 to 0.12 above the truth over 20
-    runs, and CI reran it twice at a tolerance of 0.10.  With the looks every
-    quarter interval while the main thread holds the GIL: -0.05 to +0.07 over
-    12 runs, +0.03 on average."""
+    of the truth.  The looks are a sampler wake apart (10 ms on average, against
+    16 ms operators and 40 ms calls), and the halfway point lands late on
+    average: the gap back to the look before a move is cut short at t0, the gap
+    on to the next look is not.  Seen over 20 runs: 0.00 to 0.12 above the
+    truth; CI rerun it twice at the first tolerance, 0.10."""
     truth_file = tmp_path / "truth.json"
     run = profile_program(OPERATOR_THEN_CALL, options=["--cpu-only"], args=[str(truth_file)])
     truth = json.loads(truth_file.read_text())

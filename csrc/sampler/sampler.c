@@ -37,11 +37,6 @@
  * thread holds the GIL, before it takes the GIL itself (sampler_main). */
 #define TAKEOVER_PATIENCE 4
 
-/* While a request waits and the main thread holds the GIL, the sampler thread
- * also wakes this many times an interval only to look where the main thread
- * stands (second_look), between the wakes of its schedule (sampler_main). */
-#define LOOKS_PER_INTERVAL 4
-
 /* After a termination signal, the main thread answers a request within
  * microseconds when it runs Python; one that has not answered for this long is
  * blocked or in a call that released the GIL, and the sampler thread writes the
@@ -1305,44 +1300,12 @@ static void *sampler_main(void *unused)
     PyGILState_STATE gil_state = PyGILState_UNLOCKED;
 
     int ending = 0;
-    /* The wall time of the schedule's next wake: an exponential interval after
-     * the last one, so that requests come at memoryless times.  While a
-     * request waits and the main thread holds the GIL, the thread also wakes
-     * every interval / LOOKS_PER_INTERVAL, only to look (second_look): a move
-     * is then placed within that much of where it happened, not within a
-     * whole interval, which left the time of a call that followed a long
-     * instruction partly on the instruction's line (0.00 to 0.12 of the
-     * share, 0.05 on average, in test_a_call_after_a_long_instruction_keeps_its_time).
-     * Those wakes make no request and take no GIL, and the schedule's wakes
-     * stay where they were drawn. */
-    uint64_t due = 0; /* 0: drawn at the top of the loop, after the last wake's work */
-    uint64_t look_step = interval / LOOKS_PER_INTERVAL;
     /* Once a termination signal is recorded (ending.h), no more samples: the
      * thread only sees that the profile gets written, by the main thread when
      * it answers a request (answer_request), or by this one when the main
      * thread has not answered for ENDING_TAKEOVER_NS. */
-    for (;;) {
-        uint64_t before = clock_wall_ns();
-        if (due == 0) {
-            due = before + clock_random_interval_ns(interval, &rng);
-        }
-        uint64_t sleep = ending ? ENDING_POLL_NS : delta(due, before);
-        int looking = !ending && S.peek_available && atomic_load(&S.request_pending) &&
-                      pyframe_gil_held_by(S.interp, S.main_ts);
-        if (looking && look_step < sleep) {
-            sleep = look_step;
-        }
-        if (!wait_for_next_sample(sleep, !ending)) {
-            break;
-        }
+    while (wait_for_next_sample(ending ? ENDING_POLL_NS : clock_random_interval_ns(interval, &rng), !ending)) {
         ending = ending_signal() != 0;
-        if (!ending && clock_wall_ns() < due && !control_pending()) {
-            if (atomic_load(&S.request_pending)) {
-                second_look(); /* a look between the schedule's wakes */
-            }
-            continue;
-        }
-        due = 0;
         if (!ending) {
             mem_profile_poll();
         } else if (!ending_pending()) {
