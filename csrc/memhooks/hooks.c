@@ -47,7 +47,7 @@ static atomic_int resolve_state; /* 0: not started, 1: in progress, 2: done */
  * ones: so a copy tests nothing about resolution (a relaxed load is a plain
  * mov).  Atomic because resolve() may store while another thread copies. */
 typedef void *(*copy_fn)(void *, const void *, size_t);
-static void *plain_copy(void *dst, const void *src, size_t n);
+static COLD EARLY void *plain_copy(void *dst, const void *src, size_t n);
 static _Atomic(copy_fn) copy_memcpy = plain_copy;
 static _Atomic(copy_fn) copy_memmove = plain_copy;
 

@@ -195,9 +195,10 @@ int pymalloc_region_reserve(pymalloc_arena_map *m, size_t slots, size_t slot_byt
         return -1;
     }
     /* 2 bytes a span: 4 MiB of address space for the 32 GiB region, of which
-     * only the pages of spans ever watched are touched. */
+     * only the pages of spans ever watched are touched.  (A region is at
+     * least 64 pages, so it has spans.) */
     size_t watches_bytes = (bytes >> PYMALLOC_SPAN_SHIFT) * sizeof(uint16_t);
-    _Atomic uint16_t *watches = bytes >= ((size_t)1 << PYMALLOC_SPAN_SHIFT) ? map_memory(watches_bytes) : NULL;
+    _Atomic uint16_t *watches = map_memory(watches_bytes);
     if (watches == NULL) {
         munmap((void *)bits, slots / 8);
         return -1;
