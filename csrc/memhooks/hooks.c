@@ -874,18 +874,6 @@ EXPORT EARLY size_t pyrometer_memhooks_usable_size(void *p)
     return resolved() ? real.malloc_usable_size(p) : 0;
 }
 
-EXPORT size_t pyrometer_memhooks_python_block_size(void *p)
-{
-    pymalloc_arena_map *m = pymalloc_arenas_map();
-    if (p == NULL || m == NULL) {
-        return 0;
-    }
-    if (pymalloc_arenas_find(m, (uintptr_t)p)) {
-        return pymalloc_pool_block_size((uintptr_t)p);
-    }
-    return m->tracking ? pyrometer_memhooks_usable_size(p) : 0;
-}
-
 EXPORT void *pyrometer_memhooks_python_arenas(void)
 {
     pymalloc_arena_map *m = pymalloc_arenas_map();

@@ -123,10 +123,6 @@ int pyrometer_memhooks_is_watched(void *address, uintptr_t token);
 void pyrometer_memhooks_footprint_add(int64_t bytes);
 /* malloc_usable_size that also knows the library's bootstrap blocks. */
 size_t pyrometer_memhooks_usable_size(void *p);
-/* The size of a block from Python's object or memory allocators (a pymalloc size
- * class, or malloc's usable size); 0 when it cannot tell (pymalloc's arenas not
- * all known).  Caller holds the GIL. */
-size_t pyrometer_memhooks_python_block_size(void *p);
 /* The table of pymalloc's arenas (a pymalloc_arena_map, see pymalloc_arenas.h),
  * for a caller holding the GIL to find a block's size itself; NULL when not every
  * arena is known. */

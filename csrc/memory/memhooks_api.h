@@ -10,7 +10,6 @@ typedef struct {
     void (*stop)(void);
     memhooks_thread *(*thread)(void);
     void (*sample_python)(int64_t, void *);
-    size_t (*python_block_size)(void *);
     void *(*python_arenas)(void);
     int64_t (*footprint)(void);
     void (*footprint_add)(int64_t);

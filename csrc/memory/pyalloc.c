@@ -21,7 +21,6 @@ int memhooks_api_find(memhooks_api *api)
     api->stop = (void (*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_stop");
     api->thread = (memhooks_thread * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_thread");
     api->sample_python = (void (*)(int64_t, void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_sample_python");
-    api->python_block_size = (size_t(*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_python_block_size");
     api->python_arenas = (void *(*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_python_arenas");
     api->footprint = (int64_t(*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_footprint");
     api->footprint_add = (void (*)(int64_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_footprint_add");
@@ -33,7 +32,7 @@ int memhooks_api_find(memhooks_api *api)
     api->watch = (void (*)(void *, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch");
     api->retoken = (int (*)(void *, uintptr_t, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_retoken");
     api->is_watched = (int (*)(void *, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_is_watched");
-    return api->start && api->stop && api->thread && api->sample_python && api->python_block_size &&
+    return api->start && api->stop && api->thread && api->sample_python &&
                    api->python_arenas && api->footprint && api->footprint_add && api->watch_table &&
                    api->watch_occupied &&
                    api->unwatch && api->watch && api->retoken && api->is_watched
@@ -204,8 +203,12 @@ static int debug_header_intact(const void *ptr)
 
 /* The size of a live Python block, and whether it is pymalloc's (pooled: freed
  * without reaching free()) or not.  With pymalloc, its arenas are looked up
- * inline and the block's pool header read; the library is called only for a
- * malloc block.  Not called with PYALLOC_NOT_SIZED. */
+ * inline and the block's pool header read; a block outside them is malloc's
+ * (above 512 bytes), sized by malloc_usable_size, which is the library's: one
+ * call, where asking the library to size a Python block looked the arenas up
+ * again (regex_scan frees or reallocates ~600,000 such blocks at BENCH_SCALE
+ * 0.3).  0 when not every arena is known (tracking off): a block outside the
+ * map may then be pymalloc's.  Not called with PYALLOC_NOT_SIZED. */
 static inline size_t block_size(void *ptr, int *pooled)
 {
     uintptr_t a = (uintptr_t)ptr;
@@ -219,8 +222,8 @@ static inline size_t block_size(void *ptr, int *pooled)
         return debug_header_size(ptr);
     case PYALLOC_MALLOC:
         return malloc_usable_size(ptr); /* the library's, which never reads 0 for a live block */
-    default:
-        return hooks.python_block_size(ptr);
+    default: /* PYALLOC_POOLS */
+        return arenas->tracking ? malloc_usable_size(ptr) : 0;
     }
 }
 

@@ -32,10 +32,8 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -44,7 +42,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from . import preload
+from . import preload, private_files
 from .stacks import StackSums
 
 _BOOT = "boot"
@@ -123,7 +121,7 @@ class RunDirectory:
 
     def __init__(self, settings: dict[str, Any]):
         preload.sweep_stale()  # what runs that were killed left behind
-        self.path = tempfile.mkdtemp(prefix="pyrometer-run-", dir=preload.private_parent())  # mode 0700
+        self.path = private_files.make_directory(preload.private_parent(), "pyrometer-run-")  # mode 0700
         preload.mark_owner(self.path)
         self.owner = os.getpid()
         boot = os.path.join(self.path, _BOOT)
@@ -144,7 +142,7 @@ class RunDirectory:
         if os.getpid() != self.owner or self.path is None:
             return
         restore_environment(os.environ)
-        shutil.rmtree(self.path, ignore_errors=True)
+        private_files.remove_tree(self.path)
         self.path = None
 
 

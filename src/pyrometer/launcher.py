@@ -17,7 +17,6 @@ import signal
 import sys
 import threading
 import tokenize
-import traceback
 import types
 
 from .records import record
@@ -375,6 +374,7 @@ def _run_program(target: Target) -> Outcome:
         outcome.ran = _program_ran(_strip_own_frames(e.__traceback__))
     except KeyboardInterrupt as e:
         tb = _strip_own_frames(e.__traceback__)
+        import traceback  # only here: with textwrap, ~1 ms of every start
         traceback.print_exception(type(e), e.with_traceback(tb), tb)
         outcome = Outcome(130, interrupted=True)
     except BaseException as e:

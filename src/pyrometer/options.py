@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
+import sys
 
 TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
@@ -174,12 +176,35 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def terminal_columns(fallback: int) -> int:
+    """The terminal's width as shutil.get_terminal_size reads it ($COLUMNS, else
+    standard output's terminal, else fallback), without importing shutil, which
+    brings zlib, bz2 and lzma (private_files.py says what that costs a run)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or fallback
+    except (AttributeError, ValueError, OSError):
+        return fallback
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """Shows an option's default where it says something.  Never for a flag: its
     "default" is the value of the flag's variable (--no-leak-detector's is True,
     the detector being on), which reads as if the flag itself were on; a flag's
     help says what is the default in words.  Not where the help names the
     default itself, nor for options that are off (None) or empty lists."""
+
+    def __init__(self, prog, indent_increment=2, max_help_position=24, width=None):
+        # argparse makes a formatter for every add_argument on the parser; its
+        # own default width imports shutil (terminal_columns).
+        if width is None:
+            width = terminal_columns(80) - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
 
     def _fill_text(self, text, width, indent):
         # Paragraphs of one line are filled; one of several lines (the list of

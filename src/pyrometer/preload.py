@@ -11,8 +11,7 @@ profiled program's children inherit LD_PRELOAD, so the link lives as long as
 the command: the re-executed process removes it when it ends
 (remove_private_link).
 
-shutil and tempfile are imported where they are used: the first process needs
-neither (with zlib, bz2 and lzma, which shutil imports, they cost it ~3 ms).
+tempfile is imported only where it is used (private_files.py says why).
 """
 
 from __future__ import annotations
@@ -141,8 +140,8 @@ def sweep_stale() -> int:
         except (OSError, ValueError):
             continue  # being made right now, or not ours to judge
         if pid > 0 and _start_time(pid) != started:
-            import shutil
-            shutil.rmtree(path, ignore_errors=True)
+            from .private_files import remove_tree
+            remove_tree(path)
             removed += 1
     return removed
 
@@ -154,15 +153,15 @@ def _splits(path: str) -> bool:
 def _private_link(library: str) -> tuple[str | None, str]:
     """A symbolic link to library in a new private directory whose path LD_PRELOAD
     can carry; (its path, "") or (None, why not)."""
-    import shutil
     import tempfile
+    from .private_files import make_directory, remove_tree
     candidates = [p for p in (private_parent(), tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm") if p]
     problem = "no temporary directory whose path has no space or colon"
     for parent in dict.fromkeys(candidates):  # in order, once each
         if _splits(parent) or not os.path.isdir(parent):
             continue
         try:
-            directory = tempfile.mkdtemp(prefix="pyrometer-preload-", dir=parent)
+            directory = make_directory(parent, "pyrometer-preload-")
         except OSError as e:
             problem = f"cannot make a directory in {parent}: {e.strerror or e}"
             continue
@@ -171,7 +170,7 @@ def _private_link(library: str) -> tuple[str | None, str]:
         try:
             os.symlink(library, link)
         except OSError as e:
-            shutil.rmtree(directory, ignore_errors=True)
+            remove_tree(directory)
             problem = f"cannot make a link in {directory}: {e.strerror or e}"
             continue
         return link, ""
@@ -196,8 +195,8 @@ def remove_private_link() -> None:
     """Remove the private link made for this command, if any, in the process that
     owns it: called when the command ends."""
     if _PrivateLink.directory is not None and os.getpid() == _PrivateLink.owner:
-        import shutil
-        shutil.rmtree(_PrivateLink.directory, ignore_errors=True)
+        from .private_files import remove_tree
+        remove_tree(_PrivateLink.directory)
         _PrivateLink.directory = None
 
 
@@ -246,8 +245,8 @@ def ensure_memhooks_preloaded() -> str | None:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
     except OSError as e:
         if _LINK_DIRECTORY in env:
-            import shutil
-            shutil.rmtree(env[_LINK_DIRECTORY], ignore_errors=True)
+            from .private_files import remove_tree
+            remove_tree(env[_LINK_DIRECTORY])
         return f"cannot run {sys.executable} again with the memory library preloaded: {e.strerror or e}"
     return "exec failed"  # not reached
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
+
+from .. import private_files
 
 
 # The profile is laid out one member per line down to its records (a line or
@@ -88,7 +89,7 @@ def write_atomically(path: str, content: str | bytes) -> None:
     sees the old file or the new one, never half of one.  path must be a regular
     file or not exist (write_report decides)."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".pyrometer-", suffix=".tmp", dir=directory)
+    fd, tmp = private_files.make_file(directory, ".pyrometer-", ".tmp")
     try:
         # bytes: the gzipped --pprof export
         with (os.fdopen(fd, "wb") if isinstance(content, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as f:
@@ -119,7 +120,7 @@ def umask(directory: str | None = None) -> int:
                     return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
         pass
-    probe_dir = tempfile.mkdtemp(prefix=".pyrometer-umask-", dir=directory)
+    probe_dir = private_files.make_directory(directory, ".pyrometer-umask-")
     probe = os.path.join(probe_dir, "probe")
     try:
         fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)

@@ -4,7 +4,6 @@ a function summary.  Reads only the finished profile (pyrometer.model)."""
 from __future__ import annotations
 
 import collections
-import shutil
 import textwrap
 import unicodedata
 
@@ -13,6 +12,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from ..model import display_name, significant, time_share
+from ..options import terminal_columns
 from .visible import visible
 
 # A line is highlighted as hot when it takes this many times the CPU threshold.
@@ -22,7 +22,7 @@ BOLD, RED, YELLOW, DIM, RESET = "\x1b[1m", "\x1b[31m", "\x1b[33m", "\x1b[2m", "\
 
 
 def terminal_width() -> int:
-    return max(60, shutil.get_terminal_size((132, 24)).columns)
+    return max(60, terminal_columns(132))
 
 
 def _cleaned(value: Any) -> Any:
