@@ -106,11 +106,6 @@ DEFAULT_ROUNDS = 5
 # the issue asks for programs of 2 s or more, and a shorter one weighs the
 # profilers' start-up more than a real program does.
 MIN_SECONDS = 2.0
-# Bare runs a workload's scale is worked out from (the fastest of them): one is
-# not enough for a workload whose time is bimodal on a machine (io_sync here:
-# 1.3 s in one run, 1.9 to 3.1 s in another), which a slow first run left
-# under MIN_SECONDS in the rounds, where the start-up then weighed more.
-WARMUP_RUNS = 3
 # Start-up and exit on their own: an empty program, run by every command of
 # the tables (alternated, STARTUP_RUNS per round), reported apart from the
 # workloads' ratios in milliseconds more than bare.  A 2 s workload's ratio
@@ -639,17 +634,14 @@ def run_benchmark(workloads: list[Path], tools: list[str], rounds: int,
         # start-up does not weigh more in its ratios than in a real program.
         for w in workloads:
             log(f"warm-up: {w.stem}")
-            fastest = None
-            for _ in range(WARMUP_RUNS if min_seconds > 0 else 1):
-                r = run_once("bare", w, env, outdir, timeout, None)
-                if not r.ok:
-                    raise SystemExit(f"bare run of {w.name} failed: {r.problem}")
-                fastest = r.seconds if fastest is None else min(fastest, r.seconds)
-            own = calibrated_scale(scale, fastest, min_seconds)
+            r = run_once("bare", w, env, outdir, timeout, None)
+            if not r.ok:
+                raise SystemExit(f"bare run of {w.name} failed: {r.problem}")
+            own = calibrated_scale(scale, r.seconds, min_seconds)
             if own != scale:
                 scales[w.stem] = own
                 envs[w.stem] = dict(env, BENCH_SCALE=str(own))
-                log(f"warm-up: {w.stem} took {fastest:.2f} s: again at "
+                log(f"warm-up: {w.stem} took {r.seconds:.2f} s: again at "
                     f"BENCH_SCALE={own:g}")
                 r = run_once("bare", w, envs[w.stem], outdir, timeout, None)
                 if not r.ok:
