@@ -68,5 +68,14 @@ def test_a_tree_is_removed_without_following_links(tmp_path):
     assert (outside / "precious").read_text() == "keep"
 
 
+def test_a_link_is_not_a_tree_to_remove(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "precious").write_text("keep")
+    os.symlink(target, tmp_path / "link")
+    private_files.remove_tree(str(tmp_path / "link"))
+    assert (target / "precious").read_text() == "keep"
+
+
 def test_removing_what_is_gone_is_quiet(tmp_path):
     private_files.remove_tree(str(tmp_path / "never-made"))

@@ -54,8 +54,14 @@ def make_directory(parent: str | None, prefix: str) -> str:
 
 def remove_tree(path: str) -> None:
     """path and everything in it, as far as it can be removed; errors are
-    ignored.  A link is removed, never followed (the directories are private,
-    so nobody else can swap one in while this walks)."""
+    ignored.  A link inside is removed, never followed, and path itself must
+    not be one (nothing is removed then, as shutil.rmtree refuses it): the
+    directories removed are private (made 0700 by this user, or in a parent
+    only this user may write), so nobody else can swap a link in while this
+    walks, the attack that shutil.rmtree's descriptor-based walk guards
+    against in shared directories."""
+    if os.path.islink(path):
+        return
     try:
         with os.scandir(path) as entries:
             for entry in entries:
