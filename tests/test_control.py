@@ -277,6 +277,9 @@ last()
 """
 
 
+# The commands from outside are timed by the test and the profile is sampled:
+# ground-truth tests (one rerun on failure, listed as such; conftest.py).
+@pytest.mark.accuracy
 def test_pause_by_pid_charges_nothing_of_the_pause(start_pyrometer, groundtruth_dir, tmp_path):
     prog = write_program(tmp_path, PHASES)
     out = tmp_path / "profile.json"
@@ -324,6 +327,7 @@ def test_pause_by_pid_charges_nothing_of_the_pause(start_pyrometer, groundtruth_
     assert profile["processes"][0]["paused_sec"] == pytest.approx(profile["paused_sec"])
 
 
+@pytest.mark.accuracy
 def test_pause_and_resume_inside_one_long_native_call(start_pyrometer, groundtruth_dir, tmp_path):
     """The main thread holds the GIL for 1.5 s in one native call while the
     program is paused and resumed: both commands land where they were sent
@@ -402,6 +406,7 @@ gt.spin_gil(300)  # LATE CHILD
 """
 
 
+@pytest.mark.accuracy
 def test_children_follow_pause_and_resume(start_pyrometer, groundtruth_dir, tmp_path):
     phases = write_program(tmp_path, PHASES.replace('print("middle", flush=True)',
                                                     'print("middle", flush=True)\n'

@@ -1,5 +1,6 @@
 #include "control.h"
 #include "../sampler/clock.h"
+#include "../common/wake.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,7 +48,7 @@ int control_signal_number(void)
     return SIGRTMAX - CONTROL_SIGNAL_BELOW_MAX;
 }
 
-/* Signal-safe: clock_gettime and lock-free atomics only (clock_wall_ns and
+/* Signal-safe: clock_gettime, lock-free atomics and sem_post only (clock_wall_ns and
  * clock_thread_cpu_ns are one clock_gettime each). */
 void control_command_received(int command)
 {
@@ -64,6 +65,7 @@ void control_command_received(int command)
     atomic_store(&slot->main_cpu_ns, cpu);
     atomic_store(&slot->command, command); /* last: the slot is ready */
     errno = saved_errno;
+    wake_post(); /* the sampler thread acts on it now, not when its sleep ends */
 }
 
 /* Signal-safe: records the command (control_command_received), nothing else.  Only a
@@ -173,7 +175,7 @@ int control_begin(int start_off, const char *state_file)
         apply(read_state_file()); /* a command given to the run before this process started */
     }
     /* Commands received and not yet taken: in a fork, its parent's (the
-     * sampler acts within ENDING_POLL_NS), meant for this process too, which did
+     * sampler thread is woken to act on them at once), meant for this process too, which did
      * not exist when they were sent; they take effect from the start. */
     control_received received;
     while (control_take(&received)) {

@@ -1,4 +1,5 @@
 #include "ending.h"
+#include "../common/wake.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -92,7 +93,7 @@ static void die_of(int signum)
 }
 
 /* Signal handler for termination signals.  Signal-safe: atomics, getpid, write,
- * sigaction, pthread_sigmask and raise only; errno is saved.  It records the
+ * sigaction, pthread_sigmask, raise and sem_post only; errno is saved.  It records the
  * signal and returns (SA_RESTART: the program's system calls go on); the sampler
  * thread acts on it. */
 static void on_termination(int signum)
@@ -107,6 +108,8 @@ static void on_termination(int signum)
                                E.whose, " was written: ending without it\n", NULL};
         say(parts);
         die_of(signum);
+    } else {
+        wake_post(); /* the sampler thread writes the profile now (sem_post is signal-safe) */
     }
     errno = saved_errno;
 }

@@ -3,7 +3,7 @@
  *
  * Termination signals (SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM) that
  * have their default disposition when profiling starts get a handler that only
- * records the signal.  The sampler thread sees it within ENDING_POLL_NS and has
+ * records the signal and wakes the sampler thread (wake.h), which has
  * the profile written (sampler.c: by the main thread at its next bytecode
  * boundary, or by the sampler thread itself when the main thread is away), by
  * calling the host's write_profile(signum); then the process dies of the same
@@ -32,8 +32,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* How often the sampler thread looks for a recorded termination signal while it
- * waits between samples (a sampling interval can be 10 s). */
+/* How often the sampler thread looks again while the profile is being written
+ * after a termination signal (ENDING_TAKEOVER_NS in sampler.c is twice it). */
 #define ENDING_POLL_NS 20000000ULL
 
 /* GIL held.  Installs the handlers and keeps a reference to write_profile, a

@@ -6,6 +6,7 @@
 #include "../ending/ending.h"
 #include "../forks/forks.h"
 #include "../common/safe_read.h"
+#include "../common/wake.h"
 #include "../common/table.h"
 #include "../profile/codes.h"
 #include "../profile/line_stats.h"
@@ -164,8 +165,6 @@ static struct {
     int suspended_for_fork; /* stopped for a fork, to start again in the parent */
     int joining;            /* a thread waits (GIL released) for the sampler thread to end */
     atomic_int main_reporting; /* the main thread makes a periodic report (GIL released while sending) */
-    pthread_mutex_t wake_lock;
-    pthread_cond_t wake;
 
     /* Everything below is touched only with the GIL held. */
     sampler_options options;
@@ -184,7 +183,7 @@ static struct {
     int paused;              /* profiling paused (control.h); GIL held */
     uint64_t paused_since_ns;
     sampler_totals totals;
-} S = {.wake_lock = PTHREAD_MUTEX_INITIALIZER, .main_schedstat_fd = -1};
+} S = {.main_schedstat_fd = -1};
 
 /* ---- snapshot (GIL held) ---------------------------------------------------- */
 
@@ -1140,23 +1139,21 @@ static int answer_request(void *unused)
 /* ---- the sampler thread ------------------------------------------------------- */
 
 /* Sleeps for ns unless sampler_stop() wakes it, or, with watch_ending, a
- * termination signal or a command from outside (control.h) is recorded (their
- * handlers cannot wake us, so the wait looks every ENDING_POLL_NS); returns
- * whether to keep going. */
+ * termination signal or a command from outside (control.h) is recorded: their
+ * handlers post the wake (wake.h), so the thread acts within microseconds, not
+ * at the end of its sleep.  Returns whether to keep going. */
 static int wait_for_next_sample(uint64_t ns, int watch_ending)
 {
     uint64_t end = clock_wall_ns() + ns;
-    pthread_mutex_lock(&S.wake_lock);
     while (atomic_load(&S.running)) {
-        uint64_t now = clock_wall_ns();
-        if (now >= end || (watch_ending && (ending_signal() != 0 || control_pending()))) {
+        if (watch_ending && (ending_signal() != 0 || control_pending())) {
             break;
         }
-        uint64_t until = watch_ending && end - now > ENDING_POLL_NS ? now + ENDING_POLL_NS : end;
-        struct timespec deadline = {(time_t)(until / 1000000000ULL), (long)(until % 1000000000ULL)};
-        pthread_cond_timedwait(&S.wake, &S.wake_lock, &deadline); /* the condition's clock is monotonic */
+        if (clock_wall_ns() >= end) {
+            break;
+        }
+        (void)wake_wait_until(end); /* a post: look again (it may be left from before) */
     }
-    pthread_mutex_unlock(&S.wake_lock);
     return atomic_load(&S.running);
 }
 
@@ -1395,8 +1392,6 @@ static void forget_sampler_in_child(void)
     S.suspended_for_fork = 0;
     S.joining = 0;
     S.sampler_ts = NULL;
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    S.wake_lock = fresh;
 }
 
 /* Starts the sampler thread; 0, or an errno value. */
@@ -1426,10 +1421,8 @@ static pid_t join_thread(void)
     pthread_t thread = S.thread;
     S.thread_started = 0; /* before the GIL is released: another thread may fork */
     S.joining = 1;
-    pthread_mutex_lock(&S.wake_lock);
     atomic_store(&S.running, 0);
-    pthread_cond_signal(&S.wake);
-    pthread_mutex_unlock(&S.wake_lock);
+    wake_post();
     Py_BEGIN_ALLOW_THREADS
     pthread_join(thread, NULL);
     Py_END_ALLOW_THREADS
@@ -1577,11 +1570,10 @@ int sampler_start(const sampler_options *options)
         PyErr_NoMemory();
         return -1;
     }
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&S.wake, &attr);
-    pthread_condattr_destroy(&attr);
+    if (wake_prepare() != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
 
     S.options = *options;
     S.interp = PyInterpreterState_Get();
@@ -1658,7 +1650,6 @@ void sampler_stop(void)
     close_main_schedstat();
     S.active = 0;
     S.suspended_for_fork = 0;
-    pthread_cond_destroy(&S.wake);
     S.totals.stop_wall_ns = clock_wall_ns();
     if (S.paused) {
         S.totals.paused_ns += delta(S.totals.stop_wall_ns, S.paused_since_ns);

@@ -11,6 +11,8 @@ extern const unit_test pymalloc_map_tests[];
 extern const unit_test line_timeline_tests[];
 extern const unit_test control_tests[];
 extern const unit_test stack_table_tests[];
+extern const unit_test wake_tests[];
 
 const unit_test *const unit_suites[] = {arena_tests, table_tests, filter_tests, clock_tests, pymalloc_map_tests,
-                                     line_timeline_tests, control_tests, stack_table_tests, NULL};
+                                     line_timeline_tests, control_tests, stack_table_tests, wake_tests,
+                                     NULL};
