@@ -156,6 +156,35 @@ def test_termination_signal_writes_the_profile_then_kills(tmp_path, run_pyromete
     assert busy_samples(profile, prog) >= 5
 
 
+ASLEEP_WHEN_TERMINATED = """
+import os, signal, threading, time
+
+def terminate():
+    with open("sent", "w") as f:
+        f.write(repr(time.monotonic()))
+    os.kill(os.getpid(), signal.SIGTERM)
+
+threading.Timer(0.2, terminate).start()
+time.sleep(10)
+"""
+
+
+def test_termination_signal_is_acted_on_at_once_with_a_long_interval(tmp_path, run_pyrometer):
+    """The handler wakes the sampler thread (csrc/common/wake.c) rather than
+    leaving the signal for its next wake: with samples a second apart on
+    average (--cpu-sampling-rate 1, the longest), a program asleep that gets
+    SIGTERM ends with its profile soon after, not when a sample is next due
+    (an exponential draw: more than 0.5 s away two times in three).
+    Tolerance: 0.6 s from the signal to the process's end (the wake and the
+    sampler thread's takeover take 40 ms; the rest is writing the profile)."""
+    proc, out, _ = profiled(run_pyrometer, tmp_path, ASLEEP_WHEN_TERMINATED, options=["--cpu-sampling-rate", "1"])
+    ended = time.monotonic()
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    took = ended - float((tmp_path / "sent").read_text())
+    assert took < 0.6, f"the signal was acted on late ({took:.2f} s after it was sent)"
+    assert load(out)["ended_by"] == "SIGTERM"
+
+
 OWN_HANDLER = """
 import os, signal, sys
 def handler(signum, frame):

@@ -5,11 +5,12 @@
  * signal (ending.h) arrive in a signal handler, which may not signal a
  * condition variable (pthread_cond_signal is not async-signal-safe).  With a
  * condition variable the sampler thread saw them only when its sleep ended, up
- * to an interval (or ENDING_POLL_NS) later: a resume followed within that time
- * by a call that holds the GIL (spin_gil, a long numpy operation) was acted on
- * only after the call, and the call's time went to the line the program stood
- * on while paused.  sem_post is async-signal-safe (POSIX lists it), so the
- * sleep is a wait on a semaphore that the handlers post.
+ * to ENDING_POLL_NS (20 ms) later: a resume followed within that time by a
+ * call that holds the GIL (a C extension's loop, a long numpy operation) was
+ * acted on only after the call returned, the sampler thread waiting for the
+ * GIL meanwhile instead of looking where the main thread went.  sem_post is
+ * async-signal-safe (POSIX lists it), so the sleep is a wait on a semaphore
+ * that the handlers post.
  *
  * One semaphore for the process, made once and never destroyed: a handler may
  * post at any moment, before a sampler starts or after it has stopped.  A

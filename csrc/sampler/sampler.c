@@ -1307,20 +1307,25 @@ static void *sampler_main(void *unused)
      * Two threads spinning in one loop, with the main thread in join(), got
      * 28-55 snapshots a second at the default 100 (median 40; now 34-71,
      * median 63), and a loop line's share of the CPU spread over 20-35% in
-     * 3 s runs (now 23-29%; truth about 27%; 8 runs each, alternated).  A sampler thread
-     * that has fallen behind looks a quarter interval after the last look, not
-     * at once: a look right after a snapshot finds the thread that the GIL
-     * went to still where it waited for it (a loop's jump back), and charged
-     * there, two such threads had half their CPU on the loop's first line. */
+     * 3 s runs (now 23-29%; truth about 27%; 8 runs each, alternated).  A
+     * sampler thread that has fallen behind looks a quarter interval after the
+     * last look (at most ENDING_POLL_NS: an interval can be 10 s, and a
+     * termination signal waits on these looks), not at once: a look right
+     * after a snapshot finds the thread that the GIL went to still where it
+     * waited for it (a loop's jump back), and charged there, two such threads
+     * had half their CPU on the loop's first line. */
     uint64_t due = clock_wall_ns();
     for (;;) {
         uint64_t now = clock_wall_ns();
         if (now >= due) {
             due += ending ? ENDING_POLL_NS : clock_random_interval_ns(interval, &rng);
-            if (due < now + interval / 4) {
-                due = now + interval / 4;
+            uint64_t soonest = now + (interval / 4 < ENDING_POLL_NS ? interval / 4 : ENDING_POLL_NS);
+            if (due < soonest) {
+                due = soonest;
             }
-        } /* else woken early (a command, a termination signal): the same due time */
+        } else if (ending && due > now + ENDING_POLL_NS) {
+            due = now + ENDING_POLL_NS; /* woken by a termination signal: its own pace from now */
+        } /* else woken early by a command: the same due time */
         if (!wait_for_next_sample(due, !ending)) {
             break;
         }
