@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -274,9 +275,23 @@ def run_bare(tmp_path, groundtruth_dir):
     return run
 
 
+# The tests of signals (Ctrl-C, SIGHUP, SIGTERM) compare pyrometer's run with the
+# bare program's under the dispositions a terminal's shell gives: SIGINT and
+# SIGHUP at their defaults.  A suite started under nohup, or as a background
+# command of a shell without job control, inherits them ignored, and the
+# programs it starts keep them ignored (an exec resets handlers, not an
+# ignore): the bare program then outlives its SIGHUP, and eight such tests
+# failed for that alone.  The defaults are put back for the programs the suite
+# starts.
+_DEFAULTS_FOR_PROGRAMS = {signal.SIGHUP: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "accuracy: profiles a program and compares it with ground truth")
     config.addinivalue_line("markers", "stress: a long run (about 25 s) of many threads, forks and allocations")
+    for signum, default in _DEFAULTS_FOR_PROGRAMS.items():
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, default)
 
 
 # A ground-truth test compares a sampled estimate with the truth under a
