@@ -703,7 +703,9 @@ worker.join()
 # about half as many looks as with one thread: in 1.5 s (60-75 snapshots here,
 # 28 once in CI) the `t += 1` line's share of the CPU spread from 16% to 35%
 # over 12 runs, and read 9.7% in CI (twice in a row).  The loop runs twice as
-# long, for as many looks as one thread has in 1.5 s.
+# long, for as many looks as one thread has in 1.5 s.  (Those counts were before
+# the looks were scheduled from their due time, sampler.c: about 1.5 times as
+# many now.)
 SKIPPING_LOOP_TWO_THREADS = SKIPPING_LOOP.replace("perf_counter() + 1.5", "perf_counter() + 3.0").replace("\nrun()\n", """
 import threading
 workers = [threading.Thread(target=run) for _ in range(2)]

@@ -1307,13 +1307,15 @@ static void *sampler_main(void *unused)
      * Two threads spinning in one loop, with the main thread in join(), got
      * 28-55 snapshots a second at the default 100 (median 40; now 34-71,
      * median 63), and a loop line's share of the CPU spread over 20-35% in
-     * 3 s runs (now 23-29%; truth about 27%; 8 runs each, alternated).  A
-     * sampler thread that has fallen behind looks a quarter interval after the
-     * last look (at most ENDING_POLL_NS: an interval can be 10 s, and a
-     * termination signal waits on these looks), not at once: a look right
-     * after a snapshot finds the thread that the GIL went to still where it
-     * waited for it (a loop's jump back), and charged there, two such threads
-     * had half their CPU on the loop's first line. */
+     * 3 s runs (now 23-29%; truth about 27%; 8 runs each, alternated).  No
+     * look comes sooner than a quarter interval after the last one ended (at
+     * most ENDING_POLL_NS: an interval can be 10 s, and a termination signal
+     * waits on these looks), so one that has fallen behind does not look at
+     * once: a look right after a snapshot finds the thread that the GIL went
+     * to still where it waited for it (a loop's jump back), and charged there,
+     * two such threads had half their CPU on the loop's first line.  The
+     * floor also lengthens the draws shorter than it (22% of them): the mean
+     * interval is 1.03 times the nominal. */
     uint64_t due = clock_wall_ns();
     for (;;) {
         uint64_t now = clock_wall_ns();
