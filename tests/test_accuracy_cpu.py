@@ -827,6 +827,71 @@ def test_a_thread_waiting_for_the_gil_keeps_its_cpu_where_it_ran(profile_program
     assert total(run.line("# @work")) >= 0.65 * function_cpu, info
 
 
+# More threads in that loop than the sampler peeks at each request (8): each
+# must still be charged where it ran, not where it parks.
+HEAVY_BODY_MANY_THREADS = HEAVY_BODY_TWO_THREADS.replace("range(3_000_000)", "range(1_000_000)").replace(
+    "range(2)", "range(12)")
+
+
+def test_many_threads_keep_their_cpu_where_it_ran(profile_program):
+    """The sampler peeked the first 8 threads of CPython's list at every request;
+    the other 4 were charged where they parked, the loop's head: the body read
+    22-50% of the function's CPU in this 2.7 s run (83-93% with one thread).
+    The peeks now go to each thread in turn and to the thread holding the GIL
+    at the request, and a thread's CPU waits for a place where it was seen
+    running: 69-90% (6 runs each).  Tolerance: the body has at least 60% of
+    the function's CPU."""
+    assert "range(12)" in HEAVY_BODY_MANY_THREADS and "range(1_000_000)" in HEAVY_BODY_MANY_THREADS
+    run = profile_program(HEAVY_BODY_MANY_THREADS, options=["--cpu-only"])
+    info = run.describe("# @for", "# @work")
+    function_cpu = total(run.function("spin"))
+    assert function_cpu > 1.0, info
+    assert total(run.line("# @work")) >= 0.6 * function_cpu, info
+
+
+# A worker thread that runs a Python loop, then a native call that releases the
+# GIL (hashlib on a large buffer, zlib, numpy), while the main thread waits.
+LOOP_THEN_RELEASING_CALL = """
+import threading
+import _groundtruth as gt
+
+def work(i):
+    h = 0
+    for k in range(20_000):  # @for
+        h += (k * i) % 7  # @body
+    gt.spin_nogil(0.6)  # @native
+    return h
+
+def run():
+    for i in range(700):
+        work(i)
+
+worker = threading.Thread(target=run)
+worker.start()
+worker.join()
+"""
+
+
+def test_a_worker_is_python_where_it_ran_bytecode(profile_program):
+    """The sampler thread gets the GIL when the worker gives it up, mostly at the
+    native call that releases it; the line was read where the peek found the
+    worker at t0 (the loop), but its kind where it stood then (in the call): the
+    loop read 100% native (a pool thread hashing after a loop did the same).
+    The kind is read at t0 too now.  Tolerances: the loop's lines are at most
+    10% native, and hold at least half of the function's CPU (about 70%: a
+    loop of about 1.5 ms, then 0.6 ms of native work)."""
+    run = profile_program(LOOP_THEN_RELEASING_CALL, options=["--cpu-only"])
+    info = run.describe("# @for", "# @body", "# @native")
+    loop = [run.line("# @for"), run.line("# @body")]
+    loop_cpu = sum(cpu(entry) for entry in loop)
+    loop_native = sum(entry["n_cpu_native_sec"] for entry in loop)
+    function_cpu = cpu(run.function("work"))
+    assert function_cpu > 0.8, info
+    assert loop_native <= 0.1 * loop_cpu, f"the loop read as native:\n  {info}"
+    assert loop_cpu >= 0.5 * function_cpu, info
+    assert run.line("# @native")["n_cpu_native_sec"] >= 0.5 * cpu(run.line("# @native")), info
+
+
 # A recursion that unwinds past the callers a peek keeps (py-spy's
 # tests/scripts/recursive.py has this shape).
 RECURSION = """

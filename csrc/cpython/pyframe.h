@@ -108,10 +108,14 @@ extern const pyframe_jump pyframe_back_jumps[];
  * switch, a signal).  Any thread may call this; it only stores an atomic flag. */
 void pyframe_wake_main_thread(PyInterpreterState *interp);
 
-/* Whether thread ts holds the GIL at this moment: the GIL's own lock flag and
- * last holder, which CPython stores atomically and keeps for the interpreter's
- * life, read without the GIL by any thread.  A moment's answer, for a thread
- * deciding whether to wait for the GIL at all. */
+/* The thread that holds the GIL at this moment, or NULL when it is free: the
+ * GIL's own lock flag and last holder, which CPython stores atomically and keeps
+ * for the interpreter's life, read without the GIL by any thread.  A moment's
+ * answer (the holder may have let go since), and a state that may be freed
+ * meanwhile: only compared, or read through safe_read (pyframe_peek). */
+PyThreadState *pyframe_gil_holder(PyInterpreterState *interp);
+/* Whether thread ts holds the GIL at this moment (pyframe_gil_holder), for a
+ * thread deciding whether to wait for the GIL at all. */
 int pyframe_gil_held_by(PyInterpreterState *interp, PyThreadState *ts);
 
 /* Whether the calling thread holds the GIL (callable without it: reads only the

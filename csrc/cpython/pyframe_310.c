@@ -166,10 +166,10 @@ void pyframe_wake_main_thread(PyInterpreterState *interp)
     _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
 }
 
-int pyframe_gil_held_by(PyInterpreterState *interp, PyThreadState *ts)
+PyThreadState *pyframe_gil_holder(PyInterpreterState *interp)
 {
     (void)interp; /* one GIL for the runtime */
     struct _gil_runtime_state *gil = &_PyRuntime.ceval.gil;
-    return _Py_atomic_load_relaxed(&gil->locked) &&
-           (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder) == ts;
+    return _Py_atomic_load_relaxed(&gil->locked) ? (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder)
+                                                 : NULL;
 }

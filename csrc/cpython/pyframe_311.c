@@ -191,7 +191,7 @@ void pyframe_wake_main_thread(PyInterpreterState *interp)
     _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
 }
 
-int pyframe_gil_held_by(PyInterpreterState *interp, PyThreadState *ts)
+PyThreadState *pyframe_gil_holder(PyInterpreterState *interp)
 {
 #if PY_VERSION_HEX >= 0x030C0000
     struct _gil_runtime_state *gil = interp->ceval.gil; /* the interpreter's, maybe shared */
@@ -199,6 +199,6 @@ int pyframe_gil_held_by(PyInterpreterState *interp, PyThreadState *ts)
     (void)interp; /* one GIL for the runtime */
     struct _gil_runtime_state *gil = &_PyRuntime.ceval.gil;
 #endif
-    return _Py_atomic_load_relaxed(&gil->locked) &&
-           (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder) == ts;
+    return _Py_atomic_load_relaxed(&gil->locked) ? (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder)
+                                                 : NULL;
 }

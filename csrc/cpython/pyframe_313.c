@@ -165,8 +165,9 @@ void pyframe_wake_main_thread(PyInterpreterState *interp)
     (void)interp; /* Py_AddPendingCall signals the main thread itself. */
 }
 
-int pyframe_gil_held_by(PyInterpreterState *interp, PyThreadState *ts)
+PyThreadState *pyframe_gil_holder(PyInterpreterState *interp)
 {
     struct _gil_runtime_state *gil = interp->ceval.gil; /* the interpreter's, maybe shared */
-    return _Py_atomic_load_int_relaxed(&gil->locked) && _Py_atomic_load_ptr_relaxed(&gil->last_holder) == ts;
+    return _Py_atomic_load_int_relaxed(&gil->locked) ? (PyThreadState *)_Py_atomic_load_ptr_relaxed(&gil->last_holder)
+                                                     : NULL;
 }

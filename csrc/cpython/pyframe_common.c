@@ -20,6 +20,11 @@ int pyframe_gil_is_mine(void)
     return mine != NULL && mine == _PyThreadState_UncheckedGet();
 }
 
+int pyframe_gil_held_by(PyInterpreterState *interp, PyThreadState *ts)
+{
+    return ts != NULL && pyframe_gil_holder(interp) == ts;
+}
+
 int pyframe_on_stack(PyThreadState *ts, pyframe frame, PyCodeObject *code)
 {
     int depth = 0;

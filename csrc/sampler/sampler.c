@@ -98,13 +98,30 @@ typedef struct {
     /* Where the thread was last seen running bytecode at a request (see
      * charge_other_thread), and in which snapshot; serial 0: never. */
     uint64_t running_serial;
+    /* The snapshot that last chose it to be peeked (choose_peek); 0: never.
+     * passed_over: it used CPU in the last snapshot's window but other threads
+     * took the peeks (more than PEEK_THREADS ran). */
+    uint64_t peek_serial;
+    int passed_over;
+    /* CPU the thread used while it was found parked and had not been seen
+     * running for a while (or ever): held until it is, and charged there
+     * (place_held), or where it last parked once it has been held
+     * running_fresh() snapshots or the thread is gone.  busy: the core
+     * utilization weight that goes with it (cpu_sums_add_cpu). */
+    uint64_t held_ns;
+    double held_busy_ns;
+    uint64_t held_serial; /* the snapshot that began holding it */
+    location held_at;
     location running;
 } thread_track;
 
 /* Threads other than the main one whose position is read with the request's
- * (pyframe_peek, a few system calls each): the first ones that used CPU in the
- * last snapshot's window. */
+ * (pyframe_peek, a few system calls each): PEEK_THREADS of those that used CPU
+ * in the last snapshot's window, the ones that waited longest for a peek
+ * (choose_peek), and one more slot for the thread that holds the GIL at the
+ * request, the one running bytecode then, when it is none of them. */
 #define PEEK_THREADS 8
+#define PEEK_SLOTS (PEEK_THREADS + 1)
 
 typedef struct {
     uintptr_t ts; /* the thread state peeked; 0: none */
@@ -154,8 +171,10 @@ static struct {
      * the sampler thread leaves them alone) and before the sampler thread takes
      * the GIL itself (its own). */
     _Atomic uintptr_t peek_list[PEEK_THREADS];
-    thread_peek request_peeks[PEEK_THREADS];
-    thread_peek takeover_peeks[PEEK_THREADS];
+    int busy_threads; /* threads other than the main one that used CPU in the last window */
+    int holding;      /* some thread track may hold CPU (hold) */
+    thread_peek request_peeks[PEEK_SLOTS];
+    thread_peek takeover_peeks[PEEK_SLOTS];
     int peek_available;                   /* safe_read works here */
     pid_t main_tid;
     atomic_int sampler_tid;
@@ -361,6 +380,14 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
     pyframe meet = NULL;
     int returned = at != NULL ? t0_on_stack(at, innermost, &meet) : -1;
     int meet_lasti = returned >= 0 ? peeked_position(at, returned).lasti : -1;
+    if (!native_by_delay && returned == 0) {
+        /* The line is read where the thread stood at t0 (below), and so is the
+         * kind: in a call then, or in bytecode.  Read now, it was the kind at
+         * the moment the GIL came free, which a worker gives up when it enters
+         * a native call that releases it: a pool thread's Python loop before
+         * hashlib read 100% native. */
+        loc.native = codes_opcode_calls(at->opcode);
+    }
     if (meet != NULL && meet != innermost && !codes_reported_from(meet, &f)) {
         loc.ok = 0;
         return loc;
@@ -439,8 +466,47 @@ static void charge_cpu(const location *loc, uint64_t ns, int native, double core
 }
 
 /* How many snapshots old a thread's last running position may be to take the
- * CPU it used while it is found waiting (charge_other_thread). */
+ * CPU it used while it is found waiting (charge_other_thread): RUNNING_FRESH,
+ * or RUNNING_FRESH_PER_THREAD for each thread that ran in the last window when
+ * that is more.  A thread is seen running when it holds the GIL at a request,
+ * about once every as many snapshots as threads take turns at the GIL. */
 #define RUNNING_FRESH 16
+#define RUNNING_FRESH_PER_THREAD 4
+
+static uint64_t running_fresh(void)
+{
+    uint64_t scaled = (uint64_t)S.busy_threads * RUNNING_FRESH_PER_THREAD;
+    return scaled > RUNNING_FRESH ? scaled : RUNNING_FRESH;
+}
+
+/* A thread's held CPU, charged to loc (a place where it was seen running, or
+ * its last parked place when no such place came in time). */
+static void place_held(thread_track *t, const location *loc)
+{
+    if (t->held_ns > 0) {
+        charge_cpu(loc, t->held_ns, 0, t->held_busy_ns / (double)t->held_ns);
+        t->held_ns = 0;
+        t->held_busy_ns = 0.0;
+    }
+}
+
+/* CPU a parked thread used where it has not been seen running: held for the
+ * next place it is seen running (charge_other_thread).  Charged where it parked
+ * before, twelve threads' CPU went half to their loop's head in a 3 s run, most
+ * of it in the first snapshots, before each had held the GIL at a request. */
+static void hold(thread_track *t, const location *parked, uint64_t used, double core_fraction)
+{
+    if (t->held_ns == 0) {
+        t->held_serial = S.serial;
+    }
+    t->held_ns += used;
+    t->held_busy_ns += core_fraction * (double)used;
+    t->held_at = *parked;
+    S.holding = 1;
+    if (S.serial - t->held_serial > running_fresh()) {
+        place_held(t, parked); /* seen running too seldom: where it waits, as before */
+    }
+}
 
 /* A thread other than the one answering.  A thread running bytecode is parked
  * where it handed over the GIL (a loop's jump back, a function's entry), so
@@ -454,11 +520,20 @@ static void charge_cpu(const location *loc, uint64_t ns, int native, double core
  * of their CPU on the loop's jump back (the line of the loop's head, or of the
  * body's last line: codes.c, line_of), whatever the body did. */
 static location charge_other_thread(PyThreadState *ts, thread_track *t, const pyframe_peeked *at,
-                                    uint64_t wall, uint64_t used, uint64_t runq, double core_fraction)
+                                    int passed_over, uint64_t wall, uint64_t used, uint64_t runq,
+                                    double core_fraction)
 {
     location loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN, at);
     int waiting = 0;
-    if (at != NULL && loc.ok && !loc.native) {
+    if (at == NULL && passed_over && loc.ok && !loc.native) {
+        /* It ran, but other threads took the peeks: not known to have waited
+         * at the request, but parked now, where a thread that waits for the
+         * GIL stands, and never where its CPU went by more than its share of
+         * the time (the loop's head took half of twelve threads' CPU). */
+        pyframe now = pyframe_innermost(ts);
+        const code_info *info = now != NULL ? codes_lookup(pyframe_code(now)) : NULL;
+        waiting = info != NULL && codes_python_at(info, pyframe_lasti(now));
+    } else if (at != NULL && loc.ok && !loc.native) {
         /* Parked at the request: at an instruction where bytecode parks, in
          * the frame it stands in now (it may have run a little since, if it
          * had the GIL before this snapshot: to the same jump, or another). */
@@ -473,10 +548,15 @@ static location charge_other_thread(PyThreadState *ts, thread_track *t, const py
         if (at != NULL && loc.ok && !loc.native && used > 0) {
             t->running = loc;
             t->running_serial = S.serial;
+            place_held(t, &loc);
         }
-    } else if (used > 0 && t->running_serial != 0 && S.serial - t->running_serial <= RUNNING_FRESH) {
+    } else if (used > 0 && t->running_serial != 0 && S.serial - t->running_serial <= running_fresh()) {
         charge(&loc, wall - used, 0, runq, core_fraction);
         charge_cpu(&t->running, used, 0, core_fraction);
+        place_held(t, &t->running);
+    } else if (used > 0 && loc.ok) {
+        charge(&loc, wall - used, 0, runq, core_fraction);
+        hold(t, &loc, used, core_fraction);
     } else {
         charge(&loc, wall, used, runq, core_fraction);
     }
@@ -534,6 +614,8 @@ static void forget_track(thread_track *t)
     }
     t->schedstat = 0;
     t->running_serial = 0;
+    t->held_ns = 0; /* a child's copy of its parent's threads: not its CPU */
+    t->held_busy_ns = 0.0;
 }
 
 /* Closes the schedstat file of every tracked thread. */
@@ -761,6 +843,30 @@ static location charge_main_away(PyThreadState *ts, uint64_t cpu, uint64_t wall,
     return here;
 }
 
+/* The held CPU (hold) of the threads this snapshot did not meet (gone), or of
+ * every thread (all: the sampler stops), charged where each last parked. */
+static void place_held_of_gone(int all)
+{
+    if (!S.holding || S.threads.slots == NULL) {
+        return;
+    }
+    int left = 0;
+    size_t cursor = 0;
+    table_key key;
+    thread_track *t;
+    while ((t = table_next(&S.threads, &cursor, &key)) != NULL) {
+        if (t->held_ns == 0) {
+            continue;
+        }
+        if (all || t->seen_in != S.serial) {
+            place_held(t, &t->held_at);
+        } else {
+            left = 1;
+        }
+    }
+    S.holding = left;
+}
+
 /* Threads come and go; drop the tracks of those that are gone once they outnumber
  * the living, so the table follows the number of live threads. */
 static void prune_threads(size_t live)
@@ -821,19 +927,57 @@ static void snapshot(enum snapshot_source source)
     snapshot_in(source, SNAPSHOT_CHARGE, NULL);
 }
 
+/* The threads to peek at the next request: of those that ran in the window,
+ * the PEEK_THREADS chosen longest ago (never: first), the first met on a tie.
+ * So with more threads running than that, each is peeked in turn, not the same
+ * eight every time (a thread never peeked is charged where it parks: the loop's
+ * head had half the CPU of twelve threads, its body 85% alone).  chosen is kept
+ * in order of serial; *n: how many it holds. */
+typedef struct {
+    uintptr_t ts;
+    table_key key;
+    uint64_t serial;
+} peek_choice;
+
+static void choose_peek(peek_choice *chosen, int *n, uintptr_t ts, table_key key, uint64_t serial)
+{
+    int i = *n;
+    if (i == PEEK_THREADS) {
+        if (serial >= chosen[PEEK_THREADS - 1].serial) {
+            return;
+        }
+        i--; /* the last is dropped */
+    } else {
+        (*n)++;
+    }
+    for (; i > 0 && chosen[i - 1].serial > serial; i--) {
+        chosen[i] = chosen[i - 1];
+    }
+    chosen[i] = (peek_choice){ts, key, serial};
+}
+
+/* The positions read for this snapshot (peek_threads), or NULL where other
+ * threads are charged by other rules (a pause, a snapshot without a request). */
+static const thread_peek *peeks_of(enum snapshot_source source)
+{
+    if (sampler_taking_over) {
+        return S.takeover_peeks;
+    }
+    if (source == ANSWERED_BY_MAIN && atomic_load(&S.request_pending)) {
+        return S.request_peeks;
+    }
+    return NULL;
+}
+
 /* Where thread ts stood when its position was last read for this snapshot, or
  * NULL (not read, or by another thread's rules). */
 static const pyframe_peeked *peeked_for(PyThreadState *ts, enum snapshot_source source)
 {
-    const thread_peek *peeks;
-    if (sampler_taking_over) {
-        peeks = S.takeover_peeks;
-    } else if (source == ANSWERED_BY_MAIN && atomic_load(&S.request_pending)) {
-        peeks = S.request_peeks;
-    } else {
+    const thread_peek *peeks = peeks_of(source);
+    if (peeks == NULL) {
         return NULL;
     }
-    for (int i = 0; i < PEEK_THREADS; i++) {
+    for (int i = 0; i < PEEK_SLOTS; i++) {
         if (peeks[i].ts == (uintptr_t)ts) { /* ts is never NULL: an empty entry's 0 matches none */
             return &peeks[i].at;
         }
@@ -884,7 +1028,8 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
     uint64_t threads_used = 0;
     size_t live = 0;
     location main_location = {SITE_NONE, 0, 1, 0, 0, STACKS_ROOT};
-    int n_peek = 0;
+    int n_peek = 0, busy = 0;
+    peek_choice chosen[PEEK_THREADS];
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
          ts = PyThreadState_Next(ts)) {
         pid_t tid = pyframe_thread_tid(ts);
@@ -910,6 +1055,7 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
         uint64_t wall, used;
         int fresh = created || t->tid != tid;
         if (fresh && !created) {
+            place_held(t, &t->held_at);
             forget_track(t); /* another thread's file */
         }
         uint64_t runq_before = t->last_runq_ns;
@@ -955,13 +1101,17 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
                    atomic_load(&S.request_wall_ns) > t->last_wall_ns) {
             loc = charge_main_away(ts, cpu, wall, used, runq, core_fraction);
         } else {
-            loc = charge_other_thread(ts, t, ts == S.main_ts ? NULL : peeked_for(ts, source), wall, used, runq,
+            loc = charge_other_thread(ts, t, ts == S.main_ts ? NULL : peeked_for(ts, source),
+                                      t->passed_over && peeks_of(source) != NULL, wall, used, runq,
                                       core_fraction);
         }
-        if (ts != S.main_ts && used > 0 && n_peek < PEEK_THREADS) {
+        t->passed_over = 0;
+        if (ts != S.main_ts && used > 0) {
             /* Threads that ran in this window: an idle pool's workers, parked in
              * a call, are where they answer and would take the places. */
-            atomic_store(&S.peek_list[n_peek++], (uintptr_t)ts);
+            t->passed_over = 1; /* unless chosen below */
+            busy++;
+            choose_peek(chosen, &n_peek, (uintptr_t)ts, key, t->peek_serial);
         }
         if (ts == S.main_ts) {
             main_location = loc;
@@ -982,9 +1132,19 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
             }
         }
     }
+    for (int i = 0; i < n_peek; i++) {
+        thread_track *c = table_find(&S.threads, chosen[i].key);
+        if (c != NULL) {
+            c->peek_serial = S.serial;
+            c->passed_over = 0;
+        }
+        atomic_store(&S.peek_list[i], chosen[i].ts);
+    }
     for (int i = n_peek; i < PEEK_THREADS; i++) {
         atomic_store(&S.peek_list[i], 0);
     }
+    S.busy_threads = busy;
+    place_held_of_gone(0);
 
     /* Which line the main thread stood on, and when, for measurements that
      * arrive late with their own time (the GPU's windows: line_timeline.h). */
@@ -1176,19 +1336,37 @@ static int main_standing(pyframe_peeked *at)
     }
 }
 
-/* The sampler thread, without the GIL: where the other threads of the last
- * snapshot stand now. */
+/* The sampler thread, without the GIL: where the threads chosen at the last
+ * snapshot stand now, and the thread that holds the GIL now.  The holder is the
+ * one running bytecode: where it stands is where the CPU of bytecode goes at
+ * this moment, and the only place its running position can be seen (threads
+ * that wait for the GIL are found parked).  With more threads running than
+ * PEEK_THREADS, a holder left out of the list was seen running only when the
+ * rotation (choose_peek) happened to meet it holding the GIL. */
+static void peek_one(thread_peek *out, uintptr_t ts)
+{
+    out->ts = 0;
+    /* A state freed meanwhile is only read through safe_read; what it gives is
+     * used only for a live state whose frame and code match. */
+    if (ts != 0 && S.peek_available && pyframe_peek((PyThreadState *)ts, &out->at) == PYFRAME_PEEK_OPCODE) {
+        out->ts = ts;
+    }
+}
+
 static void peek_threads(thread_peek *out)
 {
+    uintptr_t holder = (uintptr_t)pyframe_gil_holder(S.interp);
+    if (holder == (uintptr_t)S.main_ts || holder == (uintptr_t)S.sampler_ts) {
+        holder = 0; /* the main thread has rules of its own; the sampler thread is not the program */
+    }
     for (int i = 0; i < PEEK_THREADS; i++) {
-        out[i].ts = 0;
         uintptr_t ts = atomic_load(&S.peek_list[i]);
-        /* A state freed meanwhile is only read through safe_read; what it gives
-         * is used only for a live state whose frame and code match. */
-        if (ts != 0 && S.peek_available && pyframe_peek((PyThreadState *)ts, &out[i].at) == PYFRAME_PEEK_OPCODE) {
-            out[i].ts = ts;
+        peek_one(&out[i], ts);
+        if (ts == holder) {
+            holder = 0; /* peeked already */
         }
     }
+    peek_one(&out[PEEK_THREADS], holder);
 }
 
 /* The sampler thread, without the GIL: asks the main thread for a snapshot at
@@ -1675,6 +1853,7 @@ void sampler_stop(void)
     if (S.thread_started) {
         (void)join_thread();
     }
+    place_held_of_gone(1); /* the CPU measured so far, none of it lost */
     forks_unregister(stop_for_fork);
     close_main_schedstat();
     S.active = 0;
