@@ -336,6 +336,19 @@ def test_own_files_never_reported(tmp_path, run_pyrometer):
             assert "runpy" not in name, f"{options}: {name} reported"
 
 
+def test_runpy_is_pyrometers_own_where_it_is_a_file():
+    """`python -m pyrometer` runs through runpy, below every frame of the run: on
+    3.10 its module is a file, which --profile-all reported when a sample met
+    only pyrometer's frames above it (3.11 and later freeze it: a pseudo-file,
+    never reported)."""
+    import runpy
+    from pyrometer.profiler import own_prefixes
+    path = getattr(runpy, "__file__", None)
+    if not path or not os.path.isfile(path):
+        pytest.skip("runpy is not a file here")
+    assert os.path.realpath(path) in own_prefixes()
+
+
 def test_profile_only_and_exclude(tmp_path, run_pyrometer):
     write_program(tmp_path, BUSY + "def helper_work():\n    busy(0.3)\n", name="zzhelperzz.py")
     prog = write_program(tmp_path, BUSY + "import zzhelperzz\nzzhelperzz.helper_work()\nbusy(0.3)\n")

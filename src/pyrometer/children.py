@@ -491,11 +491,10 @@ def _write_json(path: str, data: Any) -> bool:
 
 
 def _start_child(settings: dict[str, Any], started_by: str) -> None:
-    from .profiler import OWN_DIRECTORY, _installation_directories, _with_sep
+    from .profiler import _installation_directories, own_prefixes
     include = _include_for(settings)
-    own = sorted({_with_sep(OWN_DIRECTORY), _with_sep(os.path.realpath(OWN_DIRECTORY))})
     child = ChildSession(settings, started_by, include)
-    child.start(_installation_directories(), own)
+    child.start(_installation_directories(), own_prefixes())
     atexit.register(child.at_exit)
     _install_family_wrappers()
     os.register_at_fork(after_in_child=after_fork_in_child)
@@ -586,11 +585,9 @@ def after_fork_in_child() -> None:
     _Forks.profiling = False  # the top's flag, inherited: this process is a child now
     ChildSession.current = None
     try:
-        from .profiler import OWN_DIRECTORY, _with_sep
-        own = sorted({_with_sep(OWN_DIRECTORY), _with_sep(os.path.realpath(OWN_DIRECTORY))})
-        from .profiler import _installation_directories
+        from .profiler import _installation_directories, own_prefixes
         child = ChildSession(settings, "fork", parent.include if parent is not None else list(settings["include"]))
-        child.start(_installation_directories(), own, start_off=-1)
+        child.start(_installation_directories(), own_prefixes(), start_off=-1)
         atexit.register(child.at_exit)
     except Exception:
         pass  # the child runs unprofiled; the parent lists it as not profiled

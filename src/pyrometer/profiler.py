@@ -20,6 +20,21 @@ def _with_sep(path: str) -> str:
 
 
 @functools.lru_cache(maxsize=1)
+def own_prefixes() -> list[str]:
+    """pyrometer's own files, never reported: its package, and runpy's module
+    where it is a file (3.10; 3.11 and later freeze it, "<frozen runpy>", a
+    pseudo-file the core never reports).  `python -m pyrometer` runs through
+    runpy, below every frame of the run: with --profile-all, a sample that met
+    only pyrometer's frames above it (as the run starts or ends) was charged to
+    runpy's line on 3.10 (tests/test_cli.py, test_own_files_never_reported)."""
+    import runpy  # imported already by the launcher and by `python -m`
+    own = {_with_sep(OWN_DIRECTORY), _with_sep(os.path.realpath(OWN_DIRECTORY))}
+    path = getattr(runpy, "__file__", None)
+    if path and os.path.isfile(path):
+        own.update({os.path.abspath(path), os.path.realpath(path)})
+    return sorted(own)
+
+
 def _installation_directories() -> list[str]:
     """Where the standard library and installed packages live: not the program.
     Worked out once per process: a process that starts the core many times (a
@@ -89,7 +104,6 @@ class Session:
         }
 
     def start(self) -> None:
-        own = {_with_sep(OWN_DIRECTORY), _with_sep(os.path.realpath(OWN_DIRECTORY))}
         s = self.core_settings()
         _core.reset()
         self.start_time = time.time()
@@ -99,7 +113,7 @@ class Session:
             virtual_time=s["virtual_time"],
             include=s["include"],
             exclude=_installation_directories(),
-            own=sorted(own),
+            own=own_prefixes(),
             only=s["only"],
             exclude_substrings=s["exclude_substrings"],
             profile_all=s["profile_all"],
