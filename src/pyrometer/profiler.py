@@ -19,7 +19,6 @@ def _with_sep(path: str) -> str:
     return path.rstrip(os.sep) + os.sep
 
 
-@functools.lru_cache(maxsize=1)
 def own_prefixes() -> list[str]:
     """pyrometer's own files, never reported: its package, and runpy's module
     where it is a file (3.10; 3.11 and later freeze it, "<frozen runpy>", a
@@ -35,6 +34,7 @@ def own_prefixes() -> list[str]:
     return sorted(own)
 
 
+@functools.lru_cache(maxsize=1)
 def _installation_directories() -> list[str]:
     """Where the standard library and installed packages live: not the program.
     Worked out once per process: a process that starts the core many times (a
