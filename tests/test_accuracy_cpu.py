@@ -892,6 +892,39 @@ def test_a_worker_is_python_where_it_ran_bytecode(profile_program):
     assert run.line("# @native")["n_cpu_native_sec"] >= 0.5 * cpu(run.line("# @native")), info
 
 
+# A worker thread whose time is in numpy operators that release the GIL: a
+# BINARY_OP, not a call, still under way when the snapshot is taken.
+OPERATORS_RELEASING_THE_GIL = """
+import threading
+import numpy as np
+
+def work():
+    a = np.zeros(4_000_000)
+    for _ in range(150):
+        a += 1.0  # @add
+        a *= 0.999  # @mul
+
+worker = threading.Thread(target=work)
+worker.start()
+worker.join()
+"""
+
+
+def test_a_workers_numpy_operators_stay_native(profile_program):
+    """Reading the kind where the peek found the thread at t0 (an operator,
+    not a call) made numpy's `a += 1.0` in a worker 100% Python; an
+    instruction the thread still stands in at the snapshot, outside the places
+    where bytecode parks, is native work under way.  Tolerance: the two
+    operator lines are at least 80% native (about 100% measured)."""
+    pytest.importorskip("numpy")
+    run = profile_program(OPERATORS_RELEASING_THE_GIL, options=["--cpu-only"])
+    info = run.describe("# @add", "# @mul")
+    lines = [run.line("# @add"), run.line("# @mul")]
+    ops_cpu = sum(cpu(entry) for entry in lines)
+    assert ops_cpu > 0.2, info
+    assert sum(entry["n_cpu_native_sec"] for entry in lines) >= 0.8 * ops_cpu, info
+
+
 # A recursion that unwinds past the callers a peek keeps (py-spy's
 # tests/scripts/recursive.py has this shape).
 RECURSION = """

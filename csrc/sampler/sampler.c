@@ -382,11 +382,14 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
     int meet_lasti = returned >= 0 ? peeked_position(at, returned).lasti : -1;
     if (!native_by_delay && returned == 0) {
         /* The line is read where the thread stood at t0 (below), and so is the
-         * kind: in a call then, or in bytecode.  Read now, it was the kind at
-         * the moment the GIL came free, which a worker gives up when it enters
-         * a native call that releases it: a pool thread's Python loop before
-         * hashlib read 100% native. */
-        loc.native = codes_opcode_calls(at->opcode);
+         * kind: in a call then, or still in the instruction it stood in then
+         * (an operator that released the GIL: numpy's `a += 1.0`), is native;
+         * otherwise bytecode.  Read now alone, it was the kind at the moment
+         * the GIL came free, which a worker gives up when it enters a native
+         * call that releases it: a pool thread's Python loop before hashlib
+         * read 100% native. */
+        int still = meet == innermost && pyframe_lasti(innermost) == meet_lasti;
+        loc.native = codes_opcode_calls(at->opcode) || (still && loc.native);
     }
     if (meet != NULL && meet != innermost && !codes_reported_from(meet, &f)) {
         loc.ok = 0;
