@@ -547,6 +547,23 @@ static PyObject *core_run_file(PyObject *module, PyObject *args)
     return result;
 }
 
+static PyObject *core_attach_memory(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    PyObject *bytes = NULL;
+    if (!PyUnicode_FSConverter(arg, &bytes)) {
+        return NULL;
+    }
+    const char *why = NULL;
+    int rc = memhooks_api_attach(PyBytes_AS_STRING(bytes), &why);
+    Py_DECREF(bytes);
+    if (rc != 0) {
+        PyErr_SetString(PyExc_OSError, why != NULL ? why : "cannot attach the memory library");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *core_memory_available(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -658,6 +675,10 @@ static PyMethodDef core_methods[] = {
     {"running", core_running, METH_NOARGS, "Whether the sampler is running."},
     {"follow_code", core_follow_code, METH_O,
      "follow_code(code)\nThe program's top-level code, about to run: known to the profiler from its start."},
+    {"attach_memory", core_attach_memory, METH_O,
+     "attach_memory(path): load the memory library at path into this running process "
+     "and put its allocator and copy functions in every loaded object's tables "
+     "(csrc/memhooks/got.c); OSError when it cannot.  Nothing when it is loaded already."},
     {"memory_available", core_memory_available, METH_NOARGS,
      "Whether the preloaded memory library is in this process."},
     {NULL, NULL, 0, NULL},

@@ -709,8 +709,9 @@ def test_programs_work_unchanged(profile_program, run_bare, source):
 
 ENVIRONMENT = """
 import json, os, sys
-json.dump({"LD_PRELOAD": os.environ.get("LD_PRELOAD")}, open(sys.argv[1], "w"))
-block = bytearray(4 << 20)
+json.dump({"LD_PRELOAD": os.environ.get("LD_PRELOAD"),
+           "mapped": "libpyrometer_memhooks.so" in open("/proc/self/maps").read()}, open(sys.argv[1], "w"))
+block = bytearray(4 << 20)  # @block
 """
 
 
@@ -733,18 +734,32 @@ def test_memory_off_leaves_no_trace(profile_program, tmp_path, option):
 
 
 @pytest.mark.parametrize("existing", [None, "libm.so.6"], ids=["no-preload", "existing-preload"])
-def test_memory_on_preloads_hooks(profile_program, tmp_path, existing):
+@pytest.mark.parametrize("how", ["attached", "preloaded"])
+def test_memory_on_loads_the_hooks(profile_program, tmp_path, existing, how):
+    """The library is attached to the running program (csrc/memhooks/got.c),
+    whose environment stays its own; with PYROMETER_MEMORY_BY_PRELOAD the
+    command re-executes itself with the library first in LD_PRELOAD instead
+    (preload.py), ahead of the program's own preloads.  Either way the 4 MiB
+    block is measured on its line."""
     seen = tmp_path / "env.json"
-    env_extra = {"LD_PRELOAD": existing} if existing else None
+    env_extra = {"LD_PRELOAD": existing} if existing else {}
+    if how == "preloaded":
+        env_extra["PYROMETER_MEMORY_BY_PRELOAD"] = "1"
     if existing is None and os.environ.get("LD_PRELOAD"):
         pytest.skip("the test environment itself preloads a library")
     run = profile_program(ENVIRONMENT, args=[str(seen)], env=env_extra)
-    preload = json.loads(seen.read_text())["LD_PRELOAD"]
-    assert preload, "LD_PRELOAD is not set in a memory-profiled program"
-    first, _, rest = preload.partition(":")
-    assert os.path.basename(first) == MEMHOOKS and os.path.isabs(first), preload
-    assert rest == (existing or ""), f"the program's own LD_PRELOAD {existing!r} became {preload!r}"
+    record = json.loads(seen.read_text())
+    preload = record["LD_PRELOAD"]
+    assert record["mapped"], "the memory library is not in the program's process"
+    if how == "attached":
+        assert preload == existing, f"the program's own LD_PRELOAD {existing!r} became {preload!r}"
+    else:
+        assert preload, "LD_PRELOAD is not set in a memory-profiled program"
+        first, _, rest = preload.partition(":")
+        assert os.path.basename(first) == MEMHOOKS and os.path.isabs(first), preload
+        assert rest == (existing or ""), f"the program's own LD_PRELOAD {existing!r} became {preload!r}"
     assert run.profile["memory"] is True
+    assert run.line("# @block")["n_malloc_mb"] == pytest.approx(4.2, rel=0.05), memory_summary(run)
     assert "ERROR" not in run.proc.stderr, run.proc.stderr  # ld.so: "cannot be preloaded"
 
 

@@ -141,17 +141,20 @@ def jupyter_ready():
         pytest.importorskip(name)
 
 
-def test_plain_kernel_profiles_cpu_and_says_memory_needs_the_pyrometer_kernel(jupyter_ready, tmp_path):
+def test_plain_kernel_profiles_cpu_and_memory(jupyter_ready, tmp_path):
+    """A kernel started without pyrometer: the first magic attaches the memory
+    library to it (preload.attach), so memory is profiled, native included."""
     nb = _execute(_notebook(["%load_ext pyrometer", BUSY_CELL, LINE_MAGIC, ALLOC_CELL, INSPECT_CELL,
                              PROFILE_THIS_CELL, HELPER_CELL]), "python3", tmp_path)
     _check_busy_cell(nb.cells[1])
     line_text = "".join(_outputs(nb.cells[2], "text/plain"))
     assert "busy line" in line_text and "text/html" not in str(nb.cells[2].outputs)
     alloc_text = "".join(_outputs(nb.cells[3], "text/plain"))
-    assert "memory was not profiled" in alloc_text and "pyrometer kernel install" in alloc_text
+    assert "memory was not profiled" not in alloc_text and "alloc line" in alloc_text
     facts = json.loads(_outputs(nb.cells[4], "text/plain")[0])
-    assert facts["memory"] is False
-    assert any("pyrometer kernel install" in n for n in facts["notices"])
+    assert facts["memory"] is True, facts
+    (line,) = facts["lines"]
+    assert abs(line["n_malloc_mb"] - ALLOCATED_MB) <= ALLOCATED_TOLERANCE_MB, line
     ((line, cpu),) = json.loads(_outputs(nb.cells[5], "text/plain")[0])
     assert line.endswith("# busy line") and cpu > 0
     _check_helper_cell(nb.cells[6])
@@ -229,7 +232,8 @@ def test_profile_this_outside_notebooks(tmp_path, groundtruth_dir):
                           env=program_env(groundtruth_dir), timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"\d+%", _row(proc.stdout, "# busy line")), proc.stdout
-    assert "memory was not profiled" in proc.stdout  # no library preloaded: CPU only, and said
+    # The memory library is attached to the running program: memory profiled too.
+    assert "memory was not profiled" not in proc.stdout and "Top allocating lines" in proc.stdout, proc.stdout
     assert "raised through" in proc.stdout
 
 

@@ -111,7 +111,8 @@ class Run:
         return json.loads((self.truth / name).read_text())
 
 
-def run_suite(directory: Path, *args: str, suite: str = SUITE, command: list[str] | None = None) -> Run:
+def run_suite(directory: Path, *args: str, suite: str = SUITE, command: list[str] | None = None,
+              env: dict[str, str] | None = None) -> Run:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "test_suite.py").write_text(suite)
     (directory / "conftest.py").write_text(CONFTEST)
@@ -119,7 +120,8 @@ def run_suite(directory: Path, *args: str, suite: str = SUITE, command: list[str
     truth.mkdir(exist_ok=True)
     cmd = command or [sys.executable, "-m", "pytest"]
     proc = subprocess.run([*cmd, "-p", "no:cacheprovider", "-p", "no:rerunfailures", "-rA", *args],
-                          cwd=directory, env=_env(truth), capture_output=True, text=True, timeout=TIMEOUT_S)
+                          cwd=directory, env={**_env(truth), **(env or {})}, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
     return Run(directory, proc)
 
 
@@ -268,16 +270,31 @@ def test_bad_marker_arguments(tmp_path):
     assert "Traceback" not in run.out and "pytest_plugin.py" not in run.out
 
 
-def test_cpu_only_when_not_a_command(tmp_path):
-    """pytest.main() inside another program cannot be re-executed under the
-    memory library: CPU only, one notice saying why, memory budgets unchecked
-    (and said so), CPU budgets still enforced."""
+def test_memory_when_not_a_command(tmp_path):
+    """pytest.main() inside another program: the memory library is attached to
+    it, so memory is profiled and its budgets enforced there too."""
     driver = "import sys, pytest; sys.exit(pytest.main(sys.argv[1:]))"
     run = run_suite(tmp_path, "--pyrometer", command=[sys.executable, "-c", driver])
     assert _outcomes(run.out) == {"test_cpu_heavy": "PASSED", "test_memory_heavy": "PASSED",
+                                  "test_over_cpu_budget": "FAILED", "test_over_memory_budget": "FAILED",
+                                  "test_within_budget": "PASSED"}, run.out
+    assert "memory was not profiled" not in run.out
+    assert model.load(str(tmp_path / "pyrometer-pytest.json"))["memory"] is True
+
+
+def test_cpu_only_when_not_a_command_and_not_attached(tmp_path):
+    """pytest.main() inside another program, where the library is not to be
+    attached (PYROMETER_MEMORY_BY_PRELOAD) and the program cannot be
+    re-executed under it: CPU only, one notice saying why, memory budgets
+    unchecked (and said so), CPU budgets still enforced."""
+    driver = "import sys, pytest; sys.exit(pytest.main(sys.argv[1:]))"
+    run = run_suite(tmp_path, "--pyrometer", command=[sys.executable, "-c", driver],
+                    env={"PYROMETER_MEMORY_BY_PRELOAD": "1"})
+    assert _outcomes(run.out) == {"test_cpu_heavy": "PASSED", "test_memory_heavy": "PASSED",
                                   "test_over_cpu_budget": "FAILED", "test_over_memory_budget": "PASSED",
                                   "test_within_budget": "PASSED"}, run.out
-    assert ("notice: memory was not profiled: pytest was not started as a command (pytest.main() from another "
+    assert ("notice: memory was not profiled: PYROMETER_MEMORY_BY_PRELOAD is set: the memory library is "
+            "preloaded, never attached, and pytest was not started as a command (pytest.main() from another "
             "program)") in run.out
     assert "notice: the memory budgets of 2 tests were not checked: memory was not profiled" in run.out
     assert "peak" not in run.out.split("pyrometer: per-test profile")[1]

@@ -9,6 +9,7 @@
  *  - the sample function runs with this thread's counting suspended (busy), so
  *    whatever it allocates is neither counted nor re-entered.
  */
+#include "got.h"
 #include "interpose.h"
 #include "memhooks.h"
 #include "pymalloc_arenas.h"
@@ -41,6 +42,13 @@ static struct {
 } real;
 
 static atomic_int resolve_state; /* 0: not started, 1: in progress, 2: done */
+/* This library's malloc (below), by a name that no other object has. */
+void *own_malloc(size_t size) __attribute__((alias("malloc"), copy(malloc), visibility("hidden")));
+/* Whether the library came in with dlopen instead of LD_PRELOAD (attached, see
+ * got.c): then it is in no search order, and the real functions are the ones
+ * every other object binds to (RTLD_DEFAULT: libc's, or those of an allocator
+ * the program preloads), not the next ones after it. */
+static int attached;
 
 /* memcpy and memmove, the busiest of the interposed calls, reach their real
  * functions through these, which hold plain_copy until resolve() has the real
@@ -57,7 +65,12 @@ static EARLY void resolve(void)
     if (!atomic_compare_exchange_strong(&resolve_state, &expected, 1)) {
         return; /* another call is resolving; callers fall back to the bootstrap heap */
     }
-#define HOOKED(name, ret, args) real.name = (name##_fn)dlsym(RTLD_NEXT, #name);
+    /* Preloaded, the library's malloc is the one every object binds to.  (A
+     * lookup of one of its own names would not tell: dlsym(RTLD_DEFAULT) from
+     * a dlopened object searches that object's own scope after the global.) */
+    attached = dlsym(RTLD_DEFAULT, "malloc") != (void *)own_malloc;
+    void *scope = attached ? RTLD_DEFAULT : RTLD_NEXT;
+#define HOOKED(name, ret, args) real.name = (name##_fn)dlsym(scope, #name);
 #include "hooks_list.h"
 #undef HOOKED
     if (real.memcpy != NULL) {
@@ -83,7 +96,9 @@ static void forget_other_threads(void);
 __attribute__((constructor)) static void memhooks_init(void)
 {
     resolve();
-    pymalloc_arenas_install(); /* before the interpreter makes its first arena */
+    if (!attached) {
+        pymalloc_arenas_install(); /* before the interpreter makes its first arena */
+    }
     /* Registered before any handler of the extension's (it loads later), so it
      * runs first in a child. */
     pthread_atfork(NULL, NULL, forget_other_threads);
@@ -772,6 +787,7 @@ EXPORT void pyrometer_memhooks_stop(void)
  * slots are the parent's. */
 static void forget_other_threads(void)
 {
+    got_after_fork_in_child();
     atomic_store(&calls_out, 0);
     for (size_t i = 0; i < WATCH_SLOTS; i++) {
         if (atomic_load_explicit(&watch_address[i], memory_order_relaxed) == SLOT_BUSY) {
@@ -871,6 +887,10 @@ EXPORT EARLY size_t pyrometer_memhooks_usable_size(void *p)
     if (in_bootstrap(p)) {
         return bootstrap_size(p);
     }
+    size_t pooled;
+    if (UNLIKELY(attached) && pymalloc_adopted_tail_size((uintptr_t)p, &pooled)) {
+        return pooled; /* a Python block sized by the extension (pymalloc_arenas.c) */
+    }
     return resolved() ? real.malloc_usable_size(p) : 0;
 }
 
@@ -883,4 +903,53 @@ EXPORT void *pyrometer_memhooks_python_arenas(void)
 EXPORT int64_t pyrometer_memhooks_footprint(void)
 {
     return atomic_load_explicit(&footprint, memory_order_relaxed);
+}
+
+/* ---- attaching to a running process (got.c) -------------------------------------- */
+
+/* The functions put in the objects' tables: every interposed one (hooks_list.h
+ * and the limits of pymalloc_arenas.c), found in this library through its own
+ * handle, and dlopen and dlsym. */
+static const char *const replaced[] = {
+#define HOOKED(name, ret, args) #name,
+#include "hooks_list.h"
+#undef HOOKED
+    "setrlimit", "setrlimit64", "prlimit", "prlimit64",
+};
+#define REPLACED (sizeof replaced / sizeof replaced[0])
+static got_replacement replacements[REPLACED + 2];
+
+EXPORT int pyrometer_memhooks_attach(void *own_handle)
+{
+    if (!attached) {
+        return 0; /* preloaded: every object binds to this library already */
+    }
+    static int result = 1; /* 1: not tried; then what the one attempt gave */
+    if (result != 1) {
+        return result;
+    }
+    Dl_info own;
+    if (!resolved() || real.malloc == NULL || real.free == NULL ||
+        dladdr((void *)pyrometer_memhooks_attach, &own) == 0) {
+        return -1;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < REPLACED; i++) {
+        void *fn = dlsym(own_handle, replaced[i]);
+        Dl_info where;
+        if (fn == NULL || dladdr(fn, &where) == 0 || where.dli_fbase != own.dli_fbase) {
+            return -1; /* not this library's: binding a call there would skip the count */
+        }
+        replacements[n++] = (got_replacement){replaced[i], fn, dlsym(RTLD_DEFAULT, replaced[i]), 0};
+    }
+    void *real_dlopen = dlsym(RTLD_DEFAULT, "dlopen");
+    void *real_dlsym = dlsym(RTLD_DEFAULT, "dlsym");
+    if (real_dlopen == NULL || real_dlsym == NULL) {
+        return -1;
+    }
+    replacements[n++] = (got_replacement){"dlopen", (void *)got_dlopen, real_dlopen, 0};
+    replacements[n++] = (got_replacement){"dlsym", (void *)got_dlsym, real_dlsym, 1};
+    pymalloc_arenas_adopt(); /* before any Python free reaches the hooks */
+    result = got_attach(replacements, n, (uintptr_t)own.dli_fbase, real_dlopen, real_dlsym);
+    return result;
 }

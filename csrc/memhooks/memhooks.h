@@ -63,7 +63,14 @@ typedef struct {
     memhooks_freed_fn freed;
 } memhooks_config;
 
-/* Exported with default visibility; looked up by name with dlsym(RTLD_DEFAULT). */
+/* Exported with default visibility; looked up by name with dlsym, in the global
+ * scope (preloaded) or through the handle dlopen gave (attached). */
+/* The library loaded into a running process with dlopen (RTLD_LOCAL) instead of
+ * preloaded: own_handle is what dlopen returned.  Called with the GIL held (the
+ * interpreter's arenas are read, pymalloc_arenas.c), before counting starts;
+ * from then on every loaded object's calls reach the library (got.c).  0, or -1
+ * when it could not be attached.  Nothing to do (0) when preloaded. */
+int pyrometer_memhooks_attach(void *own_handle);
 int pyrometer_memhooks_start(const memhooks_config *config);
 void pyrometer_memhooks_stop(void);
 memhooks_thread *pyrometer_memhooks_thread(void);

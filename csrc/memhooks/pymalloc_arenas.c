@@ -37,8 +37,13 @@
 #include "interpose.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -405,6 +410,250 @@ static void *arena_alloc(void *ctx, size_t size)
     return p;
 }
 
+/* ---- arenas made before the library was attached (got.c) ---------------------
+ *
+ * Attached to a running interpreter, the library has not seen the arenas made
+ * so far, and the blocks in them are freed from then on.  They are found from
+ * their pools' headers: every anonymous read-write mapping is read (through
+ * process_vm_readv, which reports a page another thread unmapped meanwhile
+ * instead of faulting) at each 16 KiB boundary, and a header is taken for a
+ * pool's only when it is consistent: szidx under 32, maxnextoffset = POOL_SIZE
+ * - (szidx + 1) * 16 (what pymalloc's init_pool writes), nextoffset past the
+ * header by a whole number of blocks, and a count of blocks the pool can hold.
+ * pymalloc carves an arena's pools in order from its first 16 KiB boundary and
+ * keeps a pool's header once carved, so an arena is a run of consistent headers
+ * with the same arenaindex, 16 KiB apart, starting at its first pool F.  An
+ * arena is 1 MiB from a page boundary b: it holds 64 pools when b is 16 KiB
+ * aligned (F = b), else 63 and a tail shorter than a pool.  A run of 64 is
+ * whole; otherwise the map gets F and 63 pools, which the arena holds either
+ * way, and the 64th place (F + 63 pools) is told apart when a block there is
+ * sized (pymalloc_adopted_tail_size): its header lies inside the arena either
+ * way, consistent only once pymalloc carved a 64th pool there.
+ * These arenas' entries (F, and whether 64 pools are in the map) are kept in
+ * address order until pymalloc gives the arena back. */
+
+#define POOL_BYTES ((uintptr_t)16 * 1024)
+#define POOLS_PER_ARENA 64
+#define POOL_OVERHEAD 48 /* the header, rounded up to 16 bytes */
+#define HEADER_WORDS 12  /* struct pool_header on 64-bit: 48 bytes */
+#define ADOPTED_WHOLE ((uintptr_t)1)
+#define ADOPTED_GONE ((uintptr_t)2)
+
+static uintptr_t *adopted; /* F | ADOPTED_WHOLE | ADOPTED_GONE, ascending */
+static size_t adopted_count, adopted_capacity;
+
+static int header_consistent(const uint32_t *h)
+{
+    uint32_t szidx = h[9], next = h[10], max = h[11];
+    if (szidx >= 32) {
+        return 0;
+    }
+    uint32_t size = (szidx + 1) * 16;
+    return max == POOL_BYTES - size && next >= POOL_OVERHEAD + size && next <= POOL_BYTES &&
+           (next - POOL_OVERHEAD) % size == 0 && h[0] <= (POOL_BYTES - POOL_OVERHEAD) / size;
+}
+
+static int adopt_arena(uintptr_t first, size_t pools)
+{
+    size_t kept = pools == POOLS_PER_ARENA ? POOLS_PER_ARENA : POOLS_PER_ARENA - 1;
+    if (adopted_count == adopted_capacity) {
+        size_t capacity = adopted_capacity != 0 ? adopted_capacity * 2 : 512;
+        uintptr_t *bigger = map_memory(capacity * sizeof *bigger);
+        if (bigger == NULL) {
+            return -1;
+        }
+        if (adopted != NULL) {
+            memcpy(bigger, adopted, adopted_count * sizeof *bigger);
+            munmap(adopted, adopted_capacity * sizeof *adopted);
+        }
+        adopted = bigger;
+        adopted_capacity = capacity;
+    }
+    if (pymalloc_map_add(&map, first, kept * POOL_BYTES) != 0) {
+        return -1;
+    }
+    adopted[adopted_count++] = first | (kept == POOLS_PER_ARENA ? ADOPTED_WHOLE : 0);
+    return 0;
+}
+
+/* The run of consistent headers being followed. */
+static struct {
+    uintptr_t first, last;
+    uint32_t index;
+    size_t pools;
+    int failed;
+} run;
+
+static void end_run(void)
+{
+    if (run.pools != 0 && adopt_arena(run.first, run.pools) != 0) {
+        run.failed = 1;
+    }
+    run.pools = 0;
+}
+
+static void saw_pool(uintptr_t at, const uint32_t *h)
+{
+    if (!header_consistent(h)) {
+        end_run();
+        return;
+    }
+    if (run.pools != 0 && h[8] == run.index && at == run.last + POOL_BYTES && run.pools < POOLS_PER_ARENA) {
+        run.last = at;
+        run.pools++;
+        return;
+    }
+    end_run();
+    run.first = run.last = at;
+    run.index = h[8];
+    run.pools = 1;
+}
+
+#define BATCH 512
+
+/* The pool boundaries of [start, end), read a batch at a time. */
+static void scan_mapping(uintptr_t start, uintptr_t end)
+{
+    static uint32_t headers[BATCH][HEADER_WORDS];
+    static struct iovec local[BATCH], remote[BATCH];
+    pid_t self = getpid();
+    uintptr_t at = (start + POOL_BYTES - 1) & ~(POOL_BYTES - 1);
+    while (at + POOL_OVERHEAD <= end) {
+        size_t n = 0;
+        for (; n < BATCH && at + POOL_OVERHEAD <= end; n++, at += POOL_BYTES) {
+            local[n] = (struct iovec){headers[n], POOL_OVERHEAD};
+            remote[n] = (struct iovec){(void *)at, POOL_OVERHEAD};
+        }
+        size_t done = 0;
+        while (done < n) {
+            ssize_t got = process_vm_readv(self, &local[done], n - done, &remote[done], n - done, 0);
+            if (got < 0 && errno != EFAULT) {
+                run.failed = 1; /* refused (a seccomp policy): the arenas cannot be found */
+                return;
+            }
+            size_t whole = got > 0 ? (size_t)got / POOL_OVERHEAD : 0; /* 48 bytes never cross a page */
+            for (size_t i = done; i < done + whole; i++) {
+                saw_pool((uintptr_t)remote[i].iov_base, headers[i]);
+            }
+            done += whole;
+            if (done < n) {
+                end_run(); /* unreadable: gone meanwhile */
+                done++;
+            }
+        }
+    }
+}
+
+/* Whether a line of /proc/self/maps is an anonymous private read-write mapping
+ * (unnamed, or named by prctl: "[anon:...]"); its bounds. */
+static int anonymous_mapping(const char *line, uintptr_t *start, uintptr_t *end)
+{
+    char *rest;
+    *start = (uintptr_t)strtoull(line, &rest, 16);
+    if (*rest != '-') {
+        return 0;
+    }
+    *end = (uintptr_t)strtoull(rest + 1, &rest, 16);
+    if (rest[0] != ' ' || rest[1] != 'r' || rest[2] != 'w' || rest[4] != 'p') {
+        return 0;
+    }
+    rest += 6;
+    for (int field = 0; field < 3; field++) { /* offset, device, inode */
+        while (*rest == ' ') {
+            rest++;
+        }
+        const char *word = rest;
+        while (*rest != ' ' && *rest != '\0') {
+            rest++;
+        }
+        if (field == 2 && !(rest - word == 1 && word[0] == '0')) {
+            return 0;
+        }
+    }
+    while (*rest == ' ') {
+        rest++;
+    }
+    return *rest == '\0' || strncmp(rest, "[anon:", 6) == 0;
+}
+
+/* Reads /proc/self/maps with read(2) (no stdio: nothing here allocates) and
+ * scans its anonymous mappings; -1 when it cannot be read or an arena could not
+ * be recorded. */
+static int adopt_existing_arenas(void)
+{
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    static char buffer[64 * 1024];
+    size_t held = 0;
+    run.pools = 0;
+    run.failed = 0;
+    for (;;) {
+        ssize_t got = read(fd, buffer + held, sizeof buffer - 1 - held);
+        if (got <= 0) {
+            break;
+        }
+        held += (size_t)got;
+        buffer[held] = '\0';
+        char *line = buffer;
+        char *newline;
+        while ((newline = strchr(line, '\n')) != NULL) {
+            *newline = '\0';
+            uintptr_t start, end;
+            if (!run.failed && anonymous_mapping(line, &start, &end)) {
+                scan_mapping(start, end);
+            } else {
+                end_run();
+            }
+            line = newline + 1;
+        }
+        held = (size_t)(buffer + held - line);
+        memmove(buffer, line, held);
+    }
+    close(fd);
+    end_run();
+    return run.failed ? -1 : 0;
+}
+
+/* The entry of the adopted arena whose first pool is first, or NULL. */
+static uintptr_t *adopted_entry(uintptr_t first)
+{
+    size_t lo = 0, hi = adopted_count;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        uintptr_t f = adopted[mid] & ~(ADOPTED_WHOLE | ADOPTED_GONE);
+        if (f == first) {
+            return &adopted[mid];
+        }
+        if (f < first) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return NULL;
+}
+
+int pymalloc_adopted_tail_size(uintptr_t a, size_t *size)
+{
+    uintptr_t pool = a & ~(POOL_BYTES - 1);
+    if (adopted_count == 0 || pool < (POOLS_PER_ARENA - 1) * POOL_BYTES) {
+        return 0;
+    }
+    uintptr_t *entry = adopted_entry(pool - (POOLS_PER_ARENA - 1) * POOL_BYTES);
+    if (entry == NULL || (*entry & (ADOPTED_WHOLE | ADOPTED_GONE)) != 0) {
+        return 0;
+    }
+    uint32_t h[HEADER_WORDS];
+    struct iovec local = {h, sizeof h}, remote = {(void *)pool, sizeof h};
+    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof h || !header_consistent(h)) {
+        return 0;
+    }
+    *size = ((size_t)h[9] + 1) * 16;
+    return 1;
+}
+
 static void arena_free(void *ctx, void *p, size_t size)
 {
     (void)ctx;
@@ -412,12 +661,22 @@ static void arena_free(void *ctx, void *p, size_t size)
         if (pymalloc_region_free(&map, p, size)) {
             return;
         }
-        pymalloc_map_remove(&map, (uintptr_t)p, size);
+        uintptr_t first = ((uintptr_t)p + POOL_BYTES - 1) & ~(POOL_BYTES - 1);
+        uintptr_t *entry = adopted_count != 0 ? adopted_entry(first) : NULL;
+        if (entry != NULL && !(*entry & ADOPTED_GONE)) {
+            size_t pools = (*entry & ADOPTED_WHOLE) ? POOLS_PER_ARENA : POOLS_PER_ARENA - 1;
+            pymalloc_map_remove(&map, first, pools * POOL_BYTES);
+            *entry |= ADOPTED_GONE;
+        } else {
+            pymalloc_map_remove(&map, (uintptr_t)p, size);
+        }
     }
     original.free(original.ctx, p, size);
 }
 
-void pymalloc_arenas_install(void)
+/* Wraps the arena allocator; adopt: the interpreter has made arenas already
+ * (attached), which are looked for first. */
+static void install(int adopt)
 {
     void (*get)(arena_allocator *) = (void (*)(arena_allocator *))dlsym(RTLD_DEFAULT, "PyObject_GetArenaAllocator");
     void (*set)(arena_allocator *) = (void (*)(arena_allocator *))dlsym(RTLD_DEFAULT, "PyObject_SetArenaAllocator");
@@ -431,9 +690,24 @@ void pymalloc_arenas_install(void)
     if (address_space_unlimited()) {
         pymalloc_region_reserve(&map, REGION_SLOTS, (size_t)1 << REGION_SLOT_SHIFT); /* else the map alone */
     }
+    if (adopt && adopt_existing_arenas() != 0) {
+        map.tracking = 0; /* a block outside the map may be pymalloc's: Python's frees are not sized */
+    }
     installed = 1;
     arena_allocator mine = {NULL, arena_alloc, arena_free};
     set(&mine);
+}
+
+void pymalloc_arenas_install(void)
+{
+    install(0);
+}
+
+void pymalloc_arenas_adopt(void)
+{
+    if (!installed) {
+        install(1);
+    }
 }
 
 pymalloc_arena_map *pymalloc_arenas_map(void)

@@ -124,6 +124,14 @@ void pymalloc_region_close(pymalloc_arena_map *m);
 
 /* From the library's constructor; does nothing in a process without CPython. */
 void pymalloc_arenas_install(void);
+/* The same for a library attached to a running interpreter (got.c), with the
+ * GIL held: the arenas the interpreter has made are found and put in the map
+ * first (pymalloc_arenas.c says how).  Nothing when installed already. */
+void pymalloc_arenas_adopt(void);
+/* A block at a, outside the map, in the 64th pool place of an arena found so
+ * whose 64th pool may exist (pymalloc_arenas.c): 1 and its size when a pool is
+ * there, else 0. */
+int pymalloc_adopted_tail_size(uintptr_t a, size_t *size);
 /* The table, or NULL when it was not installed before the interpreter's first
  * arena.  Its `tracking` turns 0 if an arena cannot be recorded (out of memory, or
  * an arena the map cannot represent). */

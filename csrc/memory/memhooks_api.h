@@ -21,6 +21,10 @@ typedef struct {
     int (*is_watched)(void *, uintptr_t);
 } memhooks_api;
 
+/* Loads the library at path into this running process and attaches it
+ * (pyrometer_memhooks_attach), with the GIL held: 0 (also when it is preloaded
+ * or attached already), or -1 and why. */
+int memhooks_api_attach(const char *path, const char **why);
 /* 0 when the library is loaded in this process, -1 otherwise. */
 int memhooks_api_find(memhooks_api *api);
 

@@ -15,23 +15,46 @@
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define COLD __attribute__((noinline, cold))
 
+/* Where the library's entry points are: the global scope when preloaded, its
+ * own handle once attached (memhooks_api_attach). */
+static void *memhooks_scope = RTLD_DEFAULT;
+
+int memhooks_api_attach(const char *path, const char **why)
+{
+    if (memhooks_scope != RTLD_DEFAULT) {
+        return 0;
+    }
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (handle == NULL) {
+        *why = dlerror();
+        return -1;
+    }
+    int (*attach)(void *) = (int (*)(void *))dlsym(handle, "pyrometer_memhooks_attach");
+    if (attach == NULL || attach(handle) != 0) {
+        *why = "its functions could not be put in the loaded objects' tables";
+        return -1;
+    }
+    memhooks_scope = handle;
+    return 0;
+}
+
 int memhooks_api_find(memhooks_api *api)
 {
-    api->start = (int (*)(const memhooks_config *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_start");
-    api->stop = (void (*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_stop");
-    api->thread = (memhooks_thread * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_thread");
-    api->sample_python = (void (*)(int64_t, void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_sample_python");
-    api->python_arenas = (void *(*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_python_arenas");
-    api->footprint = (int64_t(*)(void))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_footprint");
-    api->footprint_add = (void (*)(int64_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_footprint_add");
+    api->start = (int (*)(const memhooks_config *))dlsym(memhooks_scope, "pyrometer_memhooks_start");
+    api->stop = (void (*)(void))dlsym(memhooks_scope, "pyrometer_memhooks_stop");
+    api->thread = (memhooks_thread * (*)(void)) dlsym(memhooks_scope, "pyrometer_memhooks_thread");
+    api->sample_python = (void (*)(int64_t, void *))dlsym(memhooks_scope, "pyrometer_memhooks_sample_python");
+    api->python_arenas = (void *(*)(void))dlsym(memhooks_scope, "pyrometer_memhooks_python_arenas");
+    api->footprint = (int64_t(*)(void))dlsym(memhooks_scope, "pyrometer_memhooks_footprint");
+    api->footprint_add = (void (*)(int64_t))dlsym(memhooks_scope, "pyrometer_memhooks_footprint_add");
     api->watch_table =
-        (const volatile uintptr_t * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch_table");
+        (const volatile uintptr_t * (*)(void)) dlsym(memhooks_scope, "pyrometer_memhooks_watch_table");
     api->watch_occupied =
-        (const volatile uint64_t * (*)(void)) dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch_occupied");
-    api->unwatch = (void (*)(void *))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_unwatch");
-    api->watch = (void (*)(void *, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_watch");
-    api->retoken = (int (*)(void *, uintptr_t, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_retoken");
-    api->is_watched = (int (*)(void *, uintptr_t))dlsym(RTLD_DEFAULT, "pyrometer_memhooks_is_watched");
+        (const volatile uint64_t * (*)(void)) dlsym(memhooks_scope, "pyrometer_memhooks_watch_occupied");
+    api->unwatch = (void (*)(void *))dlsym(memhooks_scope, "pyrometer_memhooks_unwatch");
+    api->watch = (void (*)(void *, uintptr_t))dlsym(memhooks_scope, "pyrometer_memhooks_watch");
+    api->retoken = (int (*)(void *, uintptr_t, uintptr_t))dlsym(memhooks_scope, "pyrometer_memhooks_retoken");
+    api->is_watched = (int (*)(void *, uintptr_t))dlsym(memhooks_scope, "pyrometer_memhooks_is_watched");
     return api->start && api->stop && api->thread && api->sample_python &&
                    api->python_arenas && api->footprint && api->footprint_add && api->watch_table &&
                    api->watch_occupied &&

@@ -1,3 +1,3 @@
-from pyrometer.early import main
+from pyrometer.cli import main
 
 raise SystemExit(main())

@@ -374,7 +374,9 @@ class ChildSession:
         from . import _core
         from .endings import Endings
         s = self.settings
-        window = s["memory_window"] if s["memory_window"] and _core.memory_available() else 0
+        # A child started afresh attaches the library itself (a forked one has
+        # its parent's); one preloaded by the run (preload.py's fallback) has it.
+        window = s["memory_window"] if s["memory_window"] and preload.attach() is None else 0
         self.memory_lost = bool(s["memory_window"]) and not window
         _core.reset()
         _core.start(interval=s["interval"], virtual_time=s["virtual_time"], include=self.include,

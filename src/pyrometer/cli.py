@@ -1,9 +1,8 @@
 """The pyrometer command: parse the command line, run the program under the
 profiler, write the report, and exit with the program's own status.
 
-With memory profiling the command runs twice (preload.py): the first process
-parses the options and re-executes itself, so it imports only what that needs;
-the rest is imported where it is used."""
+The memory library is attached to this same process (preload.py), so what the
+run does not need is imported where it is used: every import is start-up time."""
 
 from __future__ import annotations
 
@@ -216,8 +215,8 @@ def _profile(options: Options) -> int:
     if problem is not None:
         return _error(problem)
     if options.memory:
-        from .preload import ensure_memhooks_preloaded
-        problem = ensure_memhooks_preloaded()  # returns only when the library is in
+        from .preload import ensure_memhooks_loaded
+        problem = ensure_memhooks_loaded()  # returns only when the library is in
         if problem is not None:
             return _error(problem, 1)
     from . import _core, launcher, model
@@ -521,8 +520,7 @@ def _kernel(argv: list[str]) -> int:
     return command(argv)
 
 
-# The commands that are not a run; `top` is a run (the live view).  early.py
-# leaves every one of them to main (tests/test_early.py checks its list).
+# The commands that are not a run; `top` is a run (the live view).
 SUBCOMMANDS = {"view": _view, "diff": _diff, "kernel": _kernel}
 
 

@@ -3,14 +3,12 @@ it: `profile_this(func, *args, **kwargs)` from any program, and the notebook
 magics (jupyter.py).
 
 The measuring core is the one the command uses (profiler.Session); what differs
-is what the process has.  CPU is always there.  Memory needs the preloaded
-library (libpyrometer_memhooks.so), which only a process started with it in
-LD_PRELOAD has: a program run by `pyrometer`, or a kernel installed with
-`pyrometer kernel install` (kernel.py).  Elsewhere the profile is CPU-only and
-says so.  Python's allocator hooks alone cannot stand in for the library: they
-read block sizes through its map of pymalloc's arenas, which it builds by seeing
-every arena mapped since the process began (csrc/memhooks/pymalloc_arenas.h), so
-a process that did not start with it has no map to read.
+is what the process has.  CPU is always there.  Memory needs the memory library
+(libpyrometer_memhooks.so), which the first profile attaches to the running
+process (preload.attach: every loaded object's allocator calls are pointed at
+it, and the arenas pymalloc made before are found, csrc/memhooks/got.c and
+pymalloc_arenas.c).  Where it cannot be attached the profile is CPU-only and
+says why.
 
 What is "the program" here: the code the caller names (the function's code,
 a notebook cell), every cell of the notebook, and the files under the
@@ -28,9 +26,8 @@ from typing import Any, Callable, NamedTuple
 
 from .options import Options
 
-NO_MEMORY_LIBRARY = ("memory was not profiled: this process was not started with pyrometer's memory "
-                     "library preloaded; run it under `pyrometer` or, in Jupyter, in a kernel installed "
-                     "with `pyrometer kernel install`")
+NO_MEMORY_LIBRARY = ("memory was not profiled: {}; run it under `pyrometer` or, in Jupyter, in a kernel "
+                     "installed with `pyrometer kernel install`")
 
 
 class ProfileResult(NamedTuple):
@@ -104,9 +101,12 @@ class InProcessRun:
         self.program = program
         self.notices = list(notices)
         self.program_prefixes = list(program_prefixes)
-        if options.memory and not memory_available():
-            options.memory = False
-            self.notices.append(no_memory_notice)
+        if options.memory:
+            from .preload import attach
+            why = attach()  # the library into this running process, once (preload.py)
+            if why is not None:
+                options.memory = False
+                self.notices.append(no_memory_notice.format(why))
         # The codes stay referenced here for the run: the filter knows them by
         # address, which must not be reused meanwhile.
         self.session = Session(options, program_directory or _program_directory(), self.program_prefixes,
@@ -161,11 +161,11 @@ def default_options(**changes: Any) -> Options:
 
 def profile_this(func: Callable[..., Any], *args: Any, **kwargs: Any) -> ProfileResult:
     """Call func(*args, **kwargs) under the profiler in this process and return
-    ProfileResult(result, profile).  Memory is profiled only where the memory
-    library was preloaded (a program run by `pyrometer`, whose own profile
-    covers the whole run already, so this raises AlreadyProfiling there; a
-    `pyrometer kernel`); elsewhere the profile is CPU-only, with a notice that
-    says so.  If func raises, the profiling stops and the exception propagates.
+    ProfileResult(result, profile).  Memory too: the memory library is attached
+    to this process at the first call; where it cannot be, the profile is
+    CPU-only, with a notice that says why.  Under the `pyrometer` command, whose
+    own profile covers the whole run already, this raises AlreadyProfiling.  If
+    func raises, the profiling stops and the exception propagates.
 
     Render the profile with pyrometer.render.report(profile, "text" | "html" | "json")."""
     code = getattr(func, "__code__", None)

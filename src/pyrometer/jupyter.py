@@ -39,9 +39,8 @@ from IPython.display import display
 from . import inprocess
 from .options import UsageError as CommandUsageError, _Parser, option_actions
 
-NO_MEMORY_IN_KERNEL = ("memory was not profiled: this kernel was not started with pyrometer's memory "
-                       "library (a running process cannot load it); for CPU and memory, use a kernel "
-                       "installed with `pyrometer kernel install`")
+NO_MEMORY_IN_KERNEL = ("memory was not profiled: {}; for CPU and memory, use a kernel installed with "
+                       "`pyrometer kernel install`")
 FRAME_HEIGHT_PX = 620
 # Where the last profile is left in the notebook's namespace, for code that wants
 # its numbers (pyrometer.render.report(_pyrometer_profile, "json")).

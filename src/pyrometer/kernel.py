@@ -3,9 +3,9 @@ memory library, which (like the command, preload.py) must be in the process
 from its first allocation and so cannot be loaded into a running kernel.
 
 `pyrometer kernel install` writes a kernelspec whose argv is
-`python -m pyrometer.kernel -f {connection_file}`; that re-executes itself
-with the library in LD_PRELOAD (preload.ensure_memhooks_preloaded), then runs
-ipykernel.  The library counts nothing until the core starts it, so the kernel
+`python -m pyrometer.kernel -f {connection_file}`; that loads the library into
+itself (preload.ensure_memhooks_loaded: attached, or else re-executed with it
+in LD_PRELOAD), then runs ipykernel.  The library counts nothing until the core starts it, so the kernel
 runs at full speed until a %pyrometer magic profiles a cell, with memory.
 
 pyrometer does not depend on Jupyter: jupyter_client installs the kernelspec
@@ -131,17 +131,17 @@ def _is_ours(path: str) -> bool:
 # ---- the kernel itself -------------------------------------------------------------
 
 def launch() -> None:
-    """Run ipykernel with the memory library preloaded: the kernelspec's argv.
-    Where the library cannot be preloaded the kernel still starts, and its
+    """Run ipykernel with the memory library loaded: the kernelspec's argv.
+    Where the library cannot be loaded the kernel still starts, and its
     profiles say that memory was not profiled."""
-    from .preload import MEMHOOKS_LIBRARY, ensure_memhooks_preloaded, remove_private_link
-    problem = ensure_memhooks_preloaded()  # re-executes this process; returns once it is in
+    from .preload import MEMHOOKS_LIBRARY, ensure_memhooks_loaded, remove_private_link
+    problem = ensure_memhooks_loaded()  # returns once it is in
     if problem is not None:
         print(f"pyrometer kernel: {problem}; this kernel profiles CPU only", file=sys.stderr, flush=True)
     else:
         import atexit
         atexit.register(remove_private_link)
-    # The library is loaded now; in LD_PRELOAD it would also go to every process
+    # The library is loaded now; in LD_PRELOAD (re-executed) it would also go to every process
     # the notebook starts (!pip, subprocess), which are not being profiled.
     preload = [p for p in os.environ.get("LD_PRELOAD", "").split(":") if p and not p.endswith(MEMHOOKS_LIBRARY)]
     if preload:

@@ -1,7 +1,10 @@
-"""Memory profiling needs the preloaded library (libpyrometer_memhooks.so) in the
-process from its first allocation, so the command re-executes itself with the
-library in LD_PRELOAD.  This module decides that before anything heavy is
-imported: the first process should cost one interpreter start and nothing more.
+"""Memory profiling needs the memory library (libpyrometer_memhooks.so) in the
+process.  It is attached to the running process (attach: the library is loaded
+with dlopen and put in every loaded object's tables, csrc/memhooks/got.c), so a
+run starts one interpreter.  Where that fails (an interpreter that cannot load
+it: no room left for its thread-local counters, an object whose tables cannot
+be written), the command re-executes itself with the library in LD_PRELOAD,
+as every run did before: a second interpreter start (about 35 ms here).
 
 The dynamic loader splits LD_PRELOAD at every space and colon, with no way to
 quote one, so a library installed under such a path (a virtual environment in
@@ -22,6 +25,9 @@ import sys
 
 MEMHOOKS_LIBRARY = "libpyrometer_memhooks.so"
 _REEXEC_MARK = "PYROMETER_MEMHOOKS_PRELOADED"
+# Set (to anything but empty) by the user: the library is preloaded by
+# re-executing, never attached (where attaching misbehaves).
+BY_PRELOAD = "PYROMETER_MEMORY_BY_PRELOAD"
 # Set for the re-executed process only: the private directory of the link it
 # must remove when it ends.
 _LINK_DIRECTORY = "PYROMETER_MEMHOOKS_LINK_DIRECTORY"
@@ -200,28 +206,35 @@ def remove_private_link() -> None:
         _PrivateLink.directory = None
 
 
-def should_reexecute_early() -> bool:
-    """Whether the command's entry point (early.py) may re-execute before
-    parsing: the library is there and not preloaded yet, and this is no
-    re-executed process nor a program's child under a profile (cli.main
-    handles those)."""
-    if os.environ.get(_REEXEC_MARK) or _LINK_DIRECTORY in os.environ or "pyrometer.children" in sys.modules:
-        return False
-    # Only the library beside the package: finding it elsewhere (an editable
-    # install's build folder) imports the measuring core, which may be one that
-    # refuses this interpreter, for cli.main to say so.
-    return os.path.exists(os.path.join(_OWN_DIRECTORY, MEMHOOKS_LIBRARY)) and not any(
-        os.path.basename(p) == MEMHOOKS_LIBRARY for p in os.environ.get("LD_PRELOAD", "").split(":"))
+def attach() -> str | None:
+    """Loads the memory library into this running process, unless it is there
+    already: None, or why it could not be.  With the GIL held (the caller's)."""
+    from . import _core
+    if _core.memory_available():
+        return None
+    if os.environ.get(BY_PRELOAD):
+        return f"{BY_PRELOAD} is set: the memory library is preloaded, never attached"
+    library = memhooks_library()
+    if library is None:
+        return f"{MEMHOOKS_LIBRARY} is missing from the installation; reinstall pyrometer or use --no-memory"
+    try:
+        _core.attach_memory(library)
+    except OSError as e:
+        return f"cannot attach {library}: {e}"
+    return None
 
 
-def ensure_memhooks_preloaded() -> str | None:
-    """Re-execute this same command (same pid, same standard streams) with the
-    library first in LD_PRELOAD, unless it is there already.  Returns an error
-    message when that cannot be done."""
+def ensure_memhooks_loaded() -> str | None:
+    """The memory library in this process: there already, attached (attach), or
+    else by re-executing this same command (same pid, same standard streams)
+    with the library first in LD_PRELOAD.  Returns an error message when none
+    of these can be done."""
     library = memhooks_library()
     _take_private_link()
     if _preloaded(library):
         os.environ.pop(_REEXEC_MARK, None)
+        return None
+    if not os.environ.get(_REEXEC_MARK) and attach() is None:
         return None
     if os.environ.get(_REEXEC_MARK):
         remove_private_link()

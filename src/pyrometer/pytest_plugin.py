@@ -11,16 +11,16 @@ command).  Not setup and teardown: a fixture of module or session scope is set
 up in the first test that asks for it and torn down after the last, so its
 cost would be charged to whichever test happened to come first or last.
 
-Memory needs pyrometer's memory library in the process from its start
-(preload.py), so `pytest --pyrometer` re-executes itself with the library
-preloaded, before pytest reads a conftest or captures output; the library
-counts nothing until a test's profile starts it.  Where that cannot be done
-(pytest.main() called from another program, --pyrometer-no-memory, a library
-that cannot be preloaded) the profiles are CPU-only and the summary says why
+Memory needs pyrometer's memory library in the process (preload.py), which is
+attached before pytest reads a conftest or captures output; where it cannot be,
+`pytest --pyrometer` re-executes itself with the library preloaded.  The library
+counts nothing until a test's profile starts it.  Where neither can be done
+(--pyrometer-no-memory; a library that cannot be attached, with pytest.main()
+called from another program) the profiles are CPU-only and the summary says why
 in one line.
 
-pytest-xdist: each worker (it inherits the preloaded library from the
-controller) profiles its own tests; a test's figures travel to the controller
+pytest-xdist: each worker (it attaches the library itself, or inherits it
+preloaded from the controller) profiles its own tests; a test's figures travel to the controller
 on its report, and each worker's aggregates in its workeroutput when it
 finishes; the controller writes the summary and the merged profile.
 
@@ -47,9 +47,9 @@ MEMORY_LIMITS = ("memory_mb", "allocated_mb")
 DEFAULT_JSON = "pyrometer-pytest.json"
 DEFAULT_SUMMARY = "pyrometer-pytest.txt"
 TOP_LINES = 3  # lines named per test, and per exceeded budget
-_NO_MEMORY_COMMAND = ("memory was not profiled: pytest was not started as a command (pytest.main() from another "
-                      "program), so it could not be re-executed with pyrometer's memory library; "
-                      "run `pytest --pyrometer` or `python -m pytest --pyrometer`")
+_NO_MEMORY_COMMAND = ("memory was not profiled: {}, and pytest was not started as a command (pytest.main() "
+                      "from another program), so it could not be re-executed with pyrometer's memory "
+                      "library preloaded; run `pytest --pyrometer` or `python -m pytest --pyrometer`")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -88,23 +88,27 @@ def _started_as_pytest(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]):
-    """Before output capture starts and any conftest runs: re-execute under the
-    memory library when memory is to be profiled (this returns only where it
-    cannot be done, with the reason kept for the summary)."""
+    """Before output capture starts and any conftest runs: the memory library
+    into this process when memory is to be profiled: attached, or else, for the
+    pytest command itself, by re-executing it with the library preloaded (this
+    returns only where neither can be done, with the reason kept for the
+    summary)."""
     ns = early_config.known_args_namespace
-    if getattr(ns, "pyrometer", False) and not getattr(ns, "pyrometer_no_memory", False) and not _is_worker():
+    if getattr(ns, "pyrometer", False) and not getattr(ns, "pyrometer_no_memory", False):
         from .cli import _interpreter_problem
         if _interpreter_problem(force_version=False) is not None:
             pass  # pytest_configure says why, as a usage error
-        elif _started_as_pytest(early_config):
-            from .preload import ensure_memhooks_preloaded
-            problem = ensure_memhooks_preloaded()
+        else:
+            from .preload import attach, ensure_memhooks_loaded
+            problem = attach()
+            if problem is not None and _started_as_pytest(early_config) and not _is_worker():
+                problem = ensure_memhooks_loaded()
+            elif problem is not None and not _is_worker():
+                problem = _NO_MEMORY_COMMAND.format(problem)
             # The command's words name its own option; this one is pytest's.
             early_config.stash[_preload_problem] = (
-                f"memory was not profiled: {problem.replace('--no-memory', '--pyrometer-no-memory')}"
-                if problem is not None else None)
-        else:
-            early_config.stash[_preload_problem] = _NO_MEMORY_COMMAND
+                problem if problem is None or problem.startswith("memory was not profiled")
+                else f"memory was not profiled: {problem.replace('--no-memory', '--pyrometer-no-memory')}")
     yield
 
 
