@@ -74,7 +74,10 @@ DEFAULT_TESTS = ["tests/test_accuracy_memory.py", "tests/test_hardening.py", "te
                  "tests/test_accuracy_cpu.py::test_many_threads_keep_their_cpu_where_it_ran",
                  "tests/test_accuracy_cpu.py::test_a_worker_is_python_where_it_ran_bytecode",
                  # A child's __main__ code followed from a profile function.
-                 "tests/test_children.py::test_a_short_childs_module_level_memory_is_on_its_line"]
+                 "tests/test_children.py::test_a_short_childs_module_level_memory_is_on_its_line",
+                 # The library attached to a running interpreter (got.c), the
+                 # blocks Python made before it freed after; and preloaded.
+                 "tests/test_attach.py", "tests/test_preload.py"]
 STRESS_SECONDS = "8"
 INJECTED = (
     "csrc/memory/pyalloc.c",
