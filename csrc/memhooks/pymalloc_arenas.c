@@ -414,7 +414,7 @@ static void *arena_alloc(void *ctx, size_t size)
  *
  * Attached to a running interpreter, the library has not seen the arenas made
  * so far, and the blocks in them are freed from then on.  They are found from
- * their pools' headers: every anonymous read-write mapping is read (through
+ * their pools' headers: every anonymous read-write mapping (under 1 TiB) is read (through
  * process_vm_readv, which reports a page another thread unmapped meanwhile
  * instead of faulting) at each 16 KiB boundary, and a header is taken for a
  * pool's only when it is consistent: szidx under 32, maxnextoffset = POOL_SIZE
@@ -510,6 +510,11 @@ static void saw_pool(uintptr_t at, const uint32_t *h)
 }
 
 #define BATCH 512
+/* A mapping this large is a reservation of address space, not memory: the
+ * sanitizers' shadow (AddressSanitizer's is 14 TiB), a runtime's heap.  No arena
+ * lies in one (pymalloc's mmap never returns an address inside a mapping), and
+ * reading it every 16 KiB would take hours. */
+#define RESERVATION ((uintptr_t)1 << 40)
 
 /* The pool boundaries of [start, end), read a batch at a time. */
 static void scan_mapping(uintptr_t start, uintptr_t end)
@@ -601,7 +606,7 @@ static int adopt_existing_arenas(void)
         while ((newline = strchr(line, '\n')) != NULL) {
             *newline = '\0';
             uintptr_t start, end;
-            if (!run.failed && anonymous_mapping(line, &start, &end)) {
+            if (!run.failed && anonymous_mapping(line, &start, &end) && end - start <= RESERVATION) {
                 scan_mapping(start, end);
             } else {
                 end_run();
