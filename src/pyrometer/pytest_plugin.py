@@ -68,7 +68,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="how many tests the terminal summary lists, most CPU first (default: 10; "
                          "0: all); the file lists all")
     group.addoption("--pyrometer-no-memory", action="store_true", default=False,
-                    help="profile CPU only (no re-execution under pyrometer's memory library)")
+                    help="profile CPU only (pyrometer's memory library is not loaded)")
 
 
 def _is_worker() -> bool:
