@@ -680,7 +680,7 @@ static PyMethodDef core_methods[] = {
      "and put its allocator and copy functions in every loaded object's tables "
      "(csrc/memhooks/got.c); OSError when it cannot.  Nothing when it is loaded already."},
     {"memory_available", core_memory_available, METH_NOARGS,
-     "Whether the preloaded memory library is in this process."},
+     "Whether the memory library is in this process (preloaded, or attached by attach_memory)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -42,8 +42,15 @@ static struct {
 } real;
 
 static atomic_int resolve_state; /* 0: not started, 1: in progress, 2: done */
-/* This library's malloc (below), by a name that no other object has. */
-void *own_malloc(size_t size) __attribute__((alias("malloc"), copy(malloc), visibility("hidden")));
+/* This library's malloc (below), by a name that no other object has.  (GCC
+ * wants the alias to carry malloc's attributes, which clang has no way to
+ * copy and does not ask for.) */
+#if defined(__clang__)
+#define SAME_ATTRIBUTES_AS_MALLOC
+#else
+#define SAME_ATTRIBUTES_AS_MALLOC copy(malloc),
+#endif
+void *own_malloc(size_t size) __attribute__((alias("malloc"), SAME_ATTRIBUTES_AS_MALLOC visibility("hidden")));
 /* Whether the library came in with dlopen instead of LD_PRELOAD (attached, see
  * got.c): then it is in no search order, and the real functions are the ones
  * every other object binds to (RTLD_DEFAULT: libc's, or those of an allocator
