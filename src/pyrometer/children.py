@@ -805,8 +805,8 @@ def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: fl
                      "note": "profile not merged: not the shape this pyrometer writes"})
             continue
         if record.get("memory_lost"):
-            notes.add("some child processes were profiled without memory (the memory library was not "
-                      "preloaded in them)")
+            notes.add("some child processes were profiled without memory (the memory library could not "
+                      "be loaded in them)")
         spawned.extend(record.get("spawned", []))
         reaped.update({int(k): v for k, v in record.get("reaped", {}).items()})
         add_row(_row(record, profiled=True))
