@@ -100,15 +100,17 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
             pass  # pytest_configure says why, as a usage error
         else:
             from .preload import attach, ensure_memhooks_loaded
+            command = _started_as_pytest(early_config) and not _is_worker()
             problem = attach()
-            if problem is not None and _started_as_pytest(early_config) and not _is_worker():
-                problem = ensure_memhooks_loaded()
-            elif problem is not None and not _is_worker():
-                problem = _NO_MEMORY_COMMAND.format(problem)
-            # The command's words name its own option; this one is pytest's.
-            early_config.stash[_preload_problem] = (
-                problem if problem is None or problem.startswith("memory was not profiled")
-                else f"memory was not profiled: {problem.replace('--no-memory', '--pyrometer-no-memory')}")
+            if problem is not None and command:
+                problem = ensure_memhooks_loaded()  # re-executes; returns only where it cannot
+            notice = None
+            if problem is not None:
+                # The command's words name its own option; this one is pytest's.
+                problem = problem.replace("--no-memory", "--pyrometer-no-memory")
+                notice = (f"memory was not profiled: {problem}" if command or _is_worker()
+                          else _NO_MEMORY_COMMAND.format(problem))
+            early_config.stash[_preload_problem] = notice
     yield
 
 
