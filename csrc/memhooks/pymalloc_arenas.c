@@ -432,10 +432,14 @@ static void *arena_alloc(void *ctx, size_t size)
  * These arenas' entries (F, and whether 64 pools are in the map) are kept in
  * address order until pymalloc gives the arena back. */
 
-#define POOL_BYTES ((uintptr_t)16 * 1024)
+#define POOL_BYTES PYMALLOC_POOL_BYTES
 #define POOLS_PER_ARENA 64
 #define POOL_OVERHEAD 48 /* the header, rounded up to 16 bytes */
-#define HEADER_WORDS 12  /* struct pool_header on 64-bit: 48 bytes */
+/* struct pool_header on 64-bit, as 32-bit words: a union holding the count of
+ * blocks in use, three pointers, then these (pymalloc_pool_block_size reads
+ * szidx at the same place). */
+enum { HEADER_COUNT = 0, HEADER_ARENA = 8, HEADER_SZIDX = 9, HEADER_NEXT = 10, HEADER_MAX_NEXT = 11,
+       HEADER_WORDS = 12 };
 #define ADOPTED_WHOLE ((uintptr_t)1)
 #define ADOPTED_GONE ((uintptr_t)2)
 
@@ -444,13 +448,13 @@ static size_t adopted_count, adopted_capacity;
 
 static int header_consistent(const uint32_t *h)
 {
-    uint32_t szidx = h[9], next = h[10], max = h[11];
+    uint32_t szidx = h[HEADER_SZIDX], next = h[HEADER_NEXT], max = h[HEADER_MAX_NEXT];
     if (szidx >= 32) {
         return 0;
     }
     uint32_t size = (szidx + 1) * 16;
     return max == POOL_BYTES - size && next >= POOL_OVERHEAD + size && next <= POOL_BYTES &&
-           (next - POOL_OVERHEAD) % size == 0 && h[0] <= (POOL_BYTES - POOL_OVERHEAD) / size;
+           (next - POOL_OVERHEAD) % size == 0 && h[HEADER_COUNT] <= (POOL_BYTES - POOL_OVERHEAD) / size;
 }
 
 static int adopt_arena(uintptr_t first, size_t pools)
@@ -498,14 +502,14 @@ static void saw_pool(uintptr_t at, const uint32_t *h)
         end_run();
         return;
     }
-    if (run.pools != 0 && h[8] == run.index && at == run.last + POOL_BYTES && run.pools < POOLS_PER_ARENA) {
+    if (run.pools != 0 && h[HEADER_ARENA] == run.index && at == run.last + POOL_BYTES && run.pools < POOLS_PER_ARENA) {
         run.last = at;
         run.pools++;
         return;
     }
     end_run();
     run.first = run.last = at;
-    run.index = h[8];
+    run.index = h[HEADER_ARENA];
     run.pools = 1;
 }
 
@@ -655,7 +659,7 @@ int pymalloc_adopted_tail_size(uintptr_t a, size_t *size)
     if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof h || !header_consistent(h)) {
         return 0;
     }
-    *size = ((size_t)h[9] + 1) * 16;
+    *size = ((size_t)h[HEADER_SZIDX] + 1) * 16;
     return 1;
 }
 

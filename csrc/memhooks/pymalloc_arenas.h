@@ -96,11 +96,14 @@ int pymalloc_map_add(pymalloc_arena_map *m, uintptr_t base, size_t size);
 void pymalloc_map_remove(pymalloc_arena_map *m, uintptr_t base, size_t size);
 void pymalloc_map_release(pymalloc_arena_map *m);
 
+/* pymalloc's pools: 16 KiB, aligned to 16 KiB inside an arena. */
+#define PYMALLOC_POOL_BYTES ((uintptr_t)16 * 1024)
+
 /* The size of the pymalloc block at address a, read from its pool's header (the
  * layout facts in pymalloc_arenas.c): a must lie in a pymalloc arena. */
 static inline size_t pymalloc_pool_block_size(uintptr_t a)
 {
-    const unsigned char *pool = (const unsigned char *)(a & ~((uintptr_t)16 * 1024 - 1));
+    const unsigned char *pool = (const unsigned char *)(a & ~(PYMALLOC_POOL_BYTES - 1));
     unsigned int szidx = *(const unsigned int *)(pool + 4 * sizeof(void *) + sizeof(unsigned int));
     return ((size_t)szidx + 1) << 4;
 }
