@@ -8,8 +8,12 @@ and the free-threaded refusal test on a free-threaded CPython.
 
 Interpreters are looked for as python3.X on PATH and under pyenv's versions
 (`pyenv root`, or ~/.pyenv); the newest patch release of each minor version is
-taken.  A version that is not found is skipped, and the summary says so; one
-named by --require is a failure instead (CI requires all four).  The
+taken.  CPython 3.14 and 3.15, when this machine has none, run in a Debian
+sid chroot (.ci/python-chroot.sh makes it once and caches it outside the clone;
+root only): the clone is mounted there at the same path, so the venvs under
+build/pythons are the same files inside and out.  A version that is not found
+is skipped, and the summary says so; one named by --require is a failure
+instead (CI requires all six).  The
 free-threaded CPython 3.13.5t is built once from Debian's source by
 .ci/python-freethreaded.sh and cached outside the clone.  Exit status: 0 when
 every suite that ran passed (and nothing required was missing), 1 otherwise.
@@ -18,6 +22,7 @@ every suite that ran passed (and nothing required was missing), 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import atexit
 import glob
 import os
 import platform
@@ -29,7 +34,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SUPPORTED = ["3.10", "3.11", "3.12", "3.13"]
+SUPPORTED = ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]
+# Those that Debian's sid chroot provides when the host has none.
+CHROOT_VERSIONS = ["3.14", "3.15"]
+CHROOT_SCRIPT = REPO / ".ci" / "python-chroot.sh"
 # Where PyPI has an atheris wheel (pyproject.toml's test extra, whose marker says
 # the same): there the fuzz test must run (PYROMETER_REQUIRE_FUZZ=1), not skip.
 FUZZ_VERSIONS = ["3.10", "3.11", "3.12", "3.13"]
@@ -90,22 +98,43 @@ def find_interpreters(wanted: list[str]) -> dict[str, str]:
     return {minor: exe for minor, (_, exe) in sorted(best.items())}
 
 
-def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    say("$ " + " ".join(str(c) for c in cmd))
-    return subprocess.run(cmd, **kw)
+def run(cmd: list[str], prefix: list[str] = (), **kw) -> subprocess.CompletedProcess:
+    """cmd, through prefix (a chroot's, which also enters the clone), else in the clone."""
+    say("$ " + " ".join(str(c) for c in [*prefix, *cmd]))
+    return subprocess.run([*prefix, *cmd], cwd=REPO, **kw)
 
 
-def make_venv(python: str, name: str, extras: str) -> tuple[str | None, str]:
+def chroot_prefix() -> tuple[list[str] | None, str]:
+    """The command prefix that runs a command in the sid chroot, in this clone
+    (mounted there at the same path), or why there is none."""
+    if os.geteuid() != 0 or not CHROOT_SCRIPT.exists():
+        return None, "not root (the CPython 3.14/3.15 chroot needs it)" if os.geteuid() != 0 \
+            else f"{CHROOT_SCRIPT} is missing"
+    made = run(["bash", str(CHROOT_SCRIPT), "prepare"], capture_output=True, text=True)
+    sys.stderr.write(made.stderr[-3000:])
+    if made.returncode != 0 or not made.stdout.strip():
+        reason = (made.stderr.strip().splitlines() or ["no reason given"])[-1]
+        return None, f"no Debian sid chroot: {reason}"
+    root = made.stdout.strip().splitlines()[-1]
+    mounted = run(["bash", str(CHROOT_SCRIPT), "mount", root, str(REPO)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        return None, f"cannot mount the clone in {root}: {mounted.stderr.strip()[-300:]}"
+    atexit.register(subprocess.run, ["bash", str(CHROOT_SCRIPT), "umount", root])
+    # A clean PATH: the host's names pyenv's shims and folders not in there.
+    return ["chroot", root, "env", "-C", str(REPO), "PATH=/usr/local/bin:/usr/bin:/bin"], ""
+
+
+def make_venv(python: str, name: str, extras: str, prefix: list[str] = ()) -> tuple[str | None, str]:
     """A fresh venv with pyrometer installed from this tree; (its python, problem)."""
     venv = VENVS / name
     shutil.rmtree(venv, ignore_errors=True)
-    if run([python, "-m", "venv", str(venv)]).returncode != 0:
+    if run([python, "-m", "venv", str(venv)], prefix).returncode != 0:
         return None, "cannot make a virtual environment"
     vpython = str(venv / "bin" / "python")
     quiet = ["--quiet", "--disable-pip-version-check"]
-    if run([vpython, "-m", "pip", "install", *quiet, "--upgrade", "pip"]).returncode != 0:
+    if run([vpython, "-m", "pip", "install", *quiet, "--upgrade", "pip"], prefix).returncode != 0:
         return None, "cannot upgrade pip"
-    if run([vpython, "-m", "pip", "install", *quiet, f".{extras}"], cwd=REPO).returncode != 0:
+    if run([vpython, "-m", "pip", "install", *quiet, f".{extras}"], prefix).returncode != 0:
         return None, "pip install failed"
     return vpython, ""
 
@@ -165,30 +194,48 @@ def main(argv: list[str]) -> int:
                                              "refusal tested by each suite (test_interpreters.py)"))
 
     found = find_interpreters(wanted)
+    prefixes: dict[str, list[str]] = {}
+    labels = dict(found)
+    chroot_wanted = [v for v in wanted if v in CHROOT_VERSIONS and v not in found]
+    chroot_problem = ""
+    if chroot_wanted:
+        started = time.monotonic()
+        prefix, chroot_problem = chroot_prefix()
+        for minor in chroot_wanted if prefix is not None else []:
+            found[minor] = f"/usr/bin/python{minor}"
+            prefixes[minor] = prefix
+            labels[minor] = f"Debian sid chroot {prefix[1]}: {found[minor]}"
+        if prefix is not None:
+            say(f"Debian sid chroot ready in {time.monotonic() - started:.0f} s")
     for minor in wanted:
         if minor not in found:
-            results.append((minor, "-", "skipped: no interpreter found"
-                            + (" (REQUIRED)" if minor in required else "")))
+            why = chroot_problem if minor in chroot_wanted and chroot_problem else "no interpreter found"
+            results.append((minor, "-", f"skipped: {why}" + (" (REQUIRED)" if minor in required else "")))
             failed |= minor in required
             continue
         started = time.monotonic()
-        vpython, problem = make_venv(found[minor], minor, "[test]")
+        prefix = prefixes.get(minor, [])
+        vpython, problem = make_venv(found[minor], minor, "[test]", prefix)
         if vpython is None:
-            results.append((minor, found[minor], f"FAILED: {problem}"))
+            results.append((minor, labels[minor], f"FAILED: {problem}"))
             failed = True
             continue
-        say(f"CPython {minor}: the whole suite ({found[minor]})")
+        say(f"CPython {minor}: the whole suite ({labels[minor]})")
         suite_env = dict(env)
         if FUZZ_PLATFORM and minor in FUZZ_VERSIONS:
             suite_env["PYROMETER_REQUIRE_FUZZ"] = "1"
-        proc = subprocess.run([vpython, "-m", "pytest", "tests", "-p", "no:cacheprovider", *pytest_args],
-                              cwd=REPO, env=suite_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if prefix:
+            # The host's free-threaded CPython is not in the chroot: the host's
+            # suites test the refusal.
+            suite_env.pop("PYROMETER_FREETHREADED_PYTHON", None)
+        proc = run([vpython, "-m", "pytest", "tests", "-p", "no:cacheprovider", *pytest_args], prefix,
+                   env=suite_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         sys.stdout.write(proc.stdout)
         sys.stdout.flush()
         summaries = SUMMARY.findall(proc.stdout)
         line = summaries[-1] if summaries else f"exit status {proc.returncode}"
         outcome = ("passed" if proc.returncode == 0 else "FAILED") + f": {line} ({time.monotonic() - started:.0f} s)"
-        results.append((minor, found[minor], outcome))
+        results.append((minor, labels[minor], outcome))
         failed |= proc.returncode != 0
 
     say("summary")

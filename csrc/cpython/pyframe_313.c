@@ -1,15 +1,41 @@
-/* CPython 3.13: _PyInterpreterFrames from ts->current_frame, the code in
- * f_executable (which may also hold other objects), the instruction at
- * instr_ptr.  See pyframe.h. */
+/* CPython 3.13 to 3.15: _PyInterpreterFrames from ts->current_frame, the code
+ * in f_executable (which may also hold other objects), the instruction at
+ * instr_ptr.  3.14 made f_executable a _PyStackRef (a pointer whose low bit
+ * tags a deferred reference) and moved the frame to pycore_interpframe*.h; its
+ * frames owned by the interpreter (3.14: FRAME_OWNED_BY_INTERPRETER and
+ * FRAME_OWNED_BY_CSTACK, 3.15: the former only, also the base frame every
+ * thread state embeds at the bottom of its stack) are shims a walk passes
+ * over, as 3.13's FRAME_OWNED_BY_CSTACK.  See pyframe.h. */
 #define Py_BUILD_CORE 1
 #include "pyframe.h"
 
-#if PY_VERSION_HEX < 0x030D0000 || (PY_VERSION_HEX >= 0x030E0000 && !defined(PYROMETER_UNTESTED_VERSION))
-#error "pyframe_313.c is the CPython 3.13 layout (newer versions only with -Dforce_version=true)"
+#if PY_VERSION_HEX < 0x030D0000 || (PY_VERSION_HEX >= 0x03100000 && !defined(PYROMETER_UNTESTED_VERSION))
+#error "pyframe_313.c is the CPython 3.13-3.15 layout (newer versions only with -Dforce_version=true)"
 #endif
 
+#if PY_VERSION_HEX >= 0x030E0000
+/* The internal headers' inline helpers leave parameters unused in a build
+ * with the GIL. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#include <internal/pycore_frame.h>
+#include <internal/pycore_interpframe.h>
+#include <internal/pycore_interp.h>
+#pragma GCC diagnostic pop
+/* The object f_executable refers to, its tag masked off. */
+#define EXECUTABLE(f) PyStackRef_AsPyObjectBorrow((f)->f_executable)
+/* Frames a walk passes over: shims between C and the eval loop, and the thread
+ * state's base frame (_PyFrame_IsIncomplete's own first test). */
+#define SHIM_OWNER(owner) ((owner) >= FRAME_OWNED_BY_INTERPRETER)
+/* A generator's own frame, a member of it (3.13: an array of words). */
+#define GEN_FRAME(g) ((pyframe)&(g)->gi_iframe)
+#else
 #include <internal/pycore_frame.h>
 #include <internal/pycore_interp.h>
+#define EXECUTABLE(f) ((f)->f_executable)
+#define SHIM_OWNER(owner) ((owner) == FRAME_OWNED_BY_CSTACK)
+#define GEN_FRAME(g) ((pyframe)(g)->gi_iframe)
+#endif
 #include "../common/safe_read.h"
 
 #include <stddef.h>
@@ -19,7 +45,11 @@
  * and pointer arithmetic outside an object is not defined C. */
 #define MEMBER(p, type, member) ((const void *)((uintptr_t)(p) + offsetof(type, member)))
 
+#if PY_VERSION_HEX >= 0x030E0000
+const char pyframe_layout[] = "3.14-3.15";
+#else
 const char pyframe_layout[] = "3.13";
+#endif
 
 /* Function entry and loop back-edges (see codes.c). */
 const char *const pyframe_python_park_opcodes[] = {"RESUME", "JUMP_BACKWARD", NULL};
@@ -29,7 +59,7 @@ const pyframe_jump pyframe_back_jumps[] = {{"JUMP_BACKWARD", 1, 1}, {NULL, 0, 0}
 
 static int frame_is_complete(const _PyInterpreterFrame *f)
 {
-    if (f->owner == FRAME_OWNED_BY_CSTACK || !PyCode_Check(f->f_executable)) {
+    if (SHIM_OWNER(f->owner) || !PyCode_Check(EXECUTABLE(f))) {
         return 0;
     }
     /* _PyFrame_IsIncomplete casts away const; the check only reads. */
@@ -56,7 +86,7 @@ pyframe pyframe_caller(pyframe f)
 
 PyCodeObject *pyframe_code(pyframe f)
 {
-    return (PyCodeObject *)((const _PyInterpreterFrame *)f)->f_executable;
+    return (PyCodeObject *)EXECUTABLE((const _PyInterpreterFrame *)f);
 }
 
 int pyframe_lasti(pyframe f)
@@ -74,9 +104,10 @@ pyframe pyframe_suspended(PyObject *gen)
 {
     /* Generators, coroutines and async generators share _PyGenObject_HEAD, whose
      * last member is the frame itself; 3.13 tells a frame suspended inside a
-     * `yield from`/`await` (FRAME_SUSPENDED_YIELD_FROM) from one at a yield. */
+     * `yield from`/`await` (FRAME_SUSPENDED_YIELD_FROM; 3.15 also
+     * FRAME_SUSPENDED_YIELD_FROM_LOCKED) from one at a yield. */
     PyGenObject *g = (PyGenObject *)gen;
-    return FRAME_STATE_SUSPENDED(g->gi_frame_state) ? (pyframe)g->gi_iframe : NULL;
+    return FRAME_STATE_SUSPENDED(g->gi_frame_state) ? GEN_FRAME(g) : NULL;
 }
 
 /* Without the GIL: the first complete frame from *f outward (shims passed over,
@@ -92,18 +123,19 @@ static int peek_frame(const _PyInterpreterFrame **f, _PyInterpreterFrame *copy, 
         if (safe_read(*f, copy, offsetof(_PyInterpreterFrame, localsplus)) != 0) {
             return PYFRAME_PEEK_FAILED;
         }
-        if (copy->owner == FRAME_OWNED_BY_CSTACK || copy->f_executable == NULL ||
-            safe_read(MEMBER(copy->f_executable, PyObject, ob_type), &type, sizeof type) != 0 ||
+        PyObject *executable = EXECUTABLE(copy);
+        if (SHIM_OWNER(copy->owner) || executable == NULL ||
+            safe_read(MEMBER(executable, PyObject, ob_type), &type, sizeof type) != 0 ||
             type != &PyCode_Type) {
             *f = copy->previous; /* a shim between C and the eval loop: its caller is in a call */
             continue;
         }
-        uintptr_t first = (uintptr_t)MEMBER(copy->f_executable, PyCodeObject, co_code_adaptive);
+        uintptr_t first = (uintptr_t)MEMBER(executable, PyCodeObject, co_code_adaptive);
         if ((uintptr_t)copy->instr_ptr < first) {
             return PYFRAME_PEEK_STARTING;
         }
         at->frame = (uintptr_t)*f;
-        at->code = (uintptr_t)copy->f_executable;
+        at->code = (uintptr_t)executable;
         at->lasti = (int)(((uintptr_t)copy->instr_ptr - first) / sizeof(_Py_CODEUNIT));
         return PYFRAME_PEEK_OPCODE;
     }

@@ -1,4 +1,4 @@
-/* What every layout reads the same way (3.10 to 3.13).  See pyframe.h. */
+/* What every layout reads the same way (3.10 to 3.15).  See pyframe.h. */
 #include "pyframe.h"
 
 uint64_t pyframe_thread_serial(PyThreadState *ts)
@@ -17,7 +17,11 @@ int pyframe_gil_is_mine(void)
      * this thread's while attached, i.e. while it holds the GIL.  Either way a
      * match means this thread holds it. */
     PyThreadState *mine = PyGILState_GetThisThreadState();
+#if PY_VERSION_HEX >= 0x030D0000
+    return mine != NULL && mine == PyThreadState_GetUnchecked();
+#else
     return mine != NULL && mine == _PyThreadState_UncheckedGet();
+#endif
 }
 
 int pyframe_gil_held_by(PyInterpreterState *interp, PyThreadState *ts)

@@ -284,6 +284,88 @@ void *got_dlsym(void *handle, const char *name)
     return found;
 }
 
+/* The objects a definition is looked for in: each one's load segments. */
+#define DEFINERS_MAX 512
+typedef struct {
+    const char *name;
+    uintptr_t base;
+    const ElfW(Phdr) *phdr;
+    ElfW(Half) phnum;
+} definer;
+typedef struct {
+    definer objects[DEFINERS_MAX];
+    size_t count;
+    int past_main;
+} definers;
+
+static int collect_definer(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    definers *d = data;
+    if (!d->past_main) {
+        d->past_main = 1; /* the first object is the executable */
+        return 0;
+    }
+    if (d->count < DEFINERS_MAX && info->dlpi_name != NULL && info->dlpi_name[0] != '\0') {
+        d->objects[d->count++] = (definer){info->dlpi_name, info->dlpi_addr, info->dlpi_phdr, info->dlpi_phnum};
+    }
+    return 0;
+}
+
+static int in_object(const definer *o, uintptr_t address)
+{
+    for (ElfW(Half) i = 0; i < o->phnum; i++) {
+        const ElfW(Phdr) *ph = &o->phdr[i];
+        uintptr_t start = o->base + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && address >= start && address - start < ph->p_memsz) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void *got_definition(const char *name)
+{
+    void *found = dlsym(RTLD_DEFAULT, name);
+    Dl_info info;
+    const ElfW(Sym) *symbol = NULL;
+    if (found == NULL || dladdr1(found, &info, (void **)&symbol, RTLD_DL_SYMENT) == 0 ||
+        (symbol != NULL && symbol->st_shndx != SHN_UNDEF && info.dli_saddr == found)) {
+        return found; /* where a defined symbol starts: the definition itself */
+    }
+    /* A canonical PLT entry, or a definition dladdr has no name for (an
+     * implementation an IFUNC chose, a local symbol): the latter lies outside
+     * the executable. */
+    static definers d; /* big; callers are serialised (resolution, attaching) */
+    memset(&d, 0, sizeof d);
+    dl_iterate_phdr(collect_definer, &d);
+    int in_main = 1;
+    for (size_t i = 0; i < d.count; i++) {
+        if (in_object(&d.objects[i], (uintptr_t)found)) {
+            in_main = 0;
+            break;
+        }
+    }
+    if (!in_main) {
+        return found;
+    }
+    /* In load order: an allocator preloaded comes before libc; this library,
+     * attached, after it (preloaded, it is the definition looked for). */
+    for (size_t i = 0; i < d.count; i++) {
+        void *handle = dlopen(d.objects[i].name, RTLD_LAZY | RTLD_NOLOAD);
+        if (handle == NULL) {
+            continue; /* the vDSO */
+        }
+        /* A handle's lookup starts in its own object, then its dependencies. */
+        void *definition = dlsym(handle, name);
+        dlclose(handle);
+        if (definition != NULL && in_object(&d.objects[i], (uintptr_t)definition)) {
+            return definition;
+        }
+    }
+    return found;
+}
+
 void got_after_fork_in_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;

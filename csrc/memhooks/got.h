@@ -27,6 +27,14 @@ int got_attach(const got_replacement *table, size_t n, uintptr_t own_base, void 
 /* The dlopen and dlsym that got_attach puts in place. */
 void *got_dlopen(const char *file, int mode);
 void *got_dlsym(void *handle, const char *name);
+/* What a shared object's reference to `name` binds to: dlsym(RTLD_DEFAULT)'s
+ * answer, except where that is the executable's canonical PLT entry (a
+ * position-dependent executable that takes the address of a function it
+ * imports, as Debian's python3.14 does malloc's, gives that stub as the
+ * function's address, and the stub jumps through the executable's own slot,
+ * which attaching rewrites): then the first other object in load order that
+ * defines it.  Not from inside dl_iterate_phdr; may allocate. */
+void *got_definition(const char *name);
 /* In a forked child: the lock another thread may have held at the fork. */
 void got_after_fork_in_child(void);
 

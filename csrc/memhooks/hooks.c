@@ -75,9 +75,8 @@ static EARLY void resolve(void)
     /* Preloaded, the library's malloc is the one every object binds to.  (A
      * lookup of one of its own names would not tell: dlsym(RTLD_DEFAULT) from
      * a dlopened object searches that object's own scope after the global.) */
-    attached = dlsym(RTLD_DEFAULT, "malloc") != (void *)own_malloc;
-    void *scope = attached ? RTLD_DEFAULT : RTLD_NEXT;
-#define HOOKED(name, ret, args) real.name = (name##_fn)dlsym(scope, #name);
+    attached = got_definition("malloc") != (void *)own_malloc;
+#define HOOKED(name, ret, args) real.name = (name##_fn)(attached ? got_definition(#name) : dlsym(RTLD_NEXT, #name));
 #include "hooks_list.h"
 #undef HOOKED
     if (real.memcpy != NULL) {
@@ -949,8 +948,8 @@ EXPORT int pyrometer_memhooks_attach(void *own_handle)
         }
         replacements[n++] = (got_replacement){replaced[i], fn, dlsym(RTLD_DEFAULT, replaced[i]), 0};
     }
-    void *real_dlopen = dlsym(RTLD_DEFAULT, "dlopen");
-    void *real_dlsym = dlsym(RTLD_DEFAULT, "dlsym");
+    void *real_dlopen = got_definition("dlopen");
+    void *real_dlsym = got_definition("dlsym");
     if (real_dlopen == NULL || real_dlsym == NULL) {
         return -1;
     }

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# CPython 3.14 and 3.15 for the test suite, from Debian's sid suite, which
+# serves them as binary packages (python3.X-dev with all of internal/, and
+# python3.X-venv) built for a newer glibc than this machine's: they run in a
+# chroot made with debootstrap (about 45-90 s, 860 MB), cached outside the clone.
+#
+#   python-chroot.sh prepare          make (or reuse) the chroot; print its root
+#                                     as the LAST line of stdout
+#   python-chroot.sh mount ROOT DIR   mount /proc and /dev in it, and DIR (the
+#                                     clone) at the same path, so that paths
+#                                     inside and outside agree
+#   python-chroot.sh umount ROOT      undo every mount under ROOT
+#
+# The host's apt configuration is not touched (debootstrap fetches the suite
+# itself).  On failure: exit non-zero, the last line on stderr says why
+# ("python-chroot: error: ...").  Needs root (chroot, mount).
+#
+# Cache: ${PYROMETER_PYTHON_CACHE:-$HOME/.cache/pyrometer}/debian-sid; a tree
+# without its .complete stamp, or whose interpreters do not run, is removed
+# (after unmounting whatever is mounted in it) and made again.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+exec 3>&1 1>&2
+
+SUITE=sid
+PYTHONS=(3.14 3.15)
+# What the suite needs inside: the interpreters with headers and venv, a C
+# compiler (pyrometer and the suite's test extensions), tmux (the live view's
+# tests), valgrind (the C unit tests), gdb (nothing of the suite; for a person
+# debugging there).  Not chromium or go: those tests run in the host's suites.
+PACKAGES="python3.14-dev,python3.15-dev,python3.14-venv,python3.15-venv,gcc,libc6-dev,tmux,valgrind,procps"
+
+log() { printf 'python-chroot: %s\n' "$*" >&2; }
+die() { printf 'python-chroot: error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "not root: chroot and mount need root"
+
+umount_all() {
+    local root="$1" m
+    # Deepest first; lazily, so that a process still inside does not block it.
+    for m in $(awk -v r="$root/" 'index($2, r) == 1 { print $2 }' /proc/self/mounts | sort -r); do
+        umount -l "$m" 2>/dev/null || true
+    done
+}
+
+cmd="${1:-}"
+case "$cmd" in
+    mount)
+        root="${2:?root}"; dir="${3:?directory}"
+        [ -x "$root/usr/bin/python3.14" ] || die "$root is not a prepared chroot"
+        mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+        if ! mountpoint -q "$root/dev"; then
+            mount --rbind /dev "$root/dev"
+            mount --make-rslave "$root/dev"
+        fi
+        mkdir -p "$root$dir"
+        mountpoint -q "$root$dir" || mount --bind "$dir" "$root$dir"
+        # pip inside needs names and the host's certificate bundle.
+        cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+        if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+            mkdir -p "$root/etc/ssl/certs"
+            cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+        fi
+        exit 0
+        ;;
+    umount)
+        umount_all "${2:?root}"
+        exit 0
+        ;;
+    prepare) ;;
+    *) die "usage: python-chroot.sh prepare | mount ROOT DIR | umount ROOT" ;;
+esac
+
+home="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6 || true)}"
+cache_root="${PYROMETER_PYTHON_CACHE:-${home:?}/.cache/pyrometer}"
+case "$cache_root" in /*) ;; *) cache_root="$PWD/$cache_root" ;; esac
+root="$cache_root/debian-$SUITE"
+stamp="$root/.complete"
+mkdir -p "$cache_root"
+
+exec 9>"$cache_root/.debian-$SUITE.lock"
+flock -w 3600 9 || die "timed out waiting for the lock on $cache_root"
+
+usable() {
+    [ -f "$stamp" ] || return 1
+    local v
+    for v in "${PYTHONS[@]}"; do
+        chroot "$root" "python$v" -c 'import ensurepip, sysconfig, os; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
+            >/dev/null 2>&1 || return 1
+    done
+}
+
+if usable; then
+    printf '%s\n' "$root" >&3
+    exit 0
+fi
+
+log "no usable Debian $SUITE chroot in $root; making it (about a minute)"
+start=$SECONDS
+for dir in "$root" "$root.tmp"; do
+    if [ -e "$dir" ]; then
+        umount_all "$dir"
+        # Never across a mount that is still there (a bound /dev would lose the host's nodes).
+        rm -rf --one-file-system -- "$dir"
+    fi
+done
+if ! command -v debootstrap >/dev/null 2>&1; then
+    log "apt-get install debootstrap"
+    { apt-get -qq update && apt-get -qq install -y debootstrap; } >/dev/null 2>&1 \
+        || die "cannot install debootstrap"
+fi
+mirror="${PYROMETER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+log "debootstrap --variant=minbase $SUITE ($mirror)"
+if ! debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$root.tmp" "$mirror" \
+        >"$cache_root/debootstrap.log" 2>&1; then
+    tail -n 15 "$cache_root/debootstrap.log" >&2 || true
+    umount_all "$root.tmp"
+    die "debootstrap of $SUITE failed (log: $cache_root/debootstrap.log)"
+fi
+mv "$root.tmp" "$root"
+touch "$stamp"
+usable || die "the chroot was made but python${PYTHONS[*]} do not run in it"
+log "made in $((SECONDS - start)) s: $(chroot "$root" python3.14 -V), $(chroot "$root" python3.15 -V)"
+printf '%s\n' "$root" >&3
