@@ -23,6 +23,8 @@
 #include "sampler/sampler.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -501,6 +503,28 @@ static PyObject *core_reset(PyObject *module, PyObject *unused)
  * descriptor (not a pipe on standard input).  source is a descriptor (read from
  * where it stands) or bytes, read as from a pipe (fmemopen has no descriptor,
  * so a coding line fails there exactly as on a pipe). */
+/* A stream reading a pipe that holds n bytes of data, its writing end closed;
+ * NULL when they do not fit one (the pipe's capacity, at most the system's
+ * limit for one, /proc/sys/fs/pipe-max-size, 1 MiB by default). */
+static FILE *pipe_of(const void *data, size_t n)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        return NULL;
+    }
+    if (n > 0 && n <= (size_t)INT_MAX) {
+        (void)fcntl(fds[1], F_SETPIPE_SZ, (int)n); /* stays at 64 KiB where refused */
+    }
+    (void)fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    ssize_t written = n > 0 ? write(fds[1], data, n) : 0;
+    close(fds[1]);
+    FILE *fp = written == (ssize_t)n ? fdopen(fds[0], "rb") : NULL;
+    if (fp == NULL) {
+        close(fds[0]);
+    }
+    return fp;
+}
+
 static PyObject *core_run_file(PyObject *module, PyObject *args)
 {
     (void)module;
@@ -528,10 +552,17 @@ static PyObject *core_run_file(PyObject *module, PyObject *args)
             return NULL;
         }
         have_bytes = 1;
+        /* What python read from a pipe is given to the tokenizer as a pipe again,
+         * where it fits one: 3.14's takes a coding line by seeking the stream's
+         * descriptor, which fails on a pipe as python's own does (ESPIPE), and
+         * on fmemopen's stream, which has none, otherwise (EBADF). */
+        fp = pipe_of(bytes.buf, (size_t)bytes.len);
         /* fmemopen refuses an empty buffer on older C libraries; one newline runs
          * the same as nothing. */
         static char newline[] = "\n";
-        fp = bytes.len > 0 ? fmemopen(bytes.buf, (size_t)bytes.len, "rb") : fmemopen(newline, 1, "rb");
+        if (fp == NULL) {
+            fp = bytes.len > 0 ? fmemopen(bytes.buf, (size_t)bytes.len, "rb") : fmemopen(newline, 1, "rb");
+        }
         if (fp == NULL) {
             PyBuffer_Release(&bytes);
             return PyErr_SetFromErrno(PyExc_OSError);
@@ -559,6 +590,22 @@ static PyObject *core_attach_memory(PyObject *module, PyObject *arg)
     Py_DECREF(bytes);
     if (rc != 0) {
         PyErr_SetString(PyExc_OSError, why != NULL ? why : "cannot attach the memory library");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_detach_memory(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    if (sampler_running()) {
+        PyErr_SetString(PyExc_RuntimeError, "detach_memory: stop profiling first");
+        return NULL;
+    }
+    if (memhooks_api_detach() != 0) {
+        PyErr_SetString(PyExc_OSError, "the memory library's functions could not all be taken out of the "
+                                       "loaded objects' tables");
         return NULL;
     }
     Py_RETURN_NONE;
@@ -679,6 +726,11 @@ static PyMethodDef core_methods[] = {
      "attach_memory(path): load the memory library at path into this running process "
      "and put its allocator and copy functions in every loaded object's tables "
      "(csrc/memhooks/got.c); OSError when it cannot.  Nothing when it is loaded already."},
+    {"detach_memory", core_detach_memory, METH_NOARGS,
+     "detach_memory(): undo attach_memory, profiling stopped: every loaded object calls its "
+     "allocator and copy functions as before (the library stays loaded, its arena allocator "
+     "wrapped); nothing when the library was preloaded.  OSError when a table could not be "
+     "put back."},
     {"memory_available", core_memory_available, METH_NOARGS,
      "Whether the memory library is in this process (preloaded, or attached by attach_memory)."},
     {NULL, NULL, 0, NULL},

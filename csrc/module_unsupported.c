@@ -18,7 +18,7 @@ static int refuse(PyObject *module)
 #else
     PyErr_Format(PyExc_ImportError,
                  "pyrometer supports CPython %s; this is CPython %d.%d.%d (to try it anyway "
-                 "where its frames are laid out as 3.13's: pip install "
+                 "where its frames are laid out as 3.14's and 3.15's: pip install "
                  "--config-settings=setup-args=-Dforce_version=true pyrometer, then pyrometer "
                  "--force-version)",
                  PYROMETER_TESTED_VERSIONS, PY_MAJOR_VERSION, PY_MINOR_VERSION, PY_MICRO_VERSION);

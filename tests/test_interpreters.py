@@ -126,7 +126,7 @@ def test_free_threaded_build_is_refused(tmp_path):
         assert proc.returncode == 2, proc
         assert proc.stdout == ""
         message = _one_error_line(proc)
-        assert "free-threaded" in message and "3.10 to 3.13" in message, message
+        assert "free-threaded" in message and "3.10 to 3.15" in message, message
         assert not (tmp_path / "ran").exists(), "the program ran although pyrometer refused"
     # The extension says the same, and importing it leaves the GIL off.
     imp = subprocess.run([python, "-c", """
@@ -196,7 +196,7 @@ sys.exit(main(sys.argv[1:]))
     refused = run("--cpu-only", "prog.py")
     assert refused.returncode == 2 and refused.stdout == ""
     message = _one_error_line(refused)
-    assert "untested" in message and "--force-version" in message and "3.10 to 3.13" in message, message
+    assert "untested" in message and "--force-version" in message and "3.10 to 3.15" in message, message
     forced = run("--cpu-only", "--force-version", "prog.py")
     assert forced.returncode == 0, forced.stderr
     assert forced.stdout.startswith("ran\n") and "pyrometer: prog.py" in forced.stdout

@@ -240,8 +240,8 @@ def _setup_error(tmp_path: Path, case: str) -> tuple[list[str], bytes | None]:
         return ["-m", "no_such_module_here"], None
     if case == "missing submodule":
         return ["-m", "json.no_such_submodule"], None
-    if case == "package without __main__":
-        return ["-m", "json"], None
+    if case == "package without __main__":  # (json has one from 3.14: python -m json)
+        return ["-m", "xml"], None
     if case == "module with a syntax error":
         (tmp_path / "broken.py").write_text("x = (\n")
         return ["-m", "broken"], None

@@ -116,6 +116,51 @@ int awaits_loop_waiting(PyThreadState *ts)
     return 0;
 }
 
+/* 3.14+: asyncio.all_tasks(loop) (C, the _asyncio module's: it walks every
+ * thread's list of native tasks and the registry of the others) for each loop
+ * running in a thread, as a list of tasks; NULL when none runs. */
+static PyObject *running_loops_tasks(PyObject *tasks_module)
+{
+    PyObject *all_tasks = PyObject_GetAttrString(tasks_module, "all_tasks");
+    PyObject *list = all_tasks != NULL ? PyList_New(0) : NULL;
+    PyObject *seen[16];
+    int n_seen = 0;
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); list != NULL && ts != NULL;
+         ts = PyThreadState_Next(ts)) {
+        PyObject *loop = pyframe_running_loop(ts);
+        int known = 0;
+        for (int i = 0; i < n_seen; i++) {
+            known |= seen[i] == loop;
+        }
+        if (loop == NULL || known || n_seen == (int)(sizeof seen / sizeof seen[0])) {
+            continue;
+        }
+        seen[n_seen++] = loop;
+        Py_INCREF(loop); /* the call may run code that stops it */
+        PyObject *tasks = PyObject_CallOneArg(all_tasks, loop);
+        Py_DECREF(loop);
+        PyObject *iterator = tasks != NULL ? PyObject_GetIter(tasks) : NULL;
+        PyObject *task;
+        while (iterator != NULL && (task = PyIter_Next(iterator)) != NULL) {
+            int rc = PyList_Append(list, task);
+            Py_DECREF(task);
+            if (rc != 0) {
+                break;
+            }
+        }
+        Py_XDECREF(iterator);
+        Py_XDECREF(tasks);
+        PyErr_Clear();
+    }
+    Py_XDECREF(all_tasks);
+    PyErr_Clear();
+    if (list != NULL && PyList_GET_SIZE(list) == 0) {
+        Py_CLEAR(list);
+    }
+    return list;
+}
+
 /* The registry of tasks as a list of weak references (a copy: charging calls
  * CPython, whose garbage collections remove dead tasks from the set); NULL when
  * there is none. */
@@ -124,6 +169,11 @@ static PyObject *task_refs(void)
     PyObject *module = PyImport_GetModule(A.tasks_module);
     if (module == NULL) {
         return NULL;
+    }
+    if (PY_VERSION_HEX >= 0x030E0000) {
+        PyObject *list = running_loops_tasks(module);
+        Py_DECREF(module);
+        return list;
     }
     /* 3.12 keeps non-eager tasks in _scheduled_tasks (an eager task that
      * suspends moves there); 3.10 and 3.11 keep all of them in _all_tasks. */
@@ -140,11 +190,13 @@ static PyObject *task_refs(void)
     return list;
 }
 
-/* The object a weak reference points to (new reference), or NULL. */
+/* The object a weak reference points to (new reference), or NULL; a task
+ * itself (3.14+'s list) as it is. */
 static PyObject *referent(PyObject *ref)
 {
     if (!PyWeakref_Check(ref)) {
-        return NULL;
+        Py_INCREF(ref); /* 3.14+: the task itself (running_loops_tasks) */
+        return ref;
     }
 #if PY_VERSION_HEX >= 0x030D0000
     PyObject *obj = NULL;

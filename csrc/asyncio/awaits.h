@@ -14,7 +14,9 @@
  *    coroutine it awaits, and so on, through `cr_await`/`gi_yieldfrom`).
  * The tasks are asyncio's own registry (`asyncio.tasks._scheduled_tasks` on 3.12
  * and 3.13, `_all_tasks` before), read through the C API: no Python code of the
- * profiler runs.  A program that never imports asyncio pays one dictionary lookup
+ * profiler runs.  3.14 keeps native tasks in per-thread lists instead, which
+ * asyncio.all_tasks(loop) (C) reads: it is called for each thread's running
+ * loop (the thread state's, pyframe_running_loop).  A program that never imports asyncio pays one dictionary lookup
  * a snapshot.  Callers hold the GIL.
  */
 #ifndef PYROMETER_AWAITS_H

@@ -67,6 +67,7 @@ typedef struct {
     uintptr_t code;  /* its code object */
     int lasti;       /* the instruction, in code units, as pyframe_lasti counts */
     int opcode;
+    int oparg; /* its argument's low byte (EXTENDED_ARG not followed) */
     /* The complete frames it was called from, innermost first, as pyframe_caller
      * walks them, each at its call: the owner tells from them a frame that has
      * returned since (a native operation in a small function ends, and the
@@ -124,6 +125,12 @@ int pyframe_gil_is_mine(void);
 /* The calling thread's state whether or not it holds the GIL; NULL for a thread
  * that never ran Python. */
 PyThreadState *pyframe_my_thread_state(void);
+
+/* The asyncio event loop running in thread ts (borrowed), where the thread
+ * state keeps it (3.14+, whose native tasks are in per-thread lists that only
+ * asyncio.all_tasks(loop) reads); NULL when none runs, and before 3.14.  GIL
+ * held. */
+PyObject *pyframe_running_loop(PyThreadState *ts);
 
 uint64_t pyframe_thread_serial(PyThreadState *ts); /* unique for the life of the interpreter */
 /* Kernel thread id; 0 when unknown, as for a thread that has not started

@@ -121,6 +121,7 @@ int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
     out->code = (uintptr_t)code;
     out->lasti = lasti;
     out->opcode = _Py_OPCODE(unit);
+    out->oparg = _Py_OPARG(unit);
     peek_callers(leaf.f_back, out);
     return PYFRAME_PEEK_OPCODE;
 }
@@ -136,6 +137,12 @@ PyObject *pyframe_code_qualname(PyCodeObject *code)
     return code->co_name; /* 3.10 code objects carry no qualified name */
 }
 
+
+PyObject *pyframe_running_loop(PyThreadState *ts)
+{
+    (void)ts;
+    return NULL; /* the tasks are in asyncio's registries (awaits.c) */
+}
 
 pid_t pyframe_thread_tid(PyThreadState *ts)
 {

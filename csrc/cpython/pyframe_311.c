@@ -143,6 +143,7 @@ int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
     out->code = leaf.code;
     out->lasti = leaf.lasti;
     out->opcode = _Py_OPCODE(unit);
+    out->oparg = _Py_OPARG(unit);
     /* Its callers, each at its call (one that has not started is a torn read:
      * the list ends there, the leaf is good without it). */
     int n = 0;
@@ -166,6 +167,12 @@ PyObject *pyframe_code_qualname(PyCodeObject *code)
     return code->co_qualname;
 }
 
+
+PyObject *pyframe_running_loop(PyThreadState *ts)
+{
+    (void)ts;
+    return NULL; /* the tasks are in asyncio's registries (awaits.c) */
+}
 
 pid_t pyframe_thread_tid(PyThreadState *ts)
 {

@@ -21,6 +21,7 @@
 #include <internal/pycore_frame.h>
 #include <internal/pycore_interpframe.h>
 #include <internal/pycore_interp.h>
+#include <internal/pycore_tstate.h>
 #pragma GCC diagnostic pop
 /* The object f_executable refers to, its tag masked off. */
 #define EXECUTABLE(f) PyStackRef_AsPyObjectBorrow((f)->f_executable)
@@ -162,6 +163,7 @@ int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
     out->code = leaf.code;
     out->lasti = leaf.lasti;
     out->opcode = _Py_OPCODE(unit);
+    out->oparg = _Py_OPARG(unit);
     /* Its callers, each at its call (one that has not started is a torn read:
      * the list ends there, the leaf is good without it). */
     int n = 0;
@@ -185,6 +187,16 @@ PyObject *pyframe_code_qualname(PyCodeObject *code)
     return code->co_qualname;
 }
 
+
+PyObject *pyframe_running_loop(PyThreadState *ts)
+{
+#if PY_VERSION_HEX >= 0x030E0000
+    return ((_PyThreadStateImpl *)ts)->asyncio_running_loop;
+#else
+    (void)ts;
+    return NULL; /* asyncio.tasks._scheduled_tasks holds every task (awaits.c) */
+#endif
+}
 
 pid_t pyframe_thread_tid(PyThreadState *ts)
 {

@@ -113,13 +113,42 @@ static uintptr_t dynamic_address(uintptr_t base, ElfW(Addr) value)
     return value < base ? base + value : value;
 }
 
-static int store(void **slot, void *value, uintptr_t relro_start, uintptr_t relro_end)
+/* Every slot changed, with what it held, so that got_detach can put it back:
+ * in memory of its own (mmap), grown by doubling, under `patching`. */
+typedef struct {
+    void **slot;
+    void *previous;
+    void *written;
+    int read_only; /* in PT_GNU_RELRO's whole pages */
+} changed_slot;
+static changed_slot *changes;
+static size_t change_count, change_capacity;
+static int detached;
+
+static int remember(void **slot, void *previous, void *written, int read_only)
 {
-    if (__atomic_load_n(slot, __ATOMIC_RELAXED) == value) {
-        return 0;
+    if (change_count == change_capacity) {
+        size_t capacity = change_capacity != 0 ? change_capacity * 2 : 1024;
+        changed_slot *bigger = mmap(NULL, capacity * sizeof *bigger, PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (bigger == MAP_FAILED) {
+            return -1;
+        }
+        if (changes != NULL) {
+            memcpy(bigger, changes, change_count * sizeof *bigger);
+            munmap(changes, change_capacity * sizeof *changes);
+        }
+        changes = bigger;
+        change_capacity = capacity;
     }
+    changes[change_count++] = (changed_slot){slot, previous, written, read_only};
+    return 0;
+}
+
+static int write_slot(void **slot, void *value, int read_only)
+{
     uintptr_t a = (uintptr_t)slot;
-    if (a >= relro_start && a < relro_end) {
+    if (read_only) {
         uintptr_t page = a & ~((uintptr_t)sysconf(_SC_PAGESIZE) - 1);
         if (mprotect((void *)page, sizeof(void *) + (a - page), PROT_READ | PROT_WRITE) != 0) {
             return -1;
@@ -130,6 +159,20 @@ static int store(void **slot, void *value, uintptr_t relro_start, uintptr_t relr
     }
     __atomic_store_n(slot, value, __ATOMIC_RELAXED);
     return 0;
+}
+
+static int store(void **slot, void *value, uintptr_t relro_start, uintptr_t relro_end)
+{
+    void *previous = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (previous == value) {
+        return 0;
+    }
+    uintptr_t a = (uintptr_t)slot;
+    int read_only = a >= relro_start && a < relro_end;
+    if (remember(slot, previous, value, read_only) != 0) {
+        return -1; /* not changed: it could not have been put back */
+    }
+    return write_slot(slot, value, read_only);
 }
 
 /* A Python extension module, by the file names CPython's importer loads. */
@@ -253,6 +296,10 @@ static int patch_new_objects(void)
 
 int got_attach(const got_replacement *table, size_t n, uintptr_t own_base, void *real_dlopen, void *real_dlsym)
 {
+    pthread_mutex_lock(&patching);
+    detached = 0;
+    seen_count = 0; /* a second attach after got_detach walks everything again */
+    pthread_mutex_unlock(&patching);
     replacements = table;
     replacement_count = n;
     own = own_base;
@@ -267,10 +314,30 @@ int got_attach(const got_replacement *table, size_t n, uintptr_t own_base, void 
 void *got_dlopen(const char *file, int mode)
 {
     void *handle = loader_dlopen(file, mode);
-    if (handle != NULL) {
+    if (handle != NULL && !__atomic_load_n(&detached, __ATOMIC_RELAXED)) {
         patch_new_objects();
     }
     return handle;
+}
+
+int got_detach(void)
+{
+    pthread_mutex_lock(&patching);
+    int rc = 0;
+    /* Newest first: a slot changed twice (an object unloaded, another loaded
+     * at its place) ends with what it held first. */
+    for (size_t i = change_count; i-- > 0;) {
+        changed_slot *c = &changes[i];
+        if (__atomic_load_n(c->slot, __ATOMIC_RELAXED) == c->written &&
+            write_slot(c->slot, c->previous, c->read_only) != 0) {
+            rc = -1;
+        }
+    }
+    change_count = 0;
+    seen_count = 0;
+    __atomic_store_n(&detached, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&patching);
+    return rc;
 }
 
 void *got_dlsym(void *handle, const char *name)

@@ -24,6 +24,12 @@ typedef struct {
  * table must live as long as the process.  0, or -1 when an object could not be
  * patched (its table is left as it was: calls there are not counted). */
 int got_attach(const got_replacement *table, size_t n, uintptr_t own_base, void *real_dlopen, void *real_dlsym);
+/* Puts back what every slot got_attach changed held before, where it still
+ * holds the replacement (an object unloaded since: its slots are gone with it,
+ * and one loaded at its place has slots of its own), and stops patching the
+ * objects dlopen loads.  The library stays loaded: a thread may still be in
+ * one of its functions.  0, or -1 when a slot could not be written. */
+int got_detach(void);
 /* The dlopen and dlsym that got_attach puts in place. */
 void *got_dlopen(const char *file, int mode);
 void *got_dlsym(void *handle, const char *name);

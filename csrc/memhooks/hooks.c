@@ -925,14 +925,16 @@ static const char *const replaced[] = {
 #define REPLACED (sizeof replaced / sizeof replaced[0])
 static got_replacement replacements[REPLACED + 2];
 
+/* 1: not tried (or detached since); then what the attempt gave. */
+static int attach_result = 1;
+
 EXPORT int pyrometer_memhooks_attach(void *own_handle)
 {
     if (!attached) {
         return 0; /* preloaded: every object binds to this library already */
     }
-    static int result = 1; /* 1: not tried; then what the one attempt gave */
-    if (result != 1) {
-        return result;
+    if (attach_result != 1) {
+        return attach_result;
     }
     Dl_info own;
     if (!resolved() || real.malloc == NULL || real.free == NULL ||
@@ -955,7 +957,24 @@ EXPORT int pyrometer_memhooks_attach(void *own_handle)
     }
     replacements[n++] = (got_replacement){"dlopen", (void *)got_dlopen, real_dlopen, 0};
     replacements[n++] = (got_replacement){"dlsym", (void *)got_dlsym, real_dlsym, 1};
-    pymalloc_arenas_adopt(); /* before any Python free reaches the hooks */
-    result = got_attach(replacements, n, (uintptr_t)own.dli_fbase, real_dlopen, real_dlsym);
-    return result;
+    /* Before any Python free reaches the hooks; once: the arena allocator
+     * stays wrapped after a detach, so the map is still whole at a second
+     * attach. */
+    static int adopted;
+    if (!adopted) {
+        pymalloc_arenas_adopt();
+        adopted = 1;
+    }
+    attach_result = got_attach(replacements, n, (uintptr_t)own.dli_fbase, real_dlopen, real_dlsym);
+    return attach_result;
+}
+
+EXPORT int pyrometer_memhooks_detach(void)
+{
+    if (!attached || attach_result != 0) {
+        return 0; /* preloaded (nothing to undo), or never attached */
+    }
+    int rc = got_detach();
+    attach_result = 1;
+    return rc;
 }

@@ -71,6 +71,12 @@ typedef struct {
  * from then on every loaded object's calls reach the library (got.c).  0, or -1
  * when it could not be attached.  Nothing to do (0) when preloaded. */
 int pyrometer_memhooks_attach(void *own_handle);
+/* Undoes pyrometer_memhooks_attach (counting stopped first): every object's
+ * calls reach their functions again as before, the library stays loaded and
+ * its arena allocator wrapped (pymalloc_arenas.c), so that attaching again
+ * needs no new search of the arenas.  0, or -1 when a slot could not be put
+ * back.  Nothing to do (0) when preloaded. */
+int pyrometer_memhooks_detach(void);
 int pyrometer_memhooks_start(const memhooks_config *config);
 void pyrometer_memhooks_stop(void);
 memhooks_thread *pyrometer_memhooks_thread(void);

@@ -25,6 +25,10 @@ typedef struct {
  * (pyrometer_memhooks_attach), with the GIL held: 0 (also when it is preloaded
  * or attached already), or -1 and why. */
 int memhooks_api_attach(const char *path, const char **why);
+/* Undoes memhooks_api_attach, with the GIL held and memory profiling stopped:
+ * 0 (also when preloaded or not attached), or -1 when the objects' tables
+ * could not all be put back. */
+int memhooks_api_detach(void);
 /* 0 when the library is loaded in this process, -1 otherwise. */
 int memhooks_api_find(memhooks_api *api);
 

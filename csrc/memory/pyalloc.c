@@ -38,6 +38,19 @@ int memhooks_api_attach(const char *path, const char **why)
     return 0;
 }
 
+int memhooks_api_detach(void)
+{
+    if (memhooks_scope == RTLD_DEFAULT) {
+        return 0; /* preloaded, or not attached */
+    }
+    int (*detach)(void) = (int (*)(void))dlsym(memhooks_scope, "pyrometer_memhooks_detach");
+    if (detach == NULL || detach() != 0) {
+        return -1;
+    }
+    memhooks_scope = RTLD_DEFAULT;
+    return 0;
+}
+
 int memhooks_api_find(memhooks_api *api)
 {
     api->start = (int (*)(const memhooks_config *))dlsym(memhooks_scope, "pyrometer_memhooks_start");

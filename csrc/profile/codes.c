@@ -40,7 +40,62 @@ static int names_a_call(const char *name)
            strncmp(name, "INSTRUMENTED_CALL", 17) == 0;
 }
 
-static void mark_calls(PyObject *map)
+/* Operators in their generic form, where the interpreter specialises (3.11+):
+ * once warm, an operator still in it is one the specialiser gave up on, whose
+ * operands' type slots do the work, in C as a rule (a numpy or bytes operator,
+ * an extension type's); 3.11 runs the generic form as *_ADAPTIVE.  A thread
+ * found at one that has left its frame by the time it answers was in native
+ * code there (sampler.c, locate): the interpreter's own forms (BINARY_OP_ADD_INT
+ * and the like) are the specialised ones.  Of BINARY_OP, only the operations
+ * the specialiser takes for the interpreter's own types (+, -, *, their
+ * in-place forms, 3.14's subscript, and @, which none of them has): int % 7
+ * stays generic on every version, and is bytecode's work. */
+static uint8_t generic_operators[256];
+static const char *const operator_families[] = {"BINARY_OP", "BINARY_SUBSCR", "STORE_SUBSCR", "COMPARE_OP",
+                                                "CONTAINS_OP", NULL};
+static int binary_op = -1, binary_op_adaptive = -1; /* their numbers (3.11's adaptive form apart) */
+static uint8_t specialised_nb_ops[64];              /* by BINARY_OP's argument */
+static const char *const specialised_nb_names[] = {"NB_ADD", "NB_SUBTRACT", "NB_MULTIPLY", "NB_MATRIX_MULTIPLY",
+                                                   "NB_INPLACE_ADD", "NB_INPLACE_SUBTRACT", "NB_INPLACE_MULTIPLY",
+                                                   "NB_INPLACE_MATRIX_MULTIPLY", "NB_SUBSCR", NULL};
+
+static void find_specialised_nb_ops(PyObject *opcode, PyObject *opmap)
+{
+    memset(specialised_nb_ops, 0, sizeof specialised_nb_ops);
+    PyObject *v = PyDict_GetItemString(opmap, "BINARY_OP");
+    binary_op = v != NULL ? (int)PyLong_AsLong(v) : -1;
+    PyObject *ops = PyObject_GetAttrString(opcode, "_nb_ops"); /* [(name, symbol)], by argument */
+    PyObject *fast = ops != NULL ? PySequence_Fast(ops, "_nb_ops") : NULL;
+    for (Py_ssize_t i = 0; fast != NULL && i < PySequence_Fast_GET_SIZE(fast) && i < 64; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(fast, i);
+        PyObject *name = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) > 0 ? PyTuple_GET_ITEM(pair, 0) : NULL;
+        const char *text = name != NULL && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+        for (int k = 0; text != NULL && specialised_nb_names[k] != NULL; k++) {
+            specialised_nb_ops[i] |= strcmp(text, specialised_nb_names[k]) == 0;
+        }
+    }
+    Py_XDECREF(fast);
+    Py_XDECREF(ops);
+    PyErr_Clear();
+}
+
+static int names_binary_op_adaptive(const char *name)
+{
+    return strcmp(name, "BINARY_OP_ADAPTIVE") == 0;
+}
+
+static int names_a_generic_operator(const char *name)
+{
+    for (int i = 0; operator_families[i] != NULL; i++) {
+        size_t n = strlen(operator_families[i]);
+        if (strncmp(name, operator_families[i], n) == 0 && (name[n] == '\0' || strcmp(name + n, "_ADAPTIVE") == 0)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void mark_named(PyObject *map, int (*pick)(const char *), uint8_t *into)
 {
     if (map == NULL || !PyDict_Check(map)) {
         return;
@@ -50,8 +105,8 @@ static void mark_calls(PyObject *map)
     while (PyDict_Next(map, &pos, &key, &value)) {
         const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
         long op = PyLong_Check(value) ? PyLong_AsLong(value) : -1;
-        if (name != NULL && op >= 0 && op < 256 && names_a_call(name)) {
-            call_opcodes[op] = 1;
+        if (name != NULL && op >= 0 && op < 256 && pick(name)) {
+            into[op] = 1;
         }
     }
     PyErr_Clear();
@@ -62,11 +117,11 @@ static void mark_calls(PyObject *map)
  * lists them in opcode._specialized_opmap; in 3.11 and 3.12 the names in
  * opcode._specialized_instructions take, in order, the numbers whose opname is
  * unused ("<n>"), as dis numbers them; 3.10 has none. */
-static void mark_specialised_calls(PyObject *opcode)
+static void mark_specialised(PyObject *opcode, int (*pick)(const char *), uint8_t *into)
 {
     PyObject *map = PyObject_GetAttrString(opcode, "_specialized_opmap");
     if (map != NULL) {
-        mark_calls(map);
+        mark_named(map, pick, into);
         Py_DECREF(map);
         return;
     }
@@ -85,8 +140,8 @@ static void mark_specialised_calls(PyObject *opcode)
             }
             PyObject *item = PySequence_Fast_GET_ITEM(fast_names, next++);
             const char *name = PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
-            if (name != NULL && names_a_call(name)) {
-                call_opcodes[op] = 1;
+            if (name != NULL && pick(name)) {
+                into[op] = 1;
             }
         }
     }
@@ -100,8 +155,31 @@ static void mark_specialised_calls(PyObject *opcode)
 static void find_call_opcodes(PyObject *opcode, PyObject *opmap)
 {
     memset(call_opcodes, 0, sizeof call_opcodes);
-    mark_calls(opmap);
-    mark_specialised_calls(opcode);
+    mark_named(opmap, names_a_call, call_opcodes);
+    mark_specialised(opcode, names_a_call, call_opcodes);
+    memset(generic_operators, 0, sizeof generic_operators);
+    if (PyObject_HasAttrString(opcode, "_specializations")) { /* 3.11+: the interpreter specialises */
+        mark_named(opmap, names_a_generic_operator, generic_operators);
+        mark_specialised(opcode, names_a_generic_operator, generic_operators);
+        find_specialised_nb_ops(opcode, opmap);
+        uint8_t adaptive[256] = {0};
+        mark_specialised(opcode, names_binary_op_adaptive, adaptive);
+        for (int op = 0; op < 256; op++) {
+            binary_op_adaptive = adaptive[op] ? op : binary_op_adaptive;
+        }
+    }
+    PyErr_Clear();
+}
+
+int codes_opcode_generic_operator(int opcode, int oparg)
+{
+    if (opcode < 0 || opcode >= 256 || !generic_operators[opcode]) {
+        return 0;
+    }
+    if (opcode == binary_op || opcode == binary_op_adaptive) {
+        return oparg >= 0 && oparg < 64 && specialised_nb_ops[oparg];
+    }
+    return 1;
 }
 
 int codes_opcode_calls(int opcode)

@@ -56,6 +56,11 @@ const code_info *codes_find_through(PyCodeObject *code, PyObject *globals);
  * whose innermost frame executes it is in a call into native code.  Callable
  * without the GIL once codes_init has run. */
 int codes_opcode_calls(int opcode);
+/* Whether the live opcode (with its argument) is an operator in its generic,
+ * unspecialised form on an interpreter that specialises it for its own types
+ * (3.11+; never on 3.10): its operands' type slots do the work, natively as a
+ * rule (codes.c).  Callable without the GIL once codes_init has run. */
+int codes_opcode_generic_operator(int opcode, int oparg);
 /* Whether a thread stopped at this instruction was executing Python bytecode. */
 int codes_python_at(const code_info *info, int lasti);
 /* The nearest frame of a reported file on a thread's stack, from the innermost

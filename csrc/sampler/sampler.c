@@ -390,6 +390,15 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
          * read 100% native. */
         int still = meet == innermost && pyframe_lasti(innermost) == meet_lasti;
         loc.native = codes_opcode_calls(at->opcode) || (still && loc.native);
+    } else if (!native_by_delay && at != NULL) {
+        /* The frame seen at t0 has returned since: where the thread answers
+         * (its caller's loop, or the next function's entry) says nothing of
+         * what it did then.  In a call then, or in an operator the specialiser
+         * gave up on (`SPINNER * ms`, a numpy operation: its type's slot, in
+         * C), it was native; else bytecode.  Read from where it answered,
+         * the kind had followed the caller's loop: 3.13 parks after the call
+         * its loop's test makes (native), 3.14 at the jump back (Python). */
+        loc.native = codes_opcode_calls(at->opcode) || codes_opcode_generic_operator(at->opcode, at->oparg);
     }
     if (meet != NULL && meet != innermost && !codes_reported_from(meet, &f)) {
         loc.ok = 0;
@@ -664,6 +673,7 @@ static int load_look(stored_look *from, pyframe_peeked *at)
     at->code = atomic_load(&from->code[0]);
     at->lasti = atomic_load(&from->lasti[0]);
     at->opcode = 0;
+    at->oparg = 0;
     for (int i = 0; i < PYFRAME_PEEK_CALLERS; i++) {
         at->callers[i] = (pyframe_position){atomic_load(&from->frame[i + 1]), atomic_load(&from->code[i + 1]),
                                             atomic_load(&from->lasti[i + 1])};

@@ -310,9 +310,17 @@ def _wrap_wait() -> None:
 def _note_reaped(pid: int, status: int) -> None:
     if pid > 0:
         try:
-            _Family.reaped[pid] = _status_code(os.waitstatus_to_exitcode(status))
+            _Family.reaped[pid] = code = _status_code(os.waitstatus_to_exitcode(status))
         except ValueError:  # stopped, not ended
-            pass
+            return
+        child = ChildSession.current
+        if child is not None:
+            # Said at once, not only with this process's own profile: a process
+            # that outlives the run's end (multiprocessing's forkserver, the
+            # default from 3.14, reaps the workers it forks and ends after the
+            # run) would say it too late for the merge.
+            _write_json(os.path.join(child.settings["run_dir"], f"r-{pid}-{os.urandom(6).hex()}.json"),
+                        {"pid": pid, "exit_status": code})
 
 
 # ---------------------------------------------------------------------------
@@ -773,7 +781,7 @@ def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: fl
             table.append(row)
 
     for name in names:
-        if not name.endswith(".json") or name[:2] not in ("p-", "s-", "n-"):
+        if not name.endswith(".json") or name[:2] not in ("p-", "s-", "n-", "r-"):
             continue
         path = os.path.join(run_dir, name)
         try:
@@ -782,6 +790,11 @@ def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: fl
         except (OSError, ValueError):
             continue
         key = name[2:]
+        if name.startswith("r-"):  # a child reaped by another child (_note_reaped)
+            if isinstance(record, dict) and isinstance(record.get("pid"), int) and \
+                    isinstance(record.get("exit_status"), int):
+                reaped[record["pid"]] = record["exit_status"]
+            continue
         if name.startswith("s-"):
             started[key] = record
             continue

@@ -520,8 +520,13 @@ def _kernel(argv: list[str]) -> int:
     return command(argv)
 
 
+def _attach(argv: list[str]) -> int:
+    from .attach import command  # profile a running program (CPython 3.14+)
+    return command(argv)
+
+
 # The commands that are not a run; `top` is a run (the live view).
-SUBCOMMANDS = {"view": _view, "diff": _diff, "kernel": _kernel}
+SUBCOMMANDS = {"view": _view, "diff": _diff, "kernel": _kernel, "attach": _attach}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -349,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "  pyrometer view PROFILE.json    a saved profile as a report, or an export\n"
                 "  pyrometer diff BEFORE AFTER    what changed between two saved profiles\n"
                 "  pyrometer top PROG [args...]   a live view of the lines busy now (--live)\n"
+                "  pyrometer attach PID           profile a running program for a while (3.14+)\n"
                 "  pyrometer kernel install       a Jupyter kernel with memory profiling\n"
                 "  pytest --pyrometer             each test profiled (the pytest plugin)")
     return p

@@ -1,0 +1,379 @@
+"""`pyrometer attach PID [--duration S] [options]`: profile a Python program
+that is already running, unmodified, for S seconds or until Ctrl-C, then leave
+it running as it was (CPython 3.14+, through sys.remote_exec, PEP 768).
+
+How (attached.py is the part inside the program):
+1. Checks that can be made from outside, each refused with one line: this
+   interpreter has sys.remote_exec; the process exists, is not this one, and
+   belongs to this user (or this is root); the kernel lets this process trace
+   it (Yama's kernel.yama.ptrace_scope).
+2. A private run directory (0700) with a FIFO and a script; sys.remote_exec
+   has the program's main thread run the script between two bytecodes.  The
+   script loads pyrometer from *this* installation (by path, without touching
+   the program's sys.path), checks that the program's CPython is the one this
+   installation was built for, and calls attached.begin: the profile starts
+   there, in the program (memory through the library attached as for
+   profile_this, csrc/memhooks/got.c).
+3. The command waits for the profile to start (the `started` file, or an
+   `error` file with the reason), holds the FIFO's writing end for the window,
+   then writes `stop`; the program's thread stops the profile, detaches the
+   memory library (every loaded object's allocator slots put back), writes
+   the profile into the run directory and ends.  The command renders it as a
+   run's report would be (text, --json, --html/--web, exports) and removes the
+   run directory.  If the command dies, its end of the FIFO closes and the
+   program ends the window by itself; if the program exits first, its atexit
+   hook writes the profile.
+
+The script runs only when the main thread next runs Python: a main thread
+blocked in a long call (thread.join() without a timeout, a C library's wait)
+is not reached, and after ATTACH_TIMEOUT the command gives up, leaving a
+script that, if it runs later, only removes the run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import time
+
+from .options import UsageError
+
+ATTACH_TIMEOUT = 30.0   # seconds for the program's main thread to run the script
+PROFILE_TIMEOUT = 120.0  # seconds for the program to write the profile once told to stop
+# Options of a run that an attached window has no use for.
+NOT_FOR_ATTACH = {"profile_interval": "--profile-interval", "live": "--live", "off": "--off",
+                  "on": "--on", "pid": "--pid", "force_version": "--force-version"}
+# The Options fields that the program's side gets (attached.begin).
+SETTINGS = ("cpu_only", "profile_all", "profile_only", "profile_exclude", "use_virtual_time",
+            "cpu_percent_threshold", "cpu_sampling_rate", "reduced_profile", "memory", "gpu", "gpu_kernels",
+            "malloc_threshold", "allocation_sampling_window", "leak_detector")
+
+# Run by the program's main thread (sys.remote_exec).  It runs in __main__'s
+# namespace (CPython gh-132859): one call of exec in a namespace of its own, so
+# that no name of the program's is touched.
+SCRIPT = 'exec(compile({code!r}, "<pyrometer attach>", "exec"), {{"__name__": "__pyrometer_attach__"}})\n'
+LOADER = '''
+def attach(run_dir, package, settings, built_for):
+    import os, sys
+    if not os.path.isdir(run_dir):
+        return  # the command gave up and left
+    def fail(message):
+        temporary = os.path.join(run_dir, ".error.tmp")
+        try:
+            with open(temporary, "w") as f:
+                f.write(message)
+            os.replace(temporary, os.path.join(run_dir, "error"))
+        except OSError:
+            pass
+    try:
+        import sysconfig
+        mine = (sys.implementation.cache_tag, bool(sysconfig.get_config_var("Py_GIL_DISABLED")))
+        if list(mine) != list(built_for):
+            v = sys.version_info
+            fail(f"the program runs CPython {{v.major}}.{{v.minor}}.{{v.micro}}"
+                 f"{{' (free-threaded)' if mine[1] else ''}} ({{sys.executable}}); this pyrometer is "
+                 f"installed for {{built_for[0]}}{{' (free-threaded)' if built_for[1] else ''}}: "
+                 f"attach with a pyrometer installed for the program's Python")
+            return
+        package_dir = os.path.realpath(package)
+        loaded = sys.modules.get("pyrometer")
+        if loaded is not None:
+            theirs = os.path.realpath(os.path.dirname(getattr(loaded, "__file__", "") or ""))
+            if theirs != package_dir:
+                fail(f"the program has imported another pyrometer ({{theirs}}): attach with that "
+                     f"installation's pyrometer command")
+                return
+        else:
+            import importlib.util
+            spec = importlib.util.spec_from_file_location(
+                "pyrometer", os.path.join(package_dir, "__init__.py"), submodule_search_locations=[package_dir])
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["pyrometer"] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules["pyrometer"]
+                raise
+        import importlib
+        importlib.import_module("pyrometer.attached").begin(run_dir, settings)
+    except BaseException as e:
+        fail(f"{{type(e).__name__}}: {{e}}")
+
+attach({run_dir!r}, {package!r}, {settings!r}, {built_for!r})
+'''
+CLEANUP = '''
+import shutil
+shutil.rmtree({run_dir!r}, ignore_errors=True)
+'''
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def _duration(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
+    if not (value > 0 and value < 1e9):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
+def parse(argv: list[str]):
+    """(pid, duration or None, Options) from `pyrometer attach`'s arguments; the
+    report and measuring options are the run's own (options.py)."""
+    from .options import _pid, parse as parse_run
+    own = _Parser(prog="pyrometer attach", add_help=False)
+    own.add_argument("pid", type=_pid, nargs="?")
+    own.add_argument("--duration", type=_duration, default=None)
+    own.add_argument("-h", "--help", action="store_true")
+    ns, rest = own.parse_known_args(argv)
+    if ns.help:
+        return None, None, None
+    if ns.pid is None:
+        raise UsageError("attach needs the process id of a running Python program: pyrometer attach PID")
+    extra = [w for w in rest if not w.startswith("-")]
+    options = parse_run([*rest, "--", "attached"])  # the run's options, defined once
+    if options.module is not None or options.command is not None or options.program != ["attached"]:
+        raise UsageError(f"attach profiles a running program: it takes no program to run ({' '.join(extra)})")
+    for field, flag in NOT_FOR_ATTACH.items():
+        if getattr(options, field):
+            raise UsageError(f"{flag} does not apply to pyrometer attach")
+    options.children = False
+    return ns.pid, ns.duration, options
+
+
+USAGE = """usage: pyrometer attach PID [--duration SECONDS] [report and sampling options]
+
+Profile the running Python program PID (CPython 3.14 or later, the same version
+as this pyrometer's) for SECONDS, or until Ctrl-C: CPU, memory and GPU as a run
+under pyrometer would be, then leave the program running as it was and write the
+report (text by default; --json, --html, --web, -o FILE and the exports as for
+a run; see pyrometer --help)."""
+
+
+def _uid_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[2])  # effective
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _is_ancestor(pid: int) -> bool:
+    """Whether this process is an ancestor of pid (Yama's scope 1 lets a
+    process trace its descendants)."""
+    me, current = os.getpid(), pid
+    for _ in range(4096):
+        try:
+            with open(f"/proc/{current}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if parent == me:
+            return True
+        if parent <= 1:
+            return False
+        current = parent
+    return False
+
+
+def refusal(pid: int) -> str | None:
+    """Why pid cannot be attached to, from outside, in one line; None if it may."""
+    if not hasattr(sys, "remote_exec"):
+        v = sys.version_info
+        return (f"pyrometer attach needs CPython 3.14 or later (sys.remote_exec, PEP 768), for itself and "
+                f"the program; this pyrometer runs on CPython {v.major}.{v.minor}.{v.micro}")
+    from .cli import _interpreter_problem
+    problem = _interpreter_problem(force_version=False)
+    if problem is not None:
+        return problem
+    if pid == os.getpid():
+        return "cannot attach to pyrometer's own process"
+    if not os.path.exists(f"/proc/{pid}"):
+        return f"no process {pid}"
+    uid = _uid_of(pid)
+    root = os.geteuid() == 0
+    if uid is None:
+        return f"cannot read /proc/{pid}/status: is process {pid} still running?"
+    if uid != os.geteuid() and not root:
+        return (f"process {pid} belongs to another user (uid {uid}); attaching needs that user's "
+                f"account or root")
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            scope = int(f.read().strip() or "0")
+    except (OSError, ValueError):
+        scope = 0  # no Yama: the usual same-user rule only
+    if scope >= 3:
+        return "kernel.yama.ptrace_scope is 3: no process may attach to another until reboot"
+    if scope == 2 and not root:
+        return "kernel.yama.ptrace_scope is 2: only root may attach to a process (sudo pyrometer attach)"
+    if scope == 1 and not root and not _is_ancestor(pid):
+        return (f"kernel.yama.ptrace_scope is 1: only a parent process or root may attach to process {pid} "
+                f"(sudo pyrometer attach {pid}, or sudo sysctl kernel.yama.ptrace_scope=0)")
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie has ended: its status in /proc says so.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def command(argv: list[str]) -> int:
+    from .cli import _error, _unwritable, export_paths, report_path, say, where_written, write_exports, write_report
+    try:
+        pid, duration, options = parse(argv)
+        if options is None:
+            print(USAGE)
+            return 0
+        exports, problem = export_paths(options.exports())
+    except UsageError as e:
+        return _error(str(e))
+    if problem is not None:
+        return _error(problem)
+    problem = refusal(pid)
+    if problem is not None:
+        return _error(problem)
+    fmt = options.format
+    path = report_path(fmt, options.outfile, stdout_shared=False)
+    shown = path
+    if path is not None:
+        problem = _unwritable(path)
+        if problem is not None:
+            return _error(problem)
+        path = os.path.abspath(path)
+    import sysconfig
+    from . import __file__ as package_init
+    built_for = [sys.implementation.cache_tag, bool(sysconfig.get_config_var("Py_GIL_DISABLED"))]
+    settings = {name: getattr(options, name) for name in SETTINGS}
+    from .attached import CONTROL, ERROR, PROFILE, STARTED, STOP
+    run_dir = tempfile.mkdtemp(prefix="pyrometer-attach-")  # 0700: this user's (root's: the program reads it as root)
+    if os.geteuid() == 0 and _uid_of(pid) not in (None, 0):
+        os.chown(run_dir, _uid_of(pid), -1)  # the program's user writes the profile there
+    script = os.path.join(run_dir, "attach.py")
+    keep_run_dir = False
+    previous_term = signal.getsignal(signal.SIGTERM)
+    try:
+        os.mkfifo(os.path.join(run_dir, CONTROL), 0o600)
+        if os.geteuid() == 0 and _uid_of(pid) not in (None, 0):
+            os.chown(os.path.join(run_dir, CONTROL), _uid_of(pid), -1)
+        code = LOADER.format(run_dir=run_dir, package=os.path.dirname(os.path.abspath(package_init)),
+                             settings=settings, built_for=built_for)
+        with open(script, "w") as f:
+            f.write(SCRIPT.format(code=code))
+        os.chmod(script, 0o644)
+        try:
+            sys.remote_exec(pid, script)
+        except (OSError, RuntimeError, ValueError) as e:
+            return _error(f"cannot attach to process {pid}: {e}", 1)
+
+        def interrupted(signum, frame):
+            raise _Interrupted()
+        signal.signal(signal.SIGTERM, interrupted)
+        # 1. The program's main thread runs the script.
+        started = False
+        deadline = time.monotonic() + ATTACH_TIMEOUT
+        try:
+            while time.monotonic() < deadline:
+                error = _read(os.path.join(run_dir, ERROR))
+                if error is not None:
+                    return _error(f"cannot profile process {pid}: {error.strip()}", 1)
+                if os.path.exists(os.path.join(run_dir, STARTED)):
+                    started = True
+                    break
+                if not _alive(pid):
+                    return _error(f"process {pid} ended before pyrometer could attach", 1)
+                time.sleep(0.02)
+        except (KeyboardInterrupt, _Interrupted):
+            pass
+        if not started:
+            # It may still run it later: then it only removes the run directory.
+            with open(script, "w") as f:
+                f.write(SCRIPT.format(code=CLEANUP.format(run_dir=run_dir)))
+            keep_run_dir = True
+            return _error(f"process {pid} did not run pyrometer's attach script within {ATTACH_TIMEOUT:g} s: "
+                          f"its main thread runs no Python code (blocked in a call?); sys.remote_exec "
+                          f"runs code in the main thread only", 1)
+        control = os.open(os.path.join(run_dir, CONTROL), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.write(control, b"go\n")
+        if not options.quiet:
+            say(f"pyrometer: attached to process {pid}; profiling "
+                + (f"for {duration:g} s" if duration else "until Ctrl-C"))
+        # 2. The window.
+        ends = time.monotonic() + duration if duration else None
+        try:
+            while _alive(pid) and (ends is None or time.monotonic() < ends):
+                time.sleep(min(0.05, max(0.0, ends - time.monotonic())) if ends else 0.05)
+        except (KeyboardInterrupt, _Interrupted):
+            pass
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # while the profile is made: never half-done
+        try:
+            os.write(control, STOP)
+        except OSError:
+            pass  # the program has gone
+        os.close(control)
+        # 3. The profile, from the program.
+        deadline = time.monotonic() + PROFILE_TIMEOUT
+        profile_path = os.path.join(run_dir, PROFILE)
+        while not os.path.exists(profile_path) and time.monotonic() < deadline:
+            error = _read(os.path.join(run_dir, ERROR))
+            if error is not None:
+                return _error(f"process {pid}: {error.strip()}", 1)
+            if not _alive(pid) and not os.path.exists(profile_path):
+                return _error(f"process {pid} ended during the window without writing its profile "
+                              f"(killed by a signal?)", 1)
+            time.sleep(0.02)
+        if not os.path.exists(profile_path):
+            return _error(f"process {pid} did not write its profile within {PROFILE_TIMEOUT:g} s", 1)
+        from . import model
+        try:
+            profile = model.load(profile_path)
+        except model.ProfileError as e:
+            return _error(str(e), 1)
+        if exports and not write_exports(profile, exports, options.collapsed_metric, options.quiet,
+                                         f"process {pid}'s profile"):
+            return 1
+        try:
+            opened = write_report(profile, fmt, path, web=options.web)
+        except OSError as e:
+            return _error(f"cannot write the report: {e}", 1)
+        if path is not None and not options.quiet:
+            say(where_written(fmt, shown, path, opened=opened))
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if not keep_run_dir:
+            import shutil
+            shutil.rmtree(run_dir, ignore_errors=True)

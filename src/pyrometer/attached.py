@@ -1,0 +1,176 @@
+"""The part of `pyrometer attach PID` that runs inside the attached program
+(attach.py is the other part, in the command).
+
+sys.remote_exec (PEP 768, CPython 3.14+) has the program's main thread run a
+small script between two bytecodes; the script loads this module from the
+attaching installation (attach.SCRIPT) and calls begin().  begin() starts an
+in-process profile (inprocess.InProcessRun: CPU, memory with the library
+attached as for profile_this, GPU where there is one) and a thread that waits
+on the run directory's FIFO for the command to say stop (or to go away: the
+command killed, the FIFO's writer closed), then stops the profile, writes it
+to the run directory, detaches the memory library (every object's allocator
+calls put back as they were) and ends.  If the program exits first, an atexit
+hook does the same.
+
+Nothing here may write to the program's standard streams or raise into its
+main thread: whatever goes wrong is written to the run directory's `error`
+file, in one line, for the command to say.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+# The run directory's files (attach.py makes the directory and the FIFO).
+CONTROL = "control"   # FIFO: the command holds its writing end open for the window
+PROFILE = "profile.json"
+ERROR = "error"
+STARTED = "started"
+STOP = b"stop\n"
+GO_TIMEOUT_MS = 10_000
+
+
+def _write_file(run_dir: str, name: str, data: bytes) -> None:
+    """name in run_dir, whole or not at all (a rename), unless the command has
+    removed the directory meanwhile."""
+    temporary = os.path.join(run_dir, f".{name}.tmp")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, os.path.join(run_dir, name))
+    except OSError:
+        pass
+
+
+def _fail(run_dir: str, message: str) -> None:
+    _write_file(run_dir, ERROR, message.splitlines()[0].encode("utf-8", "replace") if message else b"failed")
+
+
+class _Attached:
+    """One attached window: the profile, the thread that ends it, the hook that
+    ends it at exit."""
+
+    def __init__(self, run_dir: str, run, control_fd: int):
+        self.run_dir = run_dir
+        self.run = run
+        self.control_fd = control_fd
+        self.done = threading.Lock()
+        self.finished = False
+        self.thread = threading.Thread(target=self._wait, name="pyrometer-attach", daemon=True)
+
+    def _wait(self) -> None:
+        import select
+        poller = select.poll()
+        poller.register(self.control_fd, select.POLLIN)
+        try:
+            # The command says "go" once it has seen `started`: if it does not
+            # (it gave up waiting as the script began), the window is dropped.
+            if not poller.poll(GO_TIMEOUT_MS):
+                self.finish(None)
+                return
+            while True:
+                poller.poll()  # no timeout: the command's close wakes it (POLLHUP)
+                data = os.read(self.control_fd, 64)
+                if not data or STOP in data:
+                    break
+        except OSError:
+            pass
+        self.finish("the command ended the window")
+
+    def at_exit(self) -> None:
+        self.finish("the program exited during the window")
+
+    def finish(self, why: str | None) -> None:
+        """Stops the window; why: what ended it, for the profile's notices, or
+        None when nobody waits for the profile (it is dropped, with the run
+        directory)."""
+        with self.done:
+            if self.finished:
+                return
+            self.finished = True
+        import atexit
+        atexit.unregister(self.at_exit)
+        if why is None:
+            try:
+                from . import _core
+                self.run.session.stop()
+                _core.detach_memory()
+            except BaseException:
+                pass
+            os.close(self.control_fd)
+            _Attached.current = None
+            import shutil
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            return
+        try:
+            from . import _core
+            from .render import report
+            profile = self.run.finish()
+            notices = profile.setdefault("notices", [])
+            notices.append(f"attached to pid {os.getpid()} for {self.run.session.elapsed:.1f} s; {why}")
+            try:
+                _core.detach_memory()
+            except OSError as e:
+                notices.append(f"the memory library could not be detached: {e}")
+            _write_file(self.run_dir, PROFILE, report(profile, "json").encode("utf-8"))
+        except BaseException as e:  # never into the program
+            _fail(self.run_dir, f"the profile could not be made: {type(e).__name__}: {e}")
+        finally:
+            try:
+                os.close(self.control_fd)
+            except OSError:
+                pass
+            _Attached.current = None
+
+    current = None
+
+
+def begin(run_dir: str, settings: dict) -> None:
+    """Called by the attach script in the program's main thread.  settings: the
+    command's Options fields that apply (attach.py)."""
+    try:
+        _begin(run_dir, settings)
+    except BaseException as e:  # never into the program
+        _fail(run_dir, f"{type(e).__name__}: {e}")
+
+
+def _begin(run_dir: str, settings: dict) -> None:
+    if not os.path.isdir(run_dir):
+        return  # the command gave up waiting and left: nothing to do
+    if _Attached.current is not None:
+        _fail(run_dir, "pyrometer attach is already profiling this program")
+        return
+    from .inprocess import AlreadyProfiling, CannotProfile, InProcessRun
+    from .options import Options
+    options = Options(children=False)
+    for name, value in settings.items():
+        setattr(options, name, value)
+    program = " ".join(getattr(sys, "orig_argv", sys.argv)) or f"pid {os.getpid()}"
+    try:
+        run = InProcessRun(options, program,
+                           no_memory_notice="memory was not profiled: {}")
+    except CannotProfile as e:
+        _fail(run_dir, str(e))
+        return
+    try:
+        control_fd = os.open(os.path.join(run_dir, CONTROL), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        _fail(run_dir, f"cannot open the command's FIFO: {e}")
+        return
+    try:
+        run.start()
+    except AlreadyProfiling as e:
+        os.close(control_fd)
+        _fail(run_dir, f"{e}; pyrometer attach adds nothing there")
+        return
+    attached = _Attached.current = _Attached(run_dir, run, control_fd)
+    import atexit
+    atexit.register(attached.at_exit)
+    attached.thread.start()
+    _write_file(run_dir, STARTED, str(os.getpid()).encode())
