@@ -24,11 +24,12 @@ exec 3>&1 1>&2
 
 SUITE=sid
 PYTHONS=(3.14 3.15)
-# What the suite needs inside: the interpreters with headers and venv, a C
-# compiler (pyrometer and the suite's test extensions), tmux (the live view's
-# tests), valgrind (the C unit tests), gdb (nothing of the suite; for a person
-# debugging there).  Not chromium or go: those tests run in the host's suites.
-PACKAGES="python3.14-dev,python3.15-dev,python3.14-venv,python3.15-venv,gcc,libc6-dev,tmux,valgrind,procps"
+# What the suite needs inside: the interpreters with headers and venv; a C
+# compiler and make (pyrometer, the suite's test extensions, the C unit tests);
+# tmux (the live view's tests); valgrind (the C unit tests); procps.  Not
+# chromium or go (about 400 MB more): the web report's browser tests and the
+# pprof read-back run in the host's suites, on the same report code.
+PACKAGES="python3.14-dev,python3.15-dev,python3.14-venv,python3.15-venv,gcc,libc6-dev,make,tmux,valgrind,procps"
 
 log() { printf 'python-chroot: %s\n' "$*" >&2; }
 die() { printf 'python-chroot: error: %s\n' "$*" >&2; exit 1; }

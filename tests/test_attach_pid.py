@@ -104,7 +104,7 @@ def test_attach_profiles_a_window_and_leaves_the_program_as_it_was(tmp_path):
     proc, stop = _start_target(tmp_path, "threads")
     try:
         out_json = tmp_path / "window.json"
-        attached = _attach(proc.pid, "--duration", "1.5", "--json", "-o", str(out_json))
+        attached = _attach(proc.pid, "--duration", "1.5", "--json", "--outfile", str(out_json))
         assert attached.returncode == 0, attached.stderr
         assert proc.poll() is None, "the target ended during the window"
     finally:
@@ -112,7 +112,7 @@ def test_attach_profiles_a_window_and_leaves_the_program_as_it_was(tmp_path):
     # The program's own output and status, as unprofiled.
     assert status == 7, err
     assert err == "", err
-    assert out.splitlines() == ["ready", "result True slots restored: True threads: 0"], out
+    assert out.splitlines() == ["result True slots restored: True threads: 0"], out  # after "ready"
     assert _run_dirs() == dirs_before, "the run directory was left behind"
     profile = json.loads(out_json.read_text())
     program = tmp_path / "target.py"
@@ -120,11 +120,12 @@ def test_attach_profiles_a_window_and_leaves_the_program_as_it_was(tmp_path):
     assert 1.2 < window < 4.0, window
     main_hot = _line(profile, program, "MAIN_HOT")
     thread_hot = _line(profile, program, "THREAD_HOT")
-    # Both threads' hot lines are where the CPU went (each about a core's worth
-    # on a two-core machine, shared with the profile's own thread).
+    # Both threads' hot lines are where the CPU went: the GIL lets one run at a
+    # time, so together about one core's worth, each a fair part of it.
     main_cpu = main_hot.get("n_cpu_python_sec", 0) + main_hot.get("n_cpu_native_sec", 0)
     thread_cpu = thread_hot.get("n_cpu_python_sec", 0) + thread_hot.get("n_cpu_native_sec", 0)
-    assert main_cpu > 0.2 * window and thread_cpu > 0.2 * window, (main_hot, thread_hot, window)
+    assert main_cpu + thread_cpu > 0.4 * window, (main_hot, thread_hot, window)
+    assert min(main_cpu, thread_cpu) > 0.1 * (main_cpu + thread_cpu), (main_hot, thread_hot, window)
     # Memory: the kept buffers (200 kB a round) and the temporary (1 MB a round).
     keep = _line(profile, program, "KEEP_LINE")
     temp = _line(profile, program, "TEMP_LINE")
@@ -138,10 +139,10 @@ def test_attach_twice_and_ctrl_c(tmp_path):
     without --duration ends at Ctrl-C with its profile written."""
     proc, stop = _start_target(tmp_path)
     try:
-        first = _attach(proc.pid, "--duration", "0.8", "--json", "-o", str(tmp_path / "one.json"))
+        first = _attach(proc.pid, "--duration", "0.8", "--json", "--outfile", str(tmp_path / "one.json"))
         assert first.returncode == 0, first.stderr
         second = subprocess.Popen([sys.executable, "-m", "pyrometer", "attach", str(proc.pid), "--json",
-                                   "-o", str(tmp_path / "two.json")], stdout=subprocess.PIPE,
+                                   "--outfile", str(tmp_path / "two.json")], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
         while second.poll() is None and time.monotonic() < deadline:
@@ -166,7 +167,7 @@ def test_attach_twice_and_ctrl_c(tmp_path):
 def test_a_program_that_exits_during_the_window_still_gives_its_profile(tmp_path):
     proc, stop = _start_target(tmp_path)
     attach = subprocess.Popen([sys.executable, "-m", "pyrometer", "attach", str(proc.pid), "--duration", "60",
-                               "--json", "-o", str(tmp_path / "p.json")], stdout=subprocess.PIPE,
+                               "--json", "--outfile", str(tmp_path / "p.json")], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30

@@ -95,6 +95,22 @@ static int names_a_generic_operator(const char *name)
     return 0;
 }
 
+/* A plain dict with a mapping's items (a new reference; NULL on failure, the
+ * mapping released either way): 3.15's opcode module holds its maps as
+ * frozendicts, which the PyDict_ functions do not take. */
+static PyObject *plain_dict(PyObject *mapping)
+{
+    if (mapping == NULL || PyDict_CheckExact(mapping)) {
+        return mapping;
+    }
+    PyObject *dict = PyDict_New();
+    if (dict != NULL && PyDict_Merge(dict, mapping, 1) != 0) {
+        Py_CLEAR(dict);
+    }
+    Py_DECREF(mapping);
+    return dict;
+}
+
 static void mark_named(PyObject *map, int (*pick)(const char *), uint8_t *into)
 {
     if (map == NULL || !PyDict_Check(map)) {
@@ -119,7 +135,7 @@ static void mark_named(PyObject *map, int (*pick)(const char *), uint8_t *into)
  * unused ("<n>"), as dis numbers them; 3.10 has none. */
 static void mark_specialised(PyObject *opcode, int (*pick)(const char *), uint8_t *into)
 {
-    PyObject *map = PyObject_GetAttrString(opcode, "_specialized_opmap");
+    PyObject *map = plain_dict(PyObject_GetAttrString(opcode, "_specialized_opmap"));
     if (map != NULL) {
         mark_named(map, pick, into);
         Py_DECREF(map);
@@ -196,7 +212,7 @@ int codes_init(void)
     if (mod == NULL) {
         return -1;
     }
-    PyObject *opmap = PyObject_GetAttrString(mod, "opmap");
+    PyObject *opmap = plain_dict(PyObject_GetAttrString(mod, "opmap"));
     if (opmap == NULL) {
         Py_DECREF(mod);
         return -1;

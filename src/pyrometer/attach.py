@@ -154,8 +154,8 @@ USAGE = """usage: pyrometer attach PID [--duration SECONDS] [report and sampling
 Profile the running Python program PID (CPython 3.14 or later, the same version
 as this pyrometer's) for SECONDS, or until Ctrl-C: CPU, memory and GPU as a run
 under pyrometer would be, then leave the program running as it was and write the
-report (text by default; --json, --html, --web, -o FILE and the exports as for
-a run; see pyrometer --help)."""
+report (text by default; --json, --html, --web, --outfile FILE and the exports
+as for a run; see pyrometer --help)."""
 
 
 def _uid_of(pid: int) -> int | None:
@@ -296,7 +296,9 @@ def command(argv: list[str]) -> int:
         try:
             sys.remote_exec(pid, script)
         except (OSError, RuntimeError, ValueError) as e:
-            return _error(f"cannot attach to process {pid}: {e}", 1)
+            v = sys.version_info
+            return _error(f"cannot attach to process {pid}: {e} (attaching needs a CPython "
+                          f"{v.major}.{v.minor} process, as this pyrometer's)", 1)
 
         def interrupted(signum, frame):
             raise _Interrupted()

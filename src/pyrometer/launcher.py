@@ -285,7 +285,8 @@ def _run_source(target: Target) -> None:
         main = _fresh_main(importlib.machinery.SourceFileLoader("__main__", filename))
     # For the run only: python takes them away before the atexit handlers.
     main.__file__ = filename
-    main.__cached__ = None
+    if sys.version_info < (3, 15):  # 3.15 no longer sets __main__.__cached__
+        main.__cached__ = None
     try:
         if target.code is not None:
             _follow(target.code)
