@@ -26,10 +26,14 @@ SUITE=sid
 PYTHONS=(3.14 3.15)
 # What the suite needs inside: the interpreters with headers and venv; a C
 # compiler and make (pyrometer, the suite's test extensions, the C unit tests);
-# tmux (the live view's tests); valgrind (the C unit tests); procps.  Not
+# tmux (the live view's tests); valgrind (the C unit tests); procps; git (the
+# C unit tests' list of known bugs).  Not
 # chromium or go (about 400 MB more): the web report's browser tests and the
 # pprof read-back run in the host's suites, on the same report code.
-PACKAGES="python3.14-dev,python3.15-dev,python3.14-venv,python3.15-venv,gcc,libc6-dev,make,tmux,valgrind,procps"
+PACKAGES="python3.14-dev,python3.15-dev,python3.14-venv,python3.15-venv,gcc,libc6-dev,make,tmux,valgrind,procps,git"
+# The commands of those packages that the suite calls: a cached chroot made
+# before one was added gets it with apt-get inside, not a new debootstrap.
+COMMANDS="gcc:gcc make:make tmux:tmux valgrind:valgrind ps:procps git:git"
 
 log() { printf 'python-chroot: %s\n' "$*" >&2; }
 die() { printf 'python-chroot: error: %s\n' "$*" >&2; exit 1; }
@@ -92,6 +96,20 @@ usable() {
 }
 
 if usable; then
+    missing=()
+    for pair in $COMMANDS; do
+        chroot "$root" sh -c "command -v ${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+    done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        log "apt-get install ${missing[*]} in the chroot"
+        cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+        # The mirror may serve a frozen snapshot whose Release file is past its
+        # Valid-Until date (debootstrap does not check it; apt-get does).
+        apt_opts=(-qq -o Acquire::Check-Valid-Until=false)
+        { chroot "$root" apt-get "${apt_opts[@]}" update && \
+              chroot "$root" apt-get "${apt_opts[@]}" install -y "${missing[@]}"; } \
+            >>"$cache_root/debootstrap.log" 2>&1 || log "warning: could not install ${missing[*]} in the chroot"
+    fi
     printf '%s\n' "$root" >&3
     exit 0
 fi

@@ -622,6 +622,31 @@ def pyrometer_findings(ov, acc) -> str:
     return "\n".join(out) + "\n"
 
 
+CPYTHON315 = """\
+## CPython 3.15's own sampling profiler, on CPython 3.15
+
+The strongest CPU-side peer from 3.15 on is the interpreter's own
+`python -m profiling.sampling` (out of process, reading the target's memory
+through its debug offsets; wall, CPU, GIL and exception modes; async-aware;
+flame graph, Firefox export, live view). `bench/cpython315.py` measures it
+beside pyrometer on a CPython 3.15 with pyrometer installed (here the Debian sid
+chroot's, as tests/pythons.py makes it): the workloads above, alternated within
+each round, and bench/accuracy.py's cpu_split program plus a two-thread GIL
+program. The sampler has no Python/native split, so the kind of time is
+scored as it reports it, on the CPU or off it (its `--mode cpu` against its
+wall mode); its overhead counts its own process's CPU, as it is spent on the
+user's machine. Its results, as `bench/cpython315.py` wrote them
+(bench/results/cpython315.md):
+
+"""
+
+
+def cpython315_section() -> str:
+    """The 3.15 sampler's comparison (bench/cpython315.py's last results), if any."""
+    path = RESULTS / "cpython315.md"
+    return CPYTHON315 + path.read_text() if path.exists() else ""
+
+
 MISSING = """\
 ## What this study does not cover
 
@@ -681,6 +706,8 @@ def render(res: dict) -> str:
     if ov and acc:
         parts.append(pyrometer_findings(ov, acc))
         parts.append(tool_paragraphs(ov, acc, wins))
+    if cpython315_section():
+        parts.append(cpython315_section())
     short = sc and sc["duration_s"] < LONG_RUN_ASKED_S
     parts.append(MISSING.format(short_run=", and the scale study's long run is shorter than "
                                 "the 10 minutes the issue asks for (the duration is above)"

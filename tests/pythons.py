@@ -40,7 +40,7 @@ CHROOT_VERSIONS = ["3.14", "3.15"]
 CHROOT_SCRIPT = REPO / ".ci" / "python-chroot.sh"
 # Where PyPI has an atheris wheel (pyproject.toml's test extra, whose marker says
 # the same): there the fuzz test must run (PYROMETER_REQUIRE_FUZZ=1), not skip.
-FUZZ_VERSIONS = ["3.10", "3.11", "3.12", "3.13"]
+FUZZ_VERSIONS = ["3.10", "3.11", "3.12", "3.13", "3.14"]
 FUZZ_PLATFORM = sys.platform == "linux" and platform.machine() == "x86_64"
 VENVS = REPO / "build" / "pythons"
 FREETHREADED_SCRIPT = REPO / ".ci" / "python-freethreaded.sh"

@@ -852,14 +852,20 @@ def test_many_threads_keep_their_cpu_where_it_ran(profile_program):
 # A worker thread that runs a Python loop, then a native call that releases the
 # GIL (hashlib on a large buffer, zlib, numpy), while the main thread waits.
 LOOP_THEN_RELEASING_CALL = """
-import threading
+import json, sys, threading, time
 import _groundtruth as gt
 
+spent = {"loop": 0.0, "native": 0.0}
+
 def work(i):
+    t0 = time.thread_time()
     h = 0
     for k in range(20_000):  # @for
         h += (k * i) % 7  # @body
+    t1 = time.thread_time()
     gt.spin_nogil(0.6)  # @native
+    spent["loop"] += t1 - t0
+    spent["native"] += time.thread_time() - t1
     return h
 
 def run():
@@ -869,6 +875,8 @@ def run():
 worker = threading.Thread(target=run)
 worker.start()
 worker.join()
+with open(sys.argv[1], "w") as f:
+    json.dump(spent, f)
 """
 
 
@@ -878,17 +886,21 @@ def test_a_worker_is_python_where_it_ran_bytecode(profile_program):
     worker at t0 (the loop), but its kind where it stood then (in the call): the
     loop read 100% native (a pool thread hashing after a loop did the same).
     The kind is read at t0 too now.  Tolerances: the loop's lines are at most
-    10% native, and hold at least half of the function's CPU (about 70%: a
-    loop of about 1.5 ms, then 0.6 ms of native work)."""
-    run = profile_program(LOOP_THEN_RELEASING_CALL, options=["--cpu-only"])
-    info = run.describe("# @for", "# @body", "# @native")
+    10% native, and hold their share of the function's CPU, which the worker
+    measures itself (thread_time around each part: about 70% on 3.10-3.13, a
+    loop of about 1.5 ms then 0.6 ms of native work; 3.14 runs the loop
+    faster, about 55%), less 15 points."""
+    run = profile_program(LOOP_THEN_RELEASING_CALL, options=["--cpu-only"], args=["truth.json"])
+    truth = json.loads((run.program.parent / "truth.json").read_text())
+    true_share = truth["loop"] / (truth["loop"] + truth["native"])
+    info = run.describe("# @for", "# @body", "# @native") + f"\n  truth: loop share {true_share:.2f}"
     loop = [run.line("# @for"), run.line("# @body")]
     loop_cpu = sum(cpu(entry) for entry in loop)
     loop_native = sum(entry["n_cpu_native_sec"] for entry in loop)
     function_cpu = cpu(run.function("work"))
     assert function_cpu > 0.8, info
     assert loop_native <= 0.1 * loop_cpu, f"the loop read as native:\n  {info}"
-    assert loop_cpu >= 0.5 * function_cpu, info
+    assert loop_cpu >= (true_share - 0.15) * function_cpu, info
     assert run.line("# @native")["n_cpu_native_sec"] >= 0.5 * cpu(run.line("# @native")), info
 
 

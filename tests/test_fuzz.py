@@ -1,7 +1,7 @@
 """The fuzz target tests/fuzz/fuzz_view.py (saved profile -> loader -> check ->
 every renderer), run for a bounded time: PYROMETER_FUZZ_SECONDS, default 30.
 
-atheris has binary wheels for CPython 3.10-3.13 on x86-64 Linux only
+atheris has binary wheels for CPython 3.10-3.14 on x86-64 Linux only
 (pyproject.toml's test extra installs it there).  Where it cannot be imported
 the test is skipped, saying why, unless PYROMETER_REQUIRE_FUZZ=1, which
 tests/pythons.py sets for those versions: there a missing atheris is a failure,
@@ -27,7 +27,7 @@ def test_fuzz_view(tmp_path):
     try:
         import atheris  # noqa: F401
     except ImportError as e:
-        reason = f"atheris cannot be imported ({e}): pip install atheris (x86-64 Linux, CPython 3.10-3.13)"
+        reason = f"atheris cannot be imported ({e}): pip install atheris (x86-64 Linux, CPython 3.10-3.14)"
         if os.environ.get("PYROMETER_REQUIRE_FUZZ") == "1":
             pytest.fail(f"PYROMETER_REQUIRE_FUZZ=1 but {reason}")
         pytest.skip(reason)

@@ -542,11 +542,15 @@ static void check_functions_like_libc(int started)
             s = failed;
         }
     }
-    void *zero_ours = realloc(s, 0);
-    void *zero_libc = libc.realloc(libc.malloc(10), 0);
-    CHECK((zero_ours == NULL) == (zero_libc == NULL)); /* glibc: frees, returns NULL */
-    free(zero_ours);
-    libc.free(zero_libc);
+    if (under_valgrind()) {
+        free(s); /* memcheck from 3.21 reports realloc(p, 0) as an error */
+    } else {
+        void *zero_ours = realloc(s, 0);
+        void *zero_libc = libc.realloc(libc.malloc(10), 0);
+        CHECK((zero_ours == NULL) == (zero_libc == NULL)); /* glibc: frees, returns NULL */
+        free(zero_ours);
+        libc.free(zero_libc);
+    }
 
     /* reallocarray */
     int *a = reallocarray(NULL, 10, sizeof(int));
@@ -600,7 +604,9 @@ static void check_functions_like_libc(int started)
         free(m);
     }
     static const size_t bad_aligns[] = {0, 3, 4, 24, 4097};
-    for (size_t i = 0; i < sizeof bad_aligns / sizeof bad_aligns[0]; i++) {
+    /* memcheck from 3.21 (3.27 in Debian sid) reports an invalid alignment as an
+     * error, and an invalid alignment is what this asks for. */
+    for (size_t i = 0; !under_valgrind() && i < sizeof bad_aligns / sizeof bad_aligns[0]; i++) {
         void *m = (void *)&e_ours, *lm = (void *)&e_ours;
         e_ours = posix_memalign(&m, bad_aligns[i], 100);
         e_libc = libc.posix_memalign(&lm, bad_aligns[i], 100);
@@ -1096,6 +1102,7 @@ static void memhooks_threads_give_consistent_totals(void)
         all_gross += jobs[i].gross;
         all_left += jobs[i].net_left;
     }
+    CHECK(within(all_alloc, all_gross, 0.05)); /* and so all of them together */
     /* With the main thread's own samples (pthread_create allocates: a sample
      * distance can be short). */
     CHECK_EQ(all_alloc + thread_alloc_bytes, sampled_bytes(MEMHOOKS_ALLOC));
