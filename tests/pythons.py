@@ -120,8 +120,10 @@ def chroot_prefix() -> tuple[list[str] | None, str]:
     if mounted.returncode != 0:
         return None, f"cannot mount the clone in {root}: {mounted.stderr.strip()[-300:]}"
     atexit.register(subprocess.run, ["bash", str(CHROOT_SCRIPT), "umount", root])
-    # A clean PATH: the host's names pyenv's shims and folders not in there.
-    return ["chroot", root, "env", "-C", str(REPO), "PATH=/usr/local/bin:/usr/bin:/bin"], ""
+    # A clean PATH: the host's names pyenv's shims and folders not in there;
+    # and no pip find-links of the host's (a folder the chroot has not).
+    return ["chroot", root, "env", "-C", str(REPO), "-u", "PIP_FIND_LINKS",
+            "PATH=/usr/local/bin:/usr/bin:/bin"], ""
 
 
 def make_venv(python: str, name: str, extras: str, prefix: list[str] = ()) -> tuple[str | None, str]:
