@@ -40,12 +40,18 @@ die() { printf 'python-chroot: error: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "not root: chroot and mount need root"
 
+# The mount points under a folder, deepest first (/proc/self/mounts writes a
+# space as \040).
+mounts_under() {
+    awk -v r="$1/" '{ gsub(/\\040/, " ", $2) } index($2, r) == 1 { print $2 }' /proc/self/mounts | sort -r
+}
+
 umount_all() {
     local root="$1" m
-    # Deepest first; lazily, so that a process still inside does not block it.
-    for m in $(awk -v r="$root/" 'index($2, r) == 1 { print $2 }' /proc/self/mounts | sort -r); do
-        umount -l "$m" 2>/dev/null || true
-    done
+    # Lazily, so that a process still inside does not block it.
+    while IFS= read -r m; do
+        [ -n "$m" ] && { umount -l "$m" 2>/dev/null || true; }
+    done < <(mounts_under "$root")
 }
 
 cmd="${1:-}"
@@ -56,15 +62,17 @@ case "$cmd" in
         mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
         if ! mountpoint -q "$root/dev"; then
             mount --rbind /dev "$root/dev"
-            mount --make-rslave "$root/dev"
+            # Never shared back: an unmount inside must not reach the host's /dev.
+            mount --make-rslave "$root/dev" || { umount -l "$root/dev"; die "cannot make $root/dev a slave mount"; }
         fi
         mkdir -p "$root$dir"
         mountpoint -q "$root$dir" || mount --bind "$dir" "$root$dir"
-        # pip inside needs names and the host's certificate bundle.
-        cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+        # pip inside needs names and the host's certificate bundle (a link in
+        # the chroot is replaced, not followed onto a host file).
+        cp --remove-destination /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
         if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
             mkdir -p "$root/etc/ssl/certs"
-            cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+            cp --remove-destination /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
         fi
         exit 0
         ;;
@@ -102,7 +110,7 @@ if usable; then
     done
     if [ "${#missing[@]}" -gt 0 ]; then
         log "apt-get install ${missing[*]} in the chroot"
-        cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+        cp --remove-destination /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
         # The mirror may serve a frozen snapshot whose Release file is past its
         # Valid-Until date (debootstrap does not check it; apt-get does).
         apt_opts=(-qq -o Acquire::Check-Valid-Until=false)
@@ -119,7 +127,12 @@ start=$SECONDS
 for dir in "$root" "$root.tmp"; do
     if [ -e "$dir" ]; then
         umount_all "$dir"
-        # Never across a mount that is still there (a bound /dev would lose the host's nodes).
+        # Never while anything is mounted inside: a bound /dev would lose the
+        # host's nodes, a bound clone its files (--one-file-system does not
+        # stop at a bind mount of the same disk).
+        if [ -n "$(mounts_under "$dir")" ]; then
+            die "cannot unmount everything under $dir (still mounted: $(mounts_under "$dir" | tr '\n' ' ')); not removing it"
+        fi
         rm -rf --one-file-system -- "$dir"
     fi
 done

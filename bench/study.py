@@ -635,8 +635,10 @@ each round, and bench/accuracy.py's cpu_split program plus a two-thread GIL
 program. The sampler has no Python/native split, so the kind of time is
 scored as it reports it, on the CPU or off it (its `--mode cpu` against its
 wall mode); its overhead counts its own process's CPU, as it is spent on the
-user's machine. Its results, as `bench/cpython315.py` wrote them
-(bench/results/cpython315.md):
+user's machine. The bare runs are short (the bare column), so each tool's
+start-up weighs in; two cores are shared by the program and an out-of-process
+sampler, so its CPU ratio is what it costs the machine. Its results, as
+`bench/cpython315.py` wrote them (bench/results/cpython315.md):
 
 """
 

@@ -121,25 +121,28 @@ int awaits_loop_waiting(PyThreadState *ts)
  * running in a thread, as a list of tasks; NULL when none runs. */
 static PyObject *running_loops_tasks(PyObject *tasks_module)
 {
-    PyObject *all_tasks = PyObject_GetAttrString(tasks_module, "all_tasks");
-    PyObject *list = all_tasks != NULL ? PyList_New(0) : NULL;
-    PyObject *seen[16];
-    int n_seen = 0;
+    /* The loops first, held, with no call in between: a call may run Python
+     * code (all_tasks asks the tasks that are not native for their loop), the
+     * GIL may change hands, and a thread that ends frees its state. */
+    PyObject *loops[16];
+    int n_loops = 0;
     PyInterpreterState *interp = PyInterpreterState_Get();
-    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); list != NULL && ts != NULL;
-         ts = PyThreadState_Next(ts)) {
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp);
+         ts != NULL && n_loops < (int)(sizeof loops / sizeof loops[0]); ts = PyThreadState_Next(ts)) {
         PyObject *loop = pyframe_running_loop(ts);
         int known = 0;
-        for (int i = 0; i < n_seen; i++) {
-            known |= seen[i] == loop;
+        for (int i = 0; i < n_loops; i++) {
+            known |= loops[i] == loop;
         }
-        if (loop == NULL || known || n_seen == (int)(sizeof seen / sizeof seen[0])) {
-            continue;
+        if (loop != NULL && !known) {
+            Py_INCREF(loop);
+            loops[n_loops++] = loop;
         }
-        seen[n_seen++] = loop;
-        Py_INCREF(loop); /* the call may run code that stops it */
-        PyObject *tasks = PyObject_CallOneArg(all_tasks, loop);
-        Py_DECREF(loop);
+    }
+    PyObject *all_tasks = n_loops > 0 ? PyObject_GetAttrString(tasks_module, "all_tasks") : NULL;
+    PyObject *list = all_tasks != NULL ? PyList_New(0) : NULL;
+    for (int i = 0; list != NULL && i < n_loops; i++) {
+        PyObject *tasks = PyObject_CallOneArg(all_tasks, loops[i]);
         PyObject *iterator = tasks != NULL ? PyObject_GetIter(tasks) : NULL;
         PyObject *task;
         while (iterator != NULL && (task = PyIter_Next(iterator)) != NULL) {
@@ -152,6 +155,9 @@ static PyObject *running_loops_tasks(PyObject *tasks_module)
         Py_XDECREF(iterator);
         Py_XDECREF(tasks);
         PyErr_Clear();
+    }
+    for (int i = 0; i < n_loops; i++) {
+        Py_DECREF(loops[i]);
     }
     Py_XDECREF(all_tasks);
     PyErr_Clear();

@@ -113,17 +113,24 @@ static uintptr_t dynamic_address(uintptr_t base, ElfW(Addr) value)
     return value < base ? base + value : value;
 }
 
-/* Every slot changed, with what it held, so that got_detach can put it back:
- * in memory of its own (mmap), grown by doubling, under `patching`. */
+/* Every slot changed, with what it held and the object it belongs to, so that
+ * got_detach can put it back where that object is still loaded: in memory of
+ * its own (mmap), grown by doubling, under `patching`. */
 typedef struct {
     void **slot;
     void *previous;
     void *written;
-    int read_only; /* in PT_GNU_RELRO's whole pages */
+    uintptr_t base;       /* the object: its load address and program headers */
+    const void *phdr;
+    int read_only;        /* in PT_GNU_RELRO's whole pages */
+    int loaded;           /* got_detach: the object is still there */
 } changed_slot;
 static changed_slot *changes;
 static size_t change_count, change_capacity;
-static int detached;
+static int detached; /* under `patching`: no object is patched any more */
+/* The object being patched (visit), for remember. */
+static uintptr_t patching_base;
+static const void *patching_phdr;
 
 static int remember(void **slot, void *previous, void *written, int read_only)
 {
@@ -141,7 +148,7 @@ static int remember(void **slot, void *previous, void *written, int read_only)
         changes = bigger;
         change_capacity = capacity;
     }
-    changes[change_count++] = (changed_slot){slot, previous, written, read_only};
+    changes[change_count++] = (changed_slot){slot, previous, written, patching_base, patching_phdr, read_only, 0};
     return 0;
 }
 
@@ -273,6 +280,8 @@ static int visit(struct dl_phdr_info *info, size_t size, void *unused)
             return 0;
         }
     }
+    patching_base = info->dlpi_addr;
+    patching_phdr = info->dlpi_phdr;
     if (patch_object(info, extension_module(name)) != 0) {
         failed = 1;
     }
@@ -287,6 +296,10 @@ static int visit(struct dl_phdr_info *info, size_t size, void *unused)
 static int patch_new_objects(void)
 {
     pthread_mutex_lock(&patching);
+    if (detached) { /* a dlopen that began before got_detach ended */
+        pthread_mutex_unlock(&patching);
+        return 0;
+    }
     failed = 0;
     dl_iterate_phdr(visit, NULL);
     int rc = failed ? -1 : 0;
@@ -314,28 +327,45 @@ int got_attach(const got_replacement *table, size_t n, uintptr_t own_base, void 
 void *got_dlopen(const char *file, int mode)
 {
     void *handle = loader_dlopen(file, mode);
-    if (handle != NULL && !__atomic_load_n(&detached, __ATOMIC_RELAXED)) {
-        patch_new_objects();
+    if (handle != NULL) {
+        patch_new_objects(); /* nothing once detached (checked under the lock) */
     }
     return handle;
+}
+
+/* Marks the changes of an object that is still loaded. */
+static int mark_loaded(struct dl_phdr_info *info, size_t size, void *unused)
+{
+    (void)size;
+    (void)unused;
+    for (size_t i = 0; i < change_count; i++) {
+        if (changes[i].base == info->dlpi_addr && changes[i].phdr == info->dlpi_phdr) {
+            changes[i].loaded = 1;
+        }
+    }
+    return 0;
 }
 
 int got_detach(void)
 {
     pthread_mutex_lock(&patching);
     int rc = 0;
-    /* Newest first: a slot changed twice (an object unloaded, another loaded
-     * at its place) ends with what it held first. */
+    /* An object unloaded since took its slots along (their pages may be
+     * unmapped, or reused by another mapping): only the loaded ones' are
+     * touched.  One unloaded and another loaded at its place with the same
+     * headers is taken for the same, as visit() does. */
+    dl_iterate_phdr(mark_loaded, NULL);
+    /* Newest first: a slot changed twice ends with what it held first. */
     for (size_t i = change_count; i-- > 0;) {
         changed_slot *c = &changes[i];
-        if (__atomic_load_n(c->slot, __ATOMIC_RELAXED) == c->written &&
+        if (c->loaded && __atomic_load_n(c->slot, __ATOMIC_RELAXED) == c->written &&
             write_slot(c->slot, c->previous, c->read_only) != 0) {
             rc = -1;
         }
     }
     change_count = 0;
     seen_count = 0;
-    __atomic_store_n(&detached, 1, __ATOMIC_RELAXED);
+    detached = 1;
     pthread_mutex_unlock(&patching);
     return rc;
 }

@@ -971,9 +971,10 @@ EXPORT int pyrometer_memhooks_attach(void *own_handle)
 
 EXPORT int pyrometer_memhooks_detach(void)
 {
-    if (!attached || attach_result != 0) {
-        return 0; /* preloaded (nothing to undo), or never attached */
+    if (!attached || attach_result == 1) {
+        return 0; /* preloaded (nothing to undo), or not attached */
     }
+    /* Also after an attach that failed part-way (-1): what it changed goes back. */
     int rc = got_detach();
     attach_result = 1;
     return rc;

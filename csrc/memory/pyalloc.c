@@ -44,11 +44,11 @@ int memhooks_api_detach(void)
         return 0; /* preloaded, or not attached */
     }
     int (*detach)(void) = (int (*)(void))dlsym(memhooks_scope, "pyrometer_memhooks_detach");
-    if (detach == NULL || detach() != 0) {
-        return -1;
-    }
+    int rc = detach != NULL ? detach() : -1;
+    /* Detached either way (a slot not put back still reaches functions that
+     * count nothing once stopped): the next attach starts afresh. */
     memhooks_scope = RTLD_DEFAULT;
-    return 0;
+    return rc;
 }
 
 int memhooks_api_find(memhooks_api *api)

@@ -390,7 +390,7 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
          * read 100% native. */
         int still = meet == innermost && pyframe_lasti(innermost) == meet_lasti;
         loc.native = codes_opcode_calls(at->opcode) || (still && loc.native);
-    } else if (!native_by_delay && at != NULL) {
+    } else if (!native_by_delay && at != NULL && at->opcode >= 0) {
         /* The frame seen at t0 has returned since: where the thread answers
          * (its caller's loop, or the next function's entry) says nothing of
          * what it did then.  In a call then, or in an operator the specialiser
@@ -672,7 +672,7 @@ static int load_look(stored_look *from, pyframe_peeked *at)
     at->frame = atomic_load(&from->frame[0]);
     at->code = atomic_load(&from->code[0]);
     at->lasti = atomic_load(&from->lasti[0]);
-    at->opcode = 0;
+    at->opcode = -1; /* not kept: unknown */
     at->oparg = 0;
     for (int i = 0; i < PYFRAME_PEEK_CALLERS; i++) {
         at->callers[i] = (pyframe_position){atomic_load(&from->frame[i + 1]), atomic_load(&from->code[i + 1]),

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -61,11 +62,11 @@ def attach(run_dir, package, settings, built_for):
     if not os.path.isdir(run_dir):
         return  # the command gave up and left
     def fail(message):
-        temporary = os.path.join(run_dir, ".error.tmp")
+        temporary = os.path.join(run_dir, "out", ".error.tmp")
         try:
-            with open(temporary, "w") as f:
+            with open(temporary, "w", encoding="utf-8") as f:
                 f.write(message)
-            os.replace(temporary, os.path.join(run_dir, "error"))
+            os.replace(temporary, os.path.join(run_dir, "out", "error"))
         except OSError:
             pass
     try:
@@ -99,6 +100,10 @@ def attach(run_dir, package, settings, built_for):
                 raise
         import importlib
         importlib.import_module("pyrometer.attached").begin(run_dir, settings)
+    except KeyboardInterrupt:  # the program's Ctrl-C, landed here: given back to it
+        fail("the program was interrupted (Ctrl-C) as pyrometer loaded")
+        import _thread
+        _thread.interrupt_main()
     except BaseException as e:
         fail(f"{{type(e).__name__}}: {{e}}")
 
@@ -238,16 +243,44 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _read(path: str) -> str | None:
+def _read(path: str) -> bytes | None:
+    """A regular file's bytes, never through a link nor from a FIFO (the
+    folder may be the program's user's: a root command must not be led
+    elsewhere); None when there is none."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _write_script(path: str, code: str) -> None:
+    """The script, whole (a rename: the program may be reading the old one)."""
+    temporary = path + ".tmp"
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write(SCRIPT.format(code=code))
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, path)
 
 
 class _Interrupted(Exception):
     pass
+
+
+def _interrupted(signum, frame):
+    raise _Interrupted()
 
 
 def command(argv: list[str]) -> int:
@@ -275,60 +308,67 @@ def command(argv: list[str]) -> int:
         path = os.path.abspath(path)
     import sysconfig
     from . import __file__ as package_init
+    from .attached import CONTROL, ERROR, OUT, PROFILE, STARTED, STOP
     built_for = [sys.implementation.cache_tag, bool(sysconfig.get_config_var("Py_GIL_DISABLED"))]
     settings = {name: getattr(options, name) for name in SETTINGS}
-    from .attached import CONTROL, ERROR, PROFILE, STARTED, STOP
-    run_dir = tempfile.mkdtemp(prefix="pyrometer-attach-")  # 0700: this user's (root's: the program reads it as root)
-    if os.geteuid() == 0 and _uid_of(pid) not in (None, 0):
-        os.chown(run_dir, _uid_of(pid), -1)  # the program's user writes the profile there
+    # The run directory is this command's (0700; 0755 when root attaches to
+    # another user's program, which then reads the script and owns only the
+    # FIFO and OUT, where it writes).
+    run_dir = tempfile.mkdtemp(prefix="pyrometer-attach-")
+    theirs = _uid_of(pid)
+    other_user = os.geteuid() == 0 and theirs not in (None, 0)
     script = os.path.join(run_dir, "attach.py")
+    out = os.path.join(run_dir, OUT)
     keep_run_dir = False
     previous_term = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
+        os.mkdir(out, 0o700)
         os.mkfifo(os.path.join(run_dir, CONTROL), 0o600)
-        if os.geteuid() == 0 and _uid_of(pid) not in (None, 0):
-            os.chown(os.path.join(run_dir, CONTROL), _uid_of(pid), -1)
+        if other_user:
+            os.chmod(run_dir, 0o755)
+            os.chown(out, theirs, -1)
+            os.chown(os.path.join(run_dir, CONTROL), theirs, -1)
         code = LOADER.format(run_dir=run_dir, package=os.path.dirname(os.path.abspath(package_init)),
                              settings=settings, built_for=built_for)
-        with open(script, "w") as f:
-            f.write(SCRIPT.format(code=code))
-        os.chmod(script, 0o644)
+        _write_script(script, code)
         try:
             sys.remote_exec(pid, script)
         except (OSError, RuntimeError, ValueError) as e:
             v = sys.version_info
             return _error(f"cannot attach to process {pid}: {e} (attaching needs a CPython "
                           f"{v.major}.{v.minor} process, as this pyrometer's)", 1)
-
-        def interrupted(signum, frame):
-            raise _Interrupted()
-        signal.signal(signal.SIGTERM, interrupted)
         # 1. The program's main thread runs the script.
-        started = False
+        started, why = False, None
         deadline = time.monotonic() + ATTACH_TIMEOUT
         try:
             while time.monotonic() < deadline:
-                error = _read(os.path.join(run_dir, ERROR))
+                error = _read(os.path.join(out, ERROR))
                 if error is not None:
-                    return _error(f"cannot profile process {pid}: {error.strip()}", 1)
-                if os.path.exists(os.path.join(run_dir, STARTED)):
+                    return _error(f"cannot profile process {pid}: {error.decode('utf-8', 'replace').strip()}", 1)
+                if _read(os.path.join(out, STARTED)) is not None:
                     started = True
                     break
                 if not _alive(pid):
                     return _error(f"process {pid} ended before pyrometer could attach", 1)
                 time.sleep(0.02)
+            else:
+                why = (f"process {pid} did not run pyrometer's attach script within {ATTACH_TIMEOUT:g} s: "
+                       f"its main thread runs no Python code (blocked in a call?); sys.remote_exec runs "
+                       f"code in the main thread only")
         except (KeyboardInterrupt, _Interrupted):
-            pass
+            why = f"interrupted before process {pid} ran pyrometer's attach script"
         if not started:
             # It may still run it later: then it only removes the run directory.
-            with open(script, "w") as f:
-                f.write(SCRIPT.format(code=CLEANUP.format(run_dir=run_dir)))
+            _write_script(script, CLEANUP.format(run_dir=run_dir))
             keep_run_dir = True
-            return _error(f"process {pid} did not run pyrometer's attach script within {ATTACH_TIMEOUT:g} s: "
-                          f"its main thread runs no Python code (blocked in a call?); sys.remote_exec "
-                          f"runs code in the main thread only", 1)
-        control = os.open(os.path.join(run_dir, CONTROL), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        os.write(control, b"go\n")
+            return _error(why, 1)
+        try:
+            control = os.open(os.path.join(run_dir, CONTROL), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            os.write(control, b"go\n")
+        except OSError:
+            return _error(f"process {pid} stopped waiting for pyrometer before the window began "
+                          f"(the command was held up): nothing was profiled", 1)
         if not options.quiet:
             say(f"pyrometer: attached to process {pid}; profiling "
                 + (f"for {duration:g} s" if duration else "until Ctrl-C"))
@@ -347,20 +387,26 @@ def command(argv: list[str]) -> int:
         os.close(control)
         # 3. The profile, from the program.
         deadline = time.monotonic() + PROFILE_TIMEOUT
-        profile_path = os.path.join(run_dir, PROFILE)
-        while not os.path.exists(profile_path) and time.monotonic() < deadline:
-            error = _read(os.path.join(run_dir, ERROR))
-            if error is not None:
-                return _error(f"process {pid}: {error.strip()}", 1)
-            if not _alive(pid) and not os.path.exists(profile_path):
-                return _error(f"process {pid} ended during the window without writing its profile "
-                              f"(killed by a signal?)", 1)
-            time.sleep(0.02)
-        if not os.path.exists(profile_path):
+        data = None
+        try:
+            while time.monotonic() < deadline:
+                data = _read(os.path.join(out, PROFILE))
+                if data is not None:
+                    break
+                error = _read(os.path.join(out, ERROR))
+                if error is not None:
+                    return _error(f"process {pid}: {error.decode('utf-8', 'replace').strip()}", 1)
+                if not _alive(pid) and _read(os.path.join(out, PROFILE)) is None:
+                    return _error(f"process {pid} ended during the window without writing its profile "
+                                  f"(killed by a signal?)", 1)
+                time.sleep(0.02)
+        except _Interrupted:
+            return _error(f"interrupted while process {pid} wrote its profile (it is profiled no more)", 1)
+        if data is None:
             return _error(f"process {pid} did not write its profile within {PROFILE_TIMEOUT:g} s", 1)
         from . import model
         try:
-            profile = model.load(profile_path)
+            profile = model.loads(data, f"process {pid}'s profile")
         except model.ProfileError as e:
             return _error(str(e), 1)
         if exports and not write_exports(profile, exports, options.collapsed_metric, options.quiet,

@@ -23,8 +23,9 @@ import os
 import sys
 import threading
 
-# The run directory's files (attach.py makes the directory and the FIFO).
+# The run directory's files (attach.py makes the directory, the FIFO and OUT).
 CONTROL = "control"   # FIFO: the command holds its writing end open for the window
+OUT = "out"           # the folder the program writes into (its user's, when root attaches)
 PROFILE = "profile.json"
 ERROR = "error"
 STARTED = "started"
@@ -33,9 +34,9 @@ GO_TIMEOUT_MS = 10_000
 
 
 def _write_file(run_dir: str, name: str, data: bytes) -> None:
-    """name in run_dir, whole or not at all (a rename), unless the command has
-    removed the directory meanwhile."""
-    temporary = os.path.join(run_dir, f".{name}.tmp")
+    """name in the run directory's OUT, whole or not at all (a rename), unless
+    the command has removed the directory meanwhile."""
+    temporary = os.path.join(run_dir, OUT, f".{name}.tmp")
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     except OSError:
@@ -43,8 +44,35 @@ def _write_file(run_dir: str, name: str, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(temporary, os.path.join(run_dir, name))
+        os.replace(temporary, os.path.join(run_dir, OUT, name))
     except OSError:
+        pass
+
+
+# Whether this window attached the memory library (it was not there before:
+# then it goes again; one that was, profile_this's or a preloaded one, stays).
+_attached_memory = False
+
+
+def _memory_there() -> bool:
+    try:
+        from . import _core
+        return bool(_core.memory_available())
+    except ImportError:
+        return False
+
+
+def _detach_memory() -> None:
+    """The memory library taken out of every loaded object again, if this
+    window attached it."""
+    global _attached_memory
+    if not _attached_memory:
+        return
+    _attached_memory = False
+    try:
+        from . import _core
+        _core.detach_memory()
+    except (ImportError, OSError, RuntimeError):
         pass
 
 
@@ -60,6 +88,9 @@ class _Attached:
         self.run_dir = run_dir
         self.run = run
         self.control_fd = control_fd
+        self.pid = os.getpid()
+        # Held for the whole of finish: at exit, the main thread waits for a
+        # finish the attach thread has begun, before the interpreter ends it.
         self.done = threading.Lock()
         self.finished = False
         self.thread = threading.Thread(target=self._wait, name="pyrometer-attach", daemon=True)
@@ -84,7 +115,8 @@ class _Attached:
         self.finish("the command ended the window")
 
     def at_exit(self) -> None:
-        self.finish("the program exited during the window")
+        if os.getpid() == self.pid:  # not in a child forked during the window
+            self.finish("the program exited during the window")
 
     def finish(self, why: str | None) -> None:
         """Stops the window; why: what ended it, for the profile's notices, or
@@ -94,39 +126,30 @@ class _Attached:
             if self.finished:
                 return
             self.finished = True
-        import atexit
-        atexit.unregister(self.at_exit)
-        if why is None:
+            import atexit
+            atexit.unregister(self.at_exit)
             try:
-                from . import _core
-                self.run.session.stop()
-                _core.detach_memory()
-            except BaseException:
-                pass
-            os.close(self.control_fd)
-            _Attached.current = None
-            import shutil
-            shutil.rmtree(self.run_dir, ignore_errors=True)
-            return
-        try:
-            from . import _core
-            from .render import report
-            profile = self.run.finish()
-            notices = profile.setdefault("notices", [])
-            notices.append(f"attached to pid {os.getpid()} for {self.run.session.elapsed:.1f} s; {why}")
-            try:
-                _core.detach_memory()
-            except OSError as e:
-                notices.append(f"the memory library could not be detached: {e}")
-            _write_file(self.run_dir, PROFILE, report(profile, "json").encode("utf-8"))
-        except BaseException as e:  # never into the program
-            _fail(self.run_dir, f"the profile could not be made: {type(e).__name__}: {e}")
-        finally:
-            try:
-                os.close(self.control_fd)
-            except OSError:
-                pass
-            _Attached.current = None
+                if why is None:
+                    self.run.session.stop()
+                else:
+                    from .render import report
+                    profile = self.run.finish()
+                    notices = profile.setdefault("notices", [])
+                    notices.append(f"attached to pid {os.getpid()} for {self.run.session.elapsed:.1f} s; {why}")
+                    _detach_memory()
+                    _write_file(self.run_dir, PROFILE, report(profile, "json").encode("utf-8"))
+            except BaseException as e:  # never into the program
+                _fail(self.run_dir, f"the profile could not be made: {type(e).__name__}: {e}")
+            finally:
+                _detach_memory()
+                try:
+                    os.close(self.control_fd)
+                except OSError:
+                    pass
+                _Attached.current = None
+                if why is None:
+                    import shutil
+                    shutil.rmtree(self.run_dir, ignore_errors=True)
 
     current = None
 
@@ -136,8 +159,15 @@ def begin(run_dir: str, settings: dict) -> None:
     command's Options fields that apply (attach.py)."""
     try:
         _begin(run_dir, settings)
+    except KeyboardInterrupt:
+        # The program's Ctrl-C, landed in pyrometer's start: given back to it.
+        _fail(run_dir, "the program was interrupted (Ctrl-C) as the profile started")
+        _detach_memory()
+        import _thread
+        _thread.interrupt_main()
     except BaseException as e:  # never into the program
         _fail(run_dir, f"{type(e).__name__}: {e}")
+        _detach_memory()
 
 
 def _begin(run_dir: str, settings: dict) -> None:
@@ -152,9 +182,12 @@ def _begin(run_dir: str, settings: dict) -> None:
     for name, value in settings.items():
         setattr(options, name, value)
     program = " ".join(getattr(sys, "orig_argv", sys.argv)) or f"pid {os.getpid()}"
+    global _attached_memory
+    there = _memory_there()
     try:
         run = InProcessRun(options, program,
                            no_memory_notice="memory was not profiled: {}")
+        _attached_memory = not there and _memory_there()
     except CannotProfile as e:
         _fail(run_dir, str(e))
         return
@@ -162,6 +195,7 @@ def _begin(run_dir: str, settings: dict) -> None:
         control_fd = os.open(os.path.join(run_dir, CONTROL), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         _fail(run_dir, f"cannot open the command's FIFO: {e}")
+        _detach_memory()  # InProcessRun attached it
         return
     try:
         run.start()
@@ -169,6 +203,9 @@ def _begin(run_dir: str, settings: dict) -> None:
         os.close(control_fd)
         _fail(run_dir, f"{e}; pyrometer attach adds nothing there")
         return
+    except BaseException:
+        os.close(control_fd)
+        raise  # begin says it, and takes the memory library out again
     attached = _Attached.current = _Attached(run_dir, run, control_fd)
     import atexit
     atexit.register(attached.at_exit)
