@@ -13,8 +13,11 @@ calls put back as they were) and ends.  If the program exits first, an atexit
 hook does the same.
 
 Nothing here may write to the program's standard streams or raise into its
-main thread: whatever goes wrong is written to the run directory's `error`
-file, in one line, for the command to say.
+main thread: whatever goes wrong is written to the run directory's `out/error`
+file, in one line, for the command to say (a Ctrl-C meant for the program that
+lands here is given back to it).  The memory library is taken out again only
+where this window attached it: one that was there before (profile_this's,
+a preloaded one) stays as it was.
 """
 
 from __future__ import annotations
