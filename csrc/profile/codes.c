@@ -51,6 +51,7 @@ static int names_a_call(const char *name)
  * in-place forms, 3.14's subscript, and @, which none of them has): int % 7
  * stays generic on every version, and is bytecode's work. */
 static uint8_t generic_operators[256];
+static int specialises; /* 3.11+: generic_operators says something */
 static const char *const operator_families[] = {"BINARY_OP", "BINARY_SUBSCR", "STORE_SUBSCR", "COMPARE_OP",
                                                 "CONTAINS_OP", NULL};
 static int binary_op = -1, binary_op_adaptive = -1; /* their numbers (3.11's adaptive form apart) */
@@ -174,7 +175,8 @@ static void find_call_opcodes(PyObject *opcode, PyObject *opmap)
     mark_named(opmap, names_a_call, call_opcodes);
     mark_specialised(opcode, names_a_call, call_opcodes);
     memset(generic_operators, 0, sizeof generic_operators);
-    if (PyObject_HasAttrString(opcode, "_specializations")) { /* 3.11+: the interpreter specialises */
+    specialises = PyObject_HasAttrString(opcode, "_specializations");
+    if (specialises) { /* 3.11+: the interpreter specialises */
         mark_named(opmap, names_a_generic_operator, generic_operators);
         mark_specialised(opcode, names_a_generic_operator, generic_operators);
         find_specialised_nb_ops(opcode, opmap);
@@ -185,6 +187,11 @@ static void find_call_opcodes(PyObject *opcode, PyObject *opmap)
         }
     }
     PyErr_Clear();
+}
+
+int codes_operators_told_apart(void)
+{
+    return specialises;
 }
 
 int codes_opcode_generic_operator(int opcode, int oparg)

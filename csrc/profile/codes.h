@@ -61,6 +61,9 @@ int codes_opcode_calls(int opcode);
  * (3.11+; never on 3.10): its operands' type slots do the work, natively as a
  * rule (codes.c).  Callable without the GIL once codes_init has run. */
 int codes_opcode_generic_operator(int opcode, int oparg);
+/* Whether codes_opcode_generic_operator tells native operators from bytecode
+ * at all: 3.11+; on 3.10, whose operators are all generic, it does not. */
+int codes_operators_told_apart(void);
 /* Whether a thread stopped at this instruction was executing Python bytecode. */
 int codes_python_at(const code_info *info, int lasti);
 /* The nearest frame of a reported file on a thread's stack, from the innermost

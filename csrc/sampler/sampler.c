@@ -390,14 +390,17 @@ static location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns
          * read 100% native. */
         int still = meet == innermost && pyframe_lasti(innermost) == meet_lasti;
         loc.native = codes_opcode_calls(at->opcode) || (still && loc.native);
-    } else if (!native_by_delay && at != NULL && at->opcode >= 0) {
+    } else if (!native_by_delay && at != NULL && at->opcode >= 0 &&
+               (codes_opcode_calls(at->opcode) || codes_operators_told_apart())) {
         /* The frame seen at t0 has returned since: where the thread answers
          * (its caller's loop, or the next function's entry) says nothing of
          * what it did then.  In a call then, or in an operator the specialiser
          * gave up on (`SPINNER * ms`, a numpy operation: its type's slot, in
          * C), it was native; else bytecode.  Read from where it answered,
          * the kind had followed the caller's loop: 3.13 parks after the call
-         * its loop's test makes (native), 3.14 at the jump back (Python). */
+         * its loop's test makes (native), 3.14 at the jump back (Python).
+         * On 3.10, where every operator is generic, an operator tells
+         * nothing: there the kind stays where it answered. */
         loc.native = codes_opcode_calls(at->opcode) || codes_opcode_generic_operator(at->opcode, at->oparg);
     }
     if (meet != NULL && meet != innermost && !codes_reported_from(meet, &f)) {
