@@ -10,8 +10,7 @@ one in build/pythons/3.15, in the Debian sid chroot on machines without a
 
 - Overhead: each workload of bench/workloads run bare, under pyrometer
   (--cpu-only, and full: CPU + memory), and under the 3.15 sampler at its
-  default 1 kHz and at 100 Hz (pyrometer's default rate), and py-spy and
-  Scalene where they are installed beside this interpreter, the tools in a
+  default 1 kHz and at 100 Hz (pyrometer's default rate), the tools in a
   new random order within each round; per workload the median over rounds
   of each tool's wall time over the same round's bare time, and the same for
   CPU time (the process and its children: an out-of-process sampler's own CPU
@@ -32,7 +31,6 @@ its last results.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
@@ -58,28 +56,6 @@ TOOLS = {
     "3.15 sampler 100 Hz": ["-m", "profiling.sampling", "run", "-r", "100", "--collapsed", "-o",
                             "{out}.collapsed"],
 }
-# Peers that install on 3.15 (wheels for cp315 or pure Python), measured when
-# they are in this interpreter's environment (`pip install py-spy scalene`).
-# {python}: this interpreter, for a tool that runs it.
-PEERS = {
-    "py-spy 100 Hz": ("py-spy", ["record", "-r", "100", "--format", "raw", "-o", "{out}.txt", "--",
-                                 "{python}"]),
-    "Scalene --cpu-only": ("scalene", None),
-}
-
-
-def peer_tools() -> dict:
-    """The peers found beside this interpreter, as TOOLS entries (a command
-    list whose first item may be an executable instead of python's -m)."""
-    found = {}
-    bin_dir = Path(sys.executable).parent
-    for tool, (exe, args) in PEERS.items():
-        if exe == "scalene":
-            if importlib.util.find_spec("scalene") is not None:
-                found[tool] = ["-m", "scalene", "run", "--cpu-only", "-o", "{out}.json"]
-        elif (bin_dir / exe).exists():
-            found[tool] = [str(bin_dir / exe), *args]
-    return found
 
 
 def log(msg: str) -> None:
@@ -102,17 +78,15 @@ def timed(cmd: list[str], env: dict, cwd: Path, timeout: float = 600) -> tuple[f
 
 def overhead(rounds: int, scale: float, work: Path) -> dict:
     env = dict(os.environ, BENCH_SCALE=str(scale), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    tools = {**TOOLS, **peer_tools()}
     times: dict = {}
     rng = random.Random(15)
     for r in range(rounds):
         for w in WORKLOADS:
-            order = list(tools)
+            order = list(TOOLS)
             rng.shuffle(order)
             for tool in order:
-                out = work / f"{w.stem}-{tool.replace(' ', '_').replace('/', '_')}-{r}"
-                args = [a.format(out=out, python=sys.executable) for a in tools[tool]]
-                cmd = (args if args and os.path.isabs(args[0]) else [sys.executable, *args]) + [str(w)]
+                out = work / f"{w.stem}-{tool.replace(' ', '_')}-{r}"
+                cmd = [sys.executable, *[a.format(out=out) for a in TOOLS[tool]], str(w)]
                 try:
                     times.setdefault(w.stem, {}).setdefault(tool, []).append(timed(cmd, env, work))
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
@@ -134,7 +108,7 @@ def overhead(rounds: int, scale: float, work: Path) -> dict:
         ratios.setdefault(w, {})["bare"] = {"seconds": statistics.median(bare_walls) if bare_walls else None,
                                             "spread": (max(bare_walls) / min(bare_walls)) if bare_walls else None}
     summary = {}
-    for tool in tools:
+    for tool in TOOLS:
         if tool == "bare":
             continue
         walls = [ratios[w][tool]["wall"] for w in ratios if tool in ratios[w]]
@@ -142,7 +116,7 @@ def overhead(rounds: int, scale: float, work: Path) -> dict:
         if walls:
             summary[tool] = {"median_wall": statistics.median(walls), "max_wall": max(walls),
                              "median_cpu": statistics.median(cpus), "max_cpu": max(cpus)}
-    return {"rounds": rounds, "scale": scale, "ratios": ratios, "summary": summary, "tools": list(tools)}
+    return {"rounds": rounds, "scale": scale, "ratios": ratios, "summary": summary}
 
 
 # ---------------------------------------------------------------- accuracy --
@@ -281,21 +255,20 @@ def accuracy_part(work: Path) -> dict:
 
 
 def markdown(res: dict) -> str:
-    measured = res["overhead"].get("tools", list(TOOLS))
     lines = [f"CPython {res['python']}, {res['machine']}; {res['overhead']['rounds']} alternating rounds, "
              f"BENCH_SCALE={res['overhead']['scale']:g}; median over rounds of each run's time over the same "
              f"round's bare run.", "",
-             "| workload | bare s (spread) | " + " | ".join(t for t in measured if t != "bare") + " |",
-             "| --- | --- | " + " | ".join("---" for t in measured if t != "bare") + " |"]
+             "| workload | bare s (spread) | " + " | ".join(t for t in TOOLS if t != "bare") + " |",
+             "| --- | --- | " + " | ".join("---" for t in TOOLS if t != "bare") + " |"]
     for w, by_tool in sorted(res["overhead"]["ratios"].items()):
         bare = by_tool.get("bare", {})
         cells = [f"{by_tool[t]['wall']:.2f}x ({by_tool[t]['cpu']:.2f}x CPU)" if t in by_tool else "failed"
-                 for t in measured if t != "bare"]
+                 for t in TOOLS if t != "bare"]
         lines.append(f"| {w} | {bare.get('seconds') or 0:.2f} ({bare.get('spread') or 0:.2f}) | "
                      + " | ".join(cells) + " |")
     s = res["overhead"]["summary"]
     lines.append("| **median** | | " + " | ".join(
-        f"**{s[t]['median_wall']:.2f}x** ({s[t]['median_cpu']:.2f}x CPU)" if t in s else "" for t in measured
+        f"**{s[t]['median_wall']:.2f}x** ({s[t]['median_cpu']:.2f}x CPU)" if t in s else "" for t in TOOLS
         if t != "bare") + " |")
     lines += ["", "| accuracy (points of the total; GIL: % of the truth) | pyrometer | 3.15 sampler |",
               "| --- | --- | --- |"]

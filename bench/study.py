@@ -637,7 +637,14 @@ scored as it reports it, on the CPU or off it (its `--mode cpu` against its
 wall mode); its overhead counts its own process's CPU, as it is spent on the
 user's machine. The bare runs are short (the bare column), so each tool's
 start-up weighs in; two cores are shared by the program and an out-of-process
-sampler, so its CPU ratio is what it costs the machine. Its results, as
+sampler, so its CPU ratio is what it costs the machine. The other peers on
+3.14 and 3.15, tried there (Debian sid's 3.14.10 and 3.15.2): memray 1.20 has
+wheels for both and runs (it meets the executables' canonical PLT entry for
+`malloc` too, and corrects it: "Correcting symbol for malloc"); py-spy 0.4.3
+installs but records 9 and 15 samples of a 0.5 s program at 100 Hz (about 50
+expected), so its figures would not mean what they say; Scalene has a 3.14
+wheel (2.4.0) but none for 3.15 (the newest that installs without a build,
+1.1.15, does not start). They are left out of this table. Its results, as
 `bench/cpython315.py` wrote them (bench/results/cpython315.md):
 
 """
