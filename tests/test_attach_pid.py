@@ -117,7 +117,10 @@ def test_attach_profiles_a_window_and_leaves_the_program_as_it_was(tmp_path):
     profile = json.loads(out_json.read_text())
     program = tmp_path / "target.py"
     window = profile["elapsed_time_sec"]
-    assert 1.2 < window < 4.0, window
+    # At least the window asked for; it ends when the program's attach thread
+    # gets the GIL to stop the profile, which two threads spinning in Python
+    # can hold from it for seconds on a loaded machine (6.1 s once in CI).
+    assert 1.2 < window < 20.0, window
     main_hot = _line(profile, program, "MAIN_HOT")
     thread_hot = _line(profile, program, "THREAD_HOT")
     # Both threads' hot lines are where the CPU went: the GIL lets one run at a
