@@ -425,27 +425,23 @@ void *got_definition(const char *name)
 {
     void *found = dlsym(RTLD_DEFAULT, name);
     Dl_info info;
-    const ElfW(Sym) *symbol = NULL;
-    if (found == NULL || dladdr1(found, &info, (void **)&symbol, RTLD_DL_SYMENT) == 0 ||
-        (symbol != NULL && symbol->st_shndx != SHN_UNDEF && info.dli_saddr == found)) {
-        return found; /* where a defined symbol starts: the definition itself */
+    struct link_map *map = NULL;
+    /* Anywhere but in the executable (the head of the loader's list), the
+     * answer is a definition: the answer dlsym always gave. */
+    if (found == NULL || dladdr1(found, &info, (void **)&map, RTLD_DL_LINKMAP) == 0 || map == NULL ||
+        map->l_prev != NULL) {
+        return found;
     }
-    /* A canonical PLT entry, or a definition dladdr has no name for (an
-     * implementation an IFUNC chose, a local symbol): the latter lies outside
-     * the executable. */
+    const ElfW(Sym) *symbol = NULL;
+    if (dladdr1(found, &info, (void **)&symbol, RTLD_DL_SYMENT) != 0 && symbol != NULL &&
+        symbol->st_shndx != SHN_UNDEF && info.dli_saddr == found) {
+        return found; /* the executable's own definition */
+    }
+    /* A canonical PLT entry (an undefined symbol with a value): the definition
+     * is in another object. */
     static definers d; /* big; callers are serialised (resolution, attaching) */
     memset(&d, 0, sizeof d);
     dl_iterate_phdr(collect_definer, &d);
-    int in_main = 1;
-    for (size_t i = 0; i < d.count; i++) {
-        if (in_object(&d.objects[i], (uintptr_t)found)) {
-            in_main = 0;
-            break;
-        }
-    }
-    if (!in_main) {
-        return found;
-    }
     /* In load order: an allocator preloaded comes before libc; this library,
      * attached, after it (preloaded, it is the definition looked for). */
     for (size_t i = 0; i < d.count; i++) {
