@@ -74,12 +74,12 @@ static EARLY void resolve(void)
     }
     /* Preloaded, the library's malloc is the one every object binds to.  (A
      * lookup of one of its own names would not tell: dlsym(RTLD_DEFAULT) from
-     * a dlopened object searches that object's own scope after the global.) */
-    /* dlsym first: preloaded ahead of everything (the sanitizer job's order),
-     * this is met while ASan starts, where only uninstrumented code may run
-     * (EARLY), which got.c is not; got_definition sees past an executable's
-     * canonical PLT entry, which dlsym gives for malloc in a position-dependent
-     * python (Debian's 3.14 and 3.15). */
+     * a dlopened object searches that object's own scope after the global.)
+     * dlsym first: preloaded ahead of everything (the sanitizer job's order),
+     * this runs while ASan starts, where only uninstrumented code may
+     * (EARLY), which got.c is not; got_definition then sees past an
+     * executable's canonical PLT entry, which dlsym gives for malloc in a
+     * position-dependent python (Debian's 3.14 and 3.15). */
     attached = dlsym(RTLD_DEFAULT, "malloc") != (void *)own_malloc && got_definition("malloc") != (void *)own_malloc;
 #define HOOKED(name, ret, args) real.name = (name##_fn)(attached ? got_definition(#name) : dlsym(RTLD_NEXT, #name));
 #include "hooks_list.h"
