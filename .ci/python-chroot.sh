@@ -30,10 +30,14 @@ PYTHONS=(3.14 3.15)
 # C unit tests' list of known bugs).  Not
 # chromium or go (about 400 MB more): the web report's browser tests and the
 # pprof read-back run in the host's suites, on the same report code.
-PACKAGES="python3.14-dev,python3.15-dev,python3.14-venv,python3.15-venv,gcc,libc6-dev,make,tmux,valgrind,procps,git"
-# The commands of those packages that the suite calls: a cached chroot made
-# before one was added gets it with apt-get inside, not a new debootstrap.
-COMMANDS="gcc:gcc make:make tmux:tmux valgrind:valgrind ps:procps git:git"
+# jemalloc and tcmalloc: the allocators of tests/test_native_libraries.py.
+PACKAGES="python3.14-dev,python3.15-dev,python3.14-venv,python3.15-venv,gcc,libc6-dev,make,tmux,valgrind,procps,git,libjemalloc2,libtcmalloc-minimal4"
+# The commands (or, starting with /, files) of those packages that the suite
+# uses: a cached chroot made before one was added gets it with apt-get inside,
+# not a new debootstrap.
+COMMANDS="gcc:gcc make:make tmux:tmux valgrind:valgrind ps:procps git:git
+/usr/lib/x86_64-linux-gnu/libjemalloc.so.2:libjemalloc2
+/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4:libtcmalloc-minimal4"
 
 log() { printf 'python-chroot: %s\n' "$*" >&2; }
 die() { printf 'python-chroot: error: %s\n' "$*" >&2; exit 1; }
@@ -106,7 +110,11 @@ usable() {
 if usable; then
     missing=()
     for pair in $COMMANDS; do
-        chroot "$root" sh -c "command -v ${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+        what="${pair%%:*}"
+        case "$what" in
+            /*) [ -e "$root$what" ] || missing+=("${pair#*:}") ;;
+            *) chroot "$root" sh -c "command -v $what" >/dev/null 2>&1 || missing+=("${pair#*:}") ;;
+        esac
     done
     if [ "${#missing[@]}" -gt 0 ]; then
         log "apt-get install ${missing[*]} in the chroot"

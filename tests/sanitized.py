@@ -77,7 +77,7 @@ DEFAULT_TESTS = ["tests/test_accuracy_memory.py", "tests/test_hardening.py", "te
                  "tests/test_children.py::test_a_short_childs_module_level_memory_is_on_its_line",
                  # The library attached to a running interpreter (got.c), the
                  # blocks Python made before it freed after; and preloaded.
-                 "tests/test_attach.py", "tests/test_preload.py"]
+                 "tests/test_attach.py", "tests/test_preload.py", "tests/test_native_libraries.py"]
 STRESS_SECONDS = "8"
 INJECTED = (
     "csrc/memory/pyalloc.c",

@@ -10,21 +10,33 @@
  * rewrites those slots: for each loaded object (dl_iterate_phdr), its dynamic
  * section gives its relocations (DT_JMPREL: calls through the PLT;
  * DT_RELA: GLOB_DAT, calls of -fno-plt code and function addresses taken), and
- * each relocation of a symbol the library replaces names the slot to point at
+ * each relocation of a symbol the library replaces names a slot to point at
  * the replacement.  So does an absolute relocation (R_X86_64_64: a pointer to
- * the function in initialised data, `static void *(*copy)() = memcpy;`) whose
- * slot still holds the original.  Slots in the read-only-after-relocation segment
- * (PT_GNU_RELRO, all of them under -z now) are made writable for the store
- * and read-only again.  memray attaches the same way.
+ * the function in initialised data, `static void *(*copy)() = memcpy;`).
+ * Slots in the read-only-after-relocation segment (PT_GNU_RELRO, all of them
+ * under -z now) are made writable for the store and read-only again.  memray
+ * attaches the same way.
+ *
+ * The rule that keeps the program's behaviour (leads_to_original): a slot is
+ * rewritten only where it leads to the function the replacement forwards to
+ * (the global definition, or a position-dependent executable's PLT entry for
+ * it), or is a call slot not bound yet in an object that binds to the global
+ * definition.  Left alone: slots bound elsewhere (a plugin loaded with
+ * RTLD_DEEPBIND, or linked -Bsymbolic, against an allocator of its own; an
+ * object in another namespace, dlmopen, with a libc of its own), a call slot
+ * not yet bound in an object that looks in its own scope first (what it will
+ * bind to is not known), pointers the program changed, and slots in segments
+ * the loader left read-only outside RELRO (text relocations).  Their calls go
+ * where they went, uncounted.
  *
  * Objects loaded afterwards bind to libc again, so dlopen is replaced too: the
- * replacement loads, then patches the objects it has not seen.  The loader's
- * own private loads (NSS modules, iconv's gconv modules, through glibc's
- * internal dlopen) are not seen until the next dlopen: what they allocate
- * meanwhile is not counted.  A library that dlopens by bare name and relies on
- * its own DT_RPATH (not DT_RUNPATH) for the search is found from this library
- * instead, which has none (dlopen searches the caller's DT_RPATH): Python's
- * imports and ctypes pass paths or have none.
+ * replacement loads, then patches the objects it has not seen.  The loader
+ * searches a bare name in its caller's DT_RPATH and DT_RUNPATH, and the caller
+ * is then this library: open_as() searches the caller's own directories first
+ * (PyTorch finds cuDNN's parts so; memray met the same, its issue 212).  The
+ * loader's own private loads (NSS modules, iconv's gconv modules, through
+ * glibc's internal dlopen) and dlmopen's are not seen until the next dlopen:
+ * what they allocate meanwhile is not counted.
  *
  * A function found by name (dlsym) is the original too: ctypes and cffi (ABI
  * mode) name C functions so, `ctypes.CDLL(None).malloc`.  dlsym is replaced in
@@ -45,6 +57,9 @@
 #include <elf.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -189,8 +204,52 @@ static int extension_module(const char *name)
     return strstr(name, ".cpython-") != NULL || (n > 8 && strcmp(name + n - 8, ".abi3.so") == 0);
 }
 
-static int patch_relocations(uintptr_t base, const ElfW(Rela) *rela, size_t bytes, const ElfW(Sym) *symbols,
-                             const char *strings, uintptr_t relro_start, uintptr_t relro_end, int extension)
+/* The object being patched, as visit() found it. */
+typedef struct {
+    uintptr_t base;
+    const ElfW(Phdr) *phdr;
+    ElfW(Half) phnum;
+    uintptr_t relro_start, relro_end; /* PT_GNU_RELRO's whole pages */
+    int extension;                    /* a Python extension module */
+    int own_scope_first;              /* deep-bound, or in another namespace (dlmopen) */
+} object;
+
+/* The flags of the load segment an address of the object is in; 0 outside them. */
+static ElfW(Word) segment_flags(const object *o, uintptr_t address)
+{
+    for (ElfW(Half) i = 0; i < o->phnum; i++) {
+        const ElfW(Phdr) *ph = &o->phdr[i];
+        uintptr_t start = o->base + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && address >= start && address - start < ph->p_memsz) {
+            return ph->p_flags | PF_R; /* PF_R: in a segment, even one of no access */
+        }
+    }
+    return 0;
+}
+
+/* Whether a slot leads to the function the replacement forwards to, so that
+ * pointing it at the replacement changes what is counted and nothing else.
+ * A slot bound to another definition of the name is the object's own business:
+ * a plugin loaded with RTLD_DEEPBIND against tcmalloc frees tcmalloc's blocks
+ * with tcmalloc's free, and glibc's free given one of them aborts the program;
+ * an object of another namespace (dlmopen) has a libc of its own.  A call slot
+ * not bound yet (lazy binding: it holds the object's own PLT code, which asks
+ * the loader on the first call) binds to the global definition unless the
+ * object looks in its own scope first: deep-bound, -Bsymbolic, or in another
+ * namespace. */
+static int leads_to_original(const got_replacement *r, void *value, unsigned long type, const ElfW(Sym) *sym,
+                             const object *o)
+{
+    if (value == r->original || value == r->definition) {
+        return 1;
+    }
+    int own_definition = sym->st_shndx != SHN_UNDEF && (uintptr_t)value == o->base + sym->st_value;
+    return type == R_JUMP_SLOT && !o->own_scope_first && value != NULL && !own_definition &&
+           segment_flags(o, (uintptr_t)value) != 0;
+}
+
+static int patch_relocations(const object *o, const ElfW(Rela) *rela, size_t bytes, const ElfW(Sym) *symbols,
+                             const char *strings)
 {
     int rc = 0;
     for (size_t i = 0; i < bytes / sizeof *rela; i++) {
@@ -200,33 +259,42 @@ static int patch_relocations(uintptr_t base, const ElfW(Rela) *rela, size_t byte
         }
         const ElfW(Sym) *sym = &symbols[ELF64_R_SYM(rela[i].r_info)];
         const got_replacement *r = sym->st_name != 0 ? replacement_of(strings + sym->st_name) : NULL;
-        void **slot = (void **)(base + rela[i].r_offset);
-        if (r == NULL || (r->extensions_only && !extension) ||
-            (type == R_ABSOLUTE && __atomic_load_n(slot, __ATOMIC_RELAXED) != r->original)) {
-            continue; /* a pointer the program has changed since is its own */
+        if (r == NULL || (r->extensions_only && !o->extension)) {
+            continue;
         }
-        if (store(slot, r->replacement, relro_start, relro_end) != 0) {
+        uintptr_t a = o->base + rela[i].r_offset;
+        /* A slot in a segment the loader left read-only outside RELRO (text
+         * relocations, -z notext) is left alone: writing there faults. */
+        int in_relro = a >= o->relro_start && a < o->relro_end;
+        if (!in_relro && (segment_flags(o, a) & PF_W) == 0) {
+            continue;
+        }
+        void **slot = (void **)a;
+        void *value = __atomic_load_n(slot, __ATOMIC_RELAXED);
+        if (value == r->replacement || !leads_to_original(r, value, type, sym, o)) {
+            continue; /* a pointer the program has changed since is its own, too */
+        }
+        if (store(slot, r->replacement, o->relro_start, o->relro_end) != 0) {
             rc = -1;
         }
     }
     return rc;
 }
 
-static int patch_object(const struct dl_phdr_info *info, int extension)
+static int patch_object(object *o)
 {
-    uintptr_t base = info->dlpi_addr;
+    uintptr_t base = o->base;
     const ElfW(Dyn) *dyn = NULL;
-    uintptr_t relro_start = 0, relro_end = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    for (ElfW(Half) i = 0; i < o->phnum; i++) {
+        const ElfW(Phdr) *ph = &o->phdr[i];
         if (ph->p_type == PT_DYNAMIC) {
             dyn = (const ElfW(Dyn) *)(base + ph->p_vaddr);
         } else if (ph->p_type == PT_GNU_RELRO) {
             /* What the loader made read-only: whole pages only, the last
              * partial one stays writable (glibc's _dl_protect_relro). */
             uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-            relro_start = (base + ph->p_vaddr) & ~(page - 1);
-            relro_end = (base + ph->p_vaddr + ph->p_memsz) & ~(page - 1);
+            o->relro_start = (base + ph->p_vaddr) & ~(page - 1);
+            o->relro_end = (base + ph->p_vaddr + ph->p_memsz) & ~(page - 1);
         }
     }
     if (dyn == NULL) {
@@ -246,6 +314,8 @@ static int patch_object(const struct dl_phdr_info *info, int extension)
         case DT_PLTREL: plt_kind = (long)dyn->d_un.d_val; break;
         case DT_RELA: rela = (const ElfW(Rela) *)dynamic_address(base, dyn->d_un.d_ptr); break;
         case DT_RELASZ: rela_bytes = dyn->d_un.d_val; break;
+        case DT_SYMBOLIC: o->own_scope_first = 1; break; /* -Bsymbolic: its own definitions first */
+        case DT_FLAGS: o->own_scope_first |= (dyn->d_un.d_val & DF_SYMBOLIC) != 0; break;
         default: break;
         }
     }
@@ -253,15 +323,40 @@ static int patch_object(const struct dl_phdr_info *info, int extension)
         return 0;
     }
     int rc = 0;
-    if (plt != NULL && plt_kind == DT_RELA &&
-        patch_relocations(base, plt, plt_bytes, symbols, strings, relro_start, relro_end, extension) != 0) {
+    if (plt != NULL && plt_kind == DT_RELA && patch_relocations(o, plt, plt_bytes, symbols, strings) != 0) {
         rc = -1;
     }
-    if (rela != NULL && patch_relocations(base, rela, rela_bytes, symbols, strings, relro_start, relro_end, extension) != 0) {
+    if (rela != NULL && patch_relocations(o, rela, rela_bytes, symbols, strings) != 0) {
         rc = -1;
     }
     return rc;
 }
+
+/* Whether the object is in the main namespace: its dynamic section is one of
+ * the main namespace's list (walked from the executable's entry, under the
+ * lock dl_iterate_phdr holds, which the loader takes to change the list). */
+static struct link_map *main_namespace;
+
+static int in_main_namespace(const struct dl_phdr_info *info)
+{
+    uintptr_t dynamic = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) {
+            dynamic = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+        }
+    }
+    for (const struct link_map *m = main_namespace; m != NULL; m = m->l_next) {
+        if ((uintptr_t)m->l_ld == dynamic) {
+            return 1;
+        }
+    }
+    return main_namespace == NULL; /* not known: as everything was before dlmopen */
+}
+
+/* dlopen calls with RTLD_DEEPBIND under way: the objects found meanwhile may
+ * be theirs, and are taken as deep-bound (a call slot of theirs not yet bound
+ * is left alone: what it will bind to is not known). */
+static atomic_int deep_loads;
 
 static int visit(struct dl_phdr_info *info, size_t size, void *unused)
 {
@@ -282,7 +377,10 @@ static int visit(struct dl_phdr_info *info, size_t size, void *unused)
     }
     patching_base = info->dlpi_addr;
     patching_phdr = info->dlpi_phdr;
-    if (patch_object(info, extension_module(name)) != 0) {
+    object o = {.base = info->dlpi_addr, .phdr = info->dlpi_phdr, .phnum = info->dlpi_phnum,
+                .extension = extension_module(name),
+                .own_scope_first = atomic_load(&deep_loads) > 0 || !in_main_namespace(info)};
+    if (patch_object(&o) != 0) {
         failed = 1;
     }
     if (seen_count < SEEN_MAX) {
@@ -318,17 +416,97 @@ int got_attach(const got_replacement *table, size_t n, uintptr_t own_base, void 
     own = own_base;
     loader_dlopen = (void *(*)(const char *, int))real_dlopen;
     loader_dlsym = (void *(*)(void *, const char *))real_dlsym;
+    void *program = dlopen(NULL, RTLD_LAZY | RTLD_NOLOAD);
+    if (program == NULL || dlinfo(program, RTLD_DI_LINKMAP, &main_namespace) != 0) {
+        main_namespace = NULL;
+    }
 #ifdef GOT_UNKNOWN_MACHINE
     return -1;
 #endif
     return patch_new_objects();
 }
 
+/* The directories dlopen searches for a bare name from `handle`'s object, in
+ * order (its DT_RPATH chain, LD_LIBRARY_PATH, its DT_RUNPATH, the system's);
+ * the ld.so.cache lookup, which comes before the system's directories, is not
+ * among them.  NULL when not known; free() it. */
+static Dl_serinfo *search_path(void *handle)
+{
+    Dl_serinfo size;
+    if (dlinfo(handle, RTLD_DI_SERINFOSIZE, &size) != 0) {
+        return NULL;
+    }
+    Dl_serinfo *paths = malloc(size.dls_size); /* libc's: this library's own calls are not counted */
+    if (paths == NULL) {
+        return NULL;
+    }
+    *paths = size;
+    if (dlinfo(handle, RTLD_DI_SERINFOSIZE, paths) != 0 || dlinfo(handle, RTLD_DI_SERINFO, paths) != 0) {
+        free(paths);
+        return NULL;
+    }
+    return paths;
+}
+
+/* dlopen as the object at `caller` would: the loader searches a bare name in
+ * its caller's DT_RPATH and DT_RUNPATH ($ORIGIN included), and the caller it
+ * sees is now this library, which has neither.  So, for a name not loaded yet,
+ * the directories the caller's search has and this library's has not (the
+ * part of its list before the tail both share: the system's directories) are
+ * tried in order first, by path; then the loader searches as it would have
+ * (LD_LIBRARY_PATH, its cache, the system's directories), which also gives
+ * dlerror its usual message.  PyTorch loads cuDNN's parts so. */
+static void *open_as(const void *caller, const char *file, int mode)
+{
+    Dl_info info;
+    struct link_map *map = NULL;
+    if (file == NULL || strchr(file, '/') != NULL || (mode & RTLD_NOLOAD) != 0 ||
+        dladdr1(caller, &info, (void **)&map, RTLD_DL_LINKMAP) == 0 || map == NULL) {
+        return loader_dlopen(file, mode);
+    }
+    void *loaded = loader_dlopen(file, RTLD_LAZY | RTLD_NOLOAD); /* by its name or soname */
+    if (loaded != NULL) {
+        dlclose(loaded);
+        return loader_dlopen(file, mode);
+    }
+    Dl_info self;
+    struct link_map *own_map = NULL;
+    Dl_serinfo *theirs = search_path(map);
+    Dl_serinfo *ours = dladdr1((void *)open_as, &self, (void **)&own_map, RTLD_DL_LINKMAP) != 0 && own_map != NULL
+                           ? search_path(own_map) : NULL;
+    void *handle = NULL;
+    if (theirs != NULL && ours != NULL) {
+        unsigned int shared = 0;
+        while (shared < theirs->dls_cnt && shared < ours->dls_cnt &&
+               strcmp(theirs->dls_serpath[theirs->dls_cnt - 1 - shared].dls_name,
+                      ours->dls_serpath[ours->dls_cnt - 1 - shared].dls_name) == 0) {
+            shared++;
+        }
+        char path[4096];
+        for (unsigned int i = 0; handle == NULL && i < theirs->dls_cnt - shared; i++) {
+            int n = snprintf(path, sizeof path, "%s/%s", theirs->dls_serpath[i].dls_name, file);
+            if (n > 0 && (size_t)n < sizeof path && access(path, F_OK) == 0) {
+                handle = loader_dlopen(path, mode); /* one that does not load: the search goes on */
+            }
+        }
+    }
+    free(theirs);
+    free(ours);
+    return handle != NULL ? handle : loader_dlopen(file, mode);
+}
+
 void *got_dlopen(const char *file, int mode)
 {
-    void *handle = loader_dlopen(file, mode);
+    int deep = (mode & RTLD_DEEPBIND) != 0;
+    if (deep) {
+        atomic_fetch_add(&deep_loads, 1);
+    }
+    void *handle = open_as(__builtin_return_address(0), file, mode);
     if (handle != NULL) {
         patch_new_objects(); /* nothing once detached (checked under the lock) */
+    }
+    if (deep) {
+        atomic_fetch_sub(&deep_loads, 1);
     }
     return handle;
 }
@@ -374,7 +552,7 @@ void *got_dlsym(void *handle, const char *name)
 {
     void *found = loader_dlsym(handle, name);
     for (size_t i = 0; found != NULL && i < replacement_count; i++) {
-        if (found == replacements[i].original) {
+        if (found == replacements[i].original || found == replacements[i].definition) {
             return replacements[i].replacement;
         }
     }

@@ -12,6 +12,9 @@ typedef struct {
     const char *name;
     void *replacement;
     void *original; /* what the name resolves to without the library */
+    void *definition; /* the function itself (got_definition): the same, or what
+                       * a position-dependent executable's PLT entry, the
+                       * original then, jumps to */
     int extensions_only; /* only in Python's extension modules (got.c: dlsym) */
 } got_replacement;
 

@@ -953,15 +953,16 @@ EXPORT int pyrometer_memhooks_attach(void *own_handle)
         if (fn == NULL || dladdr(fn, &where) == 0 || where.dli_fbase != own.dli_fbase) {
             return -1; /* not this library's: binding a call there would skip the count */
         }
-        replacements[n++] = (got_replacement){replaced[i], fn, dlsym(RTLD_DEFAULT, replaced[i]), 0};
+        replacements[n++] =
+            (got_replacement){replaced[i], fn, dlsym(RTLD_DEFAULT, replaced[i]), got_definition(replaced[i]), 0};
     }
     void *real_dlopen = got_definition("dlopen");
     void *real_dlsym = got_definition("dlsym");
     if (real_dlopen == NULL || real_dlsym == NULL) {
         return -1;
     }
-    replacements[n++] = (got_replacement){"dlopen", (void *)got_dlopen, real_dlopen, 0};
-    replacements[n++] = (got_replacement){"dlsym", (void *)got_dlsym, real_dlsym, 1};
+    replacements[n++] = (got_replacement){"dlopen", (void *)got_dlopen, dlsym(RTLD_DEFAULT, "dlopen"), real_dlopen, 0};
+    replacements[n++] = (got_replacement){"dlsym", (void *)got_dlsym, dlsym(RTLD_DEFAULT, "dlsym"), real_dlsym, 1};
     /* Before any Python free reaches the hooks; once: the arena allocator
      * stays wrapped after a detach, so the map is still whole at a second
      * attach. */
