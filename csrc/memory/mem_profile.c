@@ -935,7 +935,7 @@ PyObject *mem_profile_collect(void)
     PyObject *peak_where = peak_site != NULL ? Py_BuildValue("(Oi)", peak_site->filename, M.max_lineno)
                                              : (Py_INCREF(Py_None), Py_None);
     return Py_BuildValue(
-        "{s:N,s:N,s:(KKKK),s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:s,s:O}", "lines", lines,
+        "{s:N,s:N,s:(KKKK),s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:s,s:s,s:O}", "lines", lines,
         "stacks", stacks, "other_stacks", (unsigned long long)M.other_alloc, (unsigned long long)M.other_python,
         (unsigned long long)other_freed, (unsigned long long)M.other_copy,
         "footprint", series_list(M.footprint), "max_footprint_bytes", (long long)M.max_footprint,
@@ -951,7 +951,7 @@ PyObject *mem_profile_collect(void)
         "dropped_samples", (unsigned long long)atomic_load(&M.dropped), "queued_samples",
         (unsigned long long)atomic_load(&M.queued), "python_memory_profiled",
         M.python_sizing != PYALLOC_NOT_SIZED ? Py_True : Py_False, "python_allocator",
-        pyalloc_allocator_name(), "leak_detector", M.leak_detector ? Py_True : Py_False);
+        pyalloc_allocator_name(), "python_memory_why", pyalloc_not_sized_why(), "leak_detector", M.leak_detector ? Py_True : Py_False);
 }
 
 size_t mem_profile_memory_bytes(void)

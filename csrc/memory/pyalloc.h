@@ -25,6 +25,10 @@ pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes);
 /* CPython's name of the Python allocator met by pyalloc_install ("pymalloc",
  * "malloc", "pymalloc_debug", "mimalloc", ...; "unknown" for a replaced one). */
 const char *pyalloc_allocator_name(void);
+/* Why Python's allocator is not sized (after pyalloc_install chose
+ * PYALLOC_NOT_SIZED), as the rest of "Python's allocator ...": "was replaced by
+ * another tool", "does not tell its block sizes", ... */
+const char *pyalloc_not_sized_why(void);
 void pyalloc_uninstall(void);
 /* Python's sampling state (GIL held), saved and put back around the profiler's
  * own work (mem_profile_pause), so that nothing it allocates is sampled.  The

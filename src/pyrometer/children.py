@@ -700,6 +700,7 @@ class Merger:
                 self.memory["max_footprint_time_sec"] = max(memory["max_footprint_time_sec"] + offset, 0.0)
             if not memory.get("python_memory_profiled", True):
                 self.memory["python_memory_profiled"] = False
+                self.memory.setdefault("python_memory_why", memory.get("python_memory_why"))
 
     def _add_gpu(self, gpu: dict[str, Any] | None) -> None:
         """A child's GPU aggregates (each process samples its own GPU use):

@@ -636,6 +636,8 @@ def _run_memory(memory: dict[str, Any], mem_lines: dict, elapsed: float) -> dict
         "memory_samples_queued": memory.get("queued_samples", 0),
         "python_allocator": memory["python_allocator"],
         "python_memory_profiled": bool(memory["python_memory_profiled"]),
+        **({"python_memory_why": memory["python_memory_why"]}
+           if not memory["python_memory_profiled"] and "python_memory_why" in memory else {}),
     }
 
 
@@ -647,9 +649,14 @@ def _notices(memory: dict[str, Any] | None, functions_overflowed: int = 0) -> li
                    "of further ones are reported together as <other functions>")
     if memory and not memory["python_memory_profiled"]:
         name = memory["python_allocator"]
-        what = "was replaced by another tool" if name == "unknown" else f"({name}) does not tell its block sizes"
-        out.append(f"Python's allocator {what}: Python memory is not profiled, only native memory "
-                   "(under PYTHONMALLOC=pymalloc, malloc or debug it would be)")
+        why = memory.get("python_memory_why") or (
+            "was replaced by another tool" if name == "unknown" else "does not tell its block sizes")
+        if why == "does not tell its block sizes":  # mimalloc: another allocator would do
+            why = f"({name}) {why}"
+            hint = " (under PYTHONMALLOC=pymalloc, malloc or debug it would be)"
+        else:
+            hint = ""
+        out.append(f"Python's allocator {why}: Python memory is not profiled, only native memory{hint}")
     return out
 
 
@@ -1026,6 +1033,7 @@ _MEMORY_TOP = _Object({
     "memory_samples_queued": (_COUNT, _OPTIONAL),
     "python_allocator": (_STR, _OPTIONAL),
     "python_memory_profiled": (_BOOL, _OPTIONAL),
+    "python_memory_why": (_STR, _OPTIONAL),
 })
 _EXIT_STATUS = _Leaf((int,), "a whole number from 0 to 255, or null", 0, 255)
 _PID = _whole(0, (1 << 31) - 1)
