@@ -348,8 +348,10 @@ def test_check_validates_gpu_fields():
 
 def test_fork_while_sampling_the_gpu(profile_program, gpu_env):
     """A fork while the GPU thread polls: the child runs and is profiled without
-    the GPU (NVML's state is not usable after a fork), nothing hangs, and the
-    parent's GPU figures are whole."""
+    the GPU (NVML's state is not usable after a fork), nothing hangs, the
+    parent's GPU figures are whole, and the fork is silent: the GPU thread is
+    ended before each fork and started again after it (on 3.12+ a thread alive
+    at a fork is a DeprecationWarning, here an error)."""
     source = """
 import ctypes, os, time
 nv = ctypes.CDLL("libnvidia-ml.so.1")
@@ -365,7 +367,9 @@ time.sleep(1.0)                                         # BUSY
 nv.fake_nvml_busy(0, 0)
 time.sleep(0.4)
 """
-    run = profile_program(source, env=gpu_env(call_us=1700), timeout=60)
+    run = profile_program(source, env=gpu_env(call_us=1700), timeout=60,
+                          python_args=["-W", "error::DeprecationWarning"])
+    assert run.proc.stderr == "", run.proc.stderr
     p = run.profile
     assert p["process_count"] == 6, p["processes"]
     assert p["gpu"] is True

@@ -1,4 +1,5 @@
 #include "gpu.h"
+#include "../forks/forks.h"
 #include "../common/table.h"
 #include "../memory/memhooks_api.h"
 #include "../profile/line_timeline.h"
@@ -103,8 +104,12 @@ static struct {
     atomic_int running;   /* the thread keeps polling while set */
     atomic_int abandoned; /* gpu_stop gave up waiting: the thread must touch nothing */
     int explicit_request;
-    int thread_started;
+    int started;          /* by gpu_start, until gpu_stop */
+    int thread_started;   /* the thread is to be joined */
     pthread_t thread;
+    pid_t tid;            /* the thread's, for forks_wait_until_thread_gone */
+    int pausing;          /* the thread is told to end for a fork, to go on after it */
+    int paused;           /* it has: resume_after_fork starts it again */
     pthread_mutex_t wake_lock;
     pthread_cond_t wake;
     pid_t pid;
@@ -511,41 +516,49 @@ static void *gpu_main(void *unused)
         self->busy++;
     }
     own_cpu_reported_ns = 0; /* a new thread's clock starts at 0 */
-    char why[NOTICE_SIZE] = "";
-    int n = G.backend->open(why, sizeof why);
-    if (atomic_load(&G.abandoned)) {
-        return NULL;
-    }
-    report_own_cpu();
-    if (n <= 0) {
+    G.tid = gettid();
+    /* Started again after a fork (resume_after_fork): the devices are open. */
+    if (atomic_load(&G.phase) == PHASE_STARTING) {
+        char why[NOTICE_SIZE] = "";
+        int n = G.backend->open(why, sizeof why);
+        if (atomic_load(&G.abandoned)) {
+            return NULL;
+        }
+        report_own_cpu();
+        if (n <= 0) {
+            pthread_mutex_lock(&G.lock);
+            snprintf(G.why, sizeof G.why, "%s", why[0] ? why : "no GPU found");
+            pthread_mutex_unlock(&G.lock);
+            atomic_store(&G.phase, n < 0 ? PHASE_FAILED : PHASE_ABSENT);
+            return NULL;
+        }
         pthread_mutex_lock(&G.lock);
-        snprintf(G.why, sizeof G.why, "%s", why[0] ? why : "no GPU found");
+        G.device_count = n > GPU_DEVICES_MAX ? GPU_DEVICES_MAX : n;
+        for (int i = 0; i < G.device_count; i++) {
+            gpu_device *dev = &G.devices[i];
+            memset(dev, 0, sizeof *dev);
+            G.backend->device_name(i, dev->name, sizeof dev->name);
+            /* Samples from before the start open the first window, uncharged. */
+            dev->last_seen_us = G.start_ns / 1000ULL - DEFER_MAX_US;
+            dev->period_us = WINDOW_DEFAULT_US;
+        }
         pthread_mutex_unlock(&G.lock);
-        atomic_store(&G.phase, n < 0 ? PHASE_FAILED : PHASE_ABSENT);
-        return NULL;
+        atomic_store(&G.phase, PHASE_RUNNING);
     }
-    pthread_mutex_lock(&G.lock);
-    G.device_count = n > GPU_DEVICES_MAX ? GPU_DEVICES_MAX : n;
-    for (int i = 0; i < G.device_count; i++) {
-        gpu_device *dev = &G.devices[i];
-        memset(dev, 0, sizeof *dev);
-        G.backend->device_name(i, dev->name, sizeof dev->name);
-        /* Samples from before the start open the first window, uncharged. */
-        dev->last_seen_us = G.start_ns / 1000ULL - DEFER_MAX_US;
-        dev->period_us = WINDOW_DEFAULT_US;
-    }
-    pthread_mutex_unlock(&G.lock);
-    atomic_store(&G.phase, PHASE_RUNNING);
     for (unsigned tick = 1; wait_for_next_poll(GPU_MEMORY_POLL_NS); tick++) {
         poll_once(0, tick % (GPU_POLL_NS / GPU_MEMORY_POLL_NS) == 0);
         report_own_cpu();
     }
-    if (!atomic_load(&G.abandoned)) {
-        poll_once(1, 1);
-        G.backend->close();
-        report_own_cpu();
+    if (G.pausing) {
+        report_own_cpu(); /* the backend stays open for the thread started after the fork */
+    } else {
+        if (!atomic_load(&G.abandoned)) {
+            poll_once(1, 1);
+            G.backend->close();
+            report_own_cpu();
+        }
+        atomic_store(&G.phase, PHASE_ENDED);
     }
-    atomic_store(&G.phase, PHASE_ENDED);
     if (self != NULL) {
         self->busy--;
     }
@@ -560,7 +573,10 @@ static void *gpu_main(void *unused)
 static void forget_in_child(void)
 {
     atomic_store(&G.running, 0);
+    G.started = 0;
     G.thread_started = 0;
+    G.pausing = 0;
+    G.paused = 0;
     line_timeline_enable(0); /* nobody reads it here */
     /* CUPTI's state (its threads, the driver's) is not usable after a fork. */
     atomic_store(&G.kernel_status, KERNELS_OFF);
@@ -601,10 +617,87 @@ static void kernels_start(void)
     notice(text);
 }
 
+/* Starts the polling thread with every signal blocked: signals meant for the
+ * program are never delivered to it, and it never interrupts the program's
+ * system calls.  0 or an errno value. */
+static int start_thread(void)
+{
+    atomic_store(&G.running, 1);
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    int rc = pthread_create(&G.thread, NULL, gpu_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    if (rc != 0) {
+        atomic_store(&G.running, 0);
+    } else {
+        G.thread_started = 1;
+    }
+    return rc;
+}
+
+/* Joins the thread, waiting at most JOIN_WAIT_S with the GIL released; on a
+ * backend call that does not return, leaves it behind, told to touch nothing
+ * when it wakes (its condition variable and tables are never freed).  0 when
+ * joined. */
+static int join_thread(void)
+{
+    G.thread_started = 0;
+    pthread_mutex_lock(&G.wake_lock);
+    atomic_store(&G.running, 0);
+    pthread_cond_signal(&G.wake);
+    pthread_mutex_unlock(&G.wake_lock);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline); /* pthread_timedjoin_np's clock */
+    deadline.tv_sec += JOIN_WAIT_S;
+    rc = pthread_timedjoin_np(G.thread, NULL, &deadline);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        atomic_store(&G.abandoned, 1);
+        pthread_detach(G.thread);
+        pthread_mutex_lock(&G.lock);
+        notice_unlocked("the GPU library did not answer within 5 s: GPU figures end there");
+        pthread_mutex_unlock(&G.lock);
+    }
+    return rc;
+}
+
+/* A fork (forks.h): the thread is ended before it (a thread alive at the fork
+ * makes it a multi-threaded one: CPython 3.12+ warns, even while the thread is
+ * only looking for the GPU library at the start) and started again after it in
+ * the parent, the backend left open between the two. */
+static void pause_for_fork(void)
+{
+    if (!G.thread_started) {
+        return;
+    }
+    G.pausing = 1;
+    if (join_thread() != 0) {
+        G.pausing = 0;
+        return;
+    }
+    forks_wait_until_thread_gone(G.tid);
+    G.paused = 1;
+}
+
+static void resume_after_fork(void)
+{
+    if (!G.paused) {
+        return;
+    }
+    G.paused = 0;
+    G.pausing = 0;
+    if (atomic_load(&G.phase) == PHASE_RUNNING) { /* absent or failed: the thread had ended anyway */
+        start_thread();
+    }
+}
+
 int gpu_start(int explicit_request, int kernels)
 {
     static int atfork_registered;
-    if (G.thread_started) {
+    if (G.started || G.thread_started) {
         PyErr_SetString(PyExc_RuntimeError, "GPU profiling is already running");
         return -1;
     }
@@ -640,16 +733,17 @@ int gpu_start(int explicit_request, int kernels)
     pthread_cond_init(&G.wake, &attr);
     pthread_condattr_destroy(&attr);
     atomic_store(&G.phase, PHASE_STARTING);
-    atomic_store(&G.running, 1);
-    /* Signals meant for the program are never delivered to this thread, and
-     * it never interrupts the program's system calls. */
-    sigset_t all, previous;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &previous);
-    int rc = pthread_create(&G.thread, NULL, gpu_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    G.pausing = 0;
+    G.paused = 0;
+    if (forks_register(pause_for_fork, resume_after_fork) != 0) {
+        atomic_store(&G.phase, PHASE_OFF);
+        line_timeline_enable(0);
+        pthread_cond_destroy(&G.wake);
+        return -1;
+    }
+    int rc = start_thread();
     if (rc != 0) {
-        atomic_store(&G.running, 0);
+        forks_unregister(pause_for_fork);
         atomic_store(&G.phase, PHASE_OFF);
         line_timeline_enable(0);
         pthread_cond_destroy(&G.wake);
@@ -657,7 +751,7 @@ int gpu_start(int explicit_request, int kernels)
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
-    G.thread_started = 1;
+    G.started = 1;
     if (kernels) {
         kernels_start();
     }
@@ -673,31 +767,14 @@ void gpu_kernels_drain(void)
 
 void gpu_stop(void)
 {
-    if (!G.thread_started) {
+    if (!G.started) {
         return;
     }
-    G.thread_started = 0;
-    pthread_mutex_lock(&G.wake_lock);
-    atomic_store(&G.running, 0);
-    pthread_cond_signal(&G.wake);
-    pthread_mutex_unlock(&G.wake_lock);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline); /* pthread_timedjoin_np's clock */
-    deadline.tv_sec += JOIN_WAIT_S;
-    rc = pthread_timedjoin_np(G.thread, NULL, &deadline);
-    Py_END_ALLOW_THREADS
-    if (rc != 0) {
-        /* A backend call that does not return: the program must still end.
-         * The thread is left behind, told to touch nothing when it wakes; its
-         * condition variable and tables are never freed. */
-        atomic_store(&G.abandoned, 1);
-        pthread_detach(G.thread);
-        pthread_mutex_lock(&G.lock);
-        notice_unlocked("the GPU library did not answer within 5 s: GPU figures end there");
-        pthread_mutex_unlock(&G.lock);
-    } else {
+    G.started = 0;
+    forks_unregister(pause_for_fork);
+    /* Not restarted after a fork (no GPU): nothing to join.  A backend call
+     * that does not return: the program must still end. */
+    if (!G.thread_started || join_thread() == 0) {
         pthread_cond_destroy(&G.wake);
         if (atomic_load(&G.kernel_status) == KERNELS_ON) {
             /* The last records are delivered on this thread (a forced flush),
