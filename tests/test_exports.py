@@ -254,6 +254,33 @@ def test_collapsed_one_metric_per_file():
         collapsed.render(stacked_profile(memory=False), "alloc")
 
 
+def test_collapsed_bounds_a_hostile_stack():
+    """One 4 KB function name in a stack 65,536 frames deep (what the schema
+    allows) wrote 263 MB of folded text: each frame's text and each stack's
+    depth are bounded, the value and both ends of the stack kept."""
+    profile = stacked_profile()
+    depth = 1 << 16
+    long_name = "f" * 4096
+    profile["call_stacks"]["frames"].append({"filename": A, "function": long_name, "first_lineno": 30,
+                                             "lineno": 31})
+    deep = _stack([0, *[len(FRAMES)] * (depth - 2), 3], python=0.5, samples=50)
+    profile["call_stacks"]["stacks"].append(deep)
+    profile["call_stacks"]["max_depth"] = depth
+    profile["cpu_time_sec"]["python"] += 0.5
+    profile = model.check(json.loads(json.dumps(profile)))
+    text = collapsed.render(profile)
+    assert len(text) < 400_000, len(text)
+    folded = parse_folded(text)
+    (stack,) = [s for s in folded if "frames left out" in s]
+    frames = stack.split(";")
+    assert len(frames) == collapsed.STACK_FRAMES_MAX
+    assert frames[0] == "main (app.py:5)" and frames[-1] == "helper (app.py:22)"
+    assert f"[{depth - collapsed.STACK_FRAMES_MAX + 1} frames left out]" in frames
+    assert max(len(f) for f in frames) <= collapsed.FRAME_TEXT_MAX
+    assert folded[stack] == 500_000_000
+    assert sum(folded.values()) == pytest.approx((truth("time") + 0.5) * 1e9, abs=len(folded))
+
+
 def test_frame_labels():
     """Files relative to the directory all are under: the same wherever the export is made."""
     labels = Stacks(stacked_profile()).labels()

@@ -1,7 +1,10 @@
 """Where a report goes (--outfile, view -o): a regular file is replaced
-atomically and gets the mode any new file gets under the umask, which is read,
-never set, while the program's threads may still run; a device, a FIFO and
-what a symbolic link points to are written, never replaced by a regular file."""
+atomically, keeping its mode, and a new one gets the mode any new file gets
+under the umask, which is read, never set, while the program's threads may
+still run; a device, a FIFO and what a symbolic link points to are written,
+never replaced by a regular file.  A name pyrometer chose itself
+(pyrometer-profile.json) is replaced whatever is there: a link planted in a
+shared directory is never followed."""
 
 from __future__ import annotations
 
@@ -116,6 +119,40 @@ def test_symbolic_link_stays_and_its_target_is_written(tmp_path, prog, saved, gr
     assert proc.returncode == 0, proc.stderr
     assert out.is_symlink() and json.loads(proc.stdout)["pyrometer_schema"] == 1
     assert not list(tmp_path.glob(".pyrometer-*")) and not list(elsewhere.glob(".pyrometer-*"))
+
+
+def test_a_name_pyrometer_chose_never_follows_a_link(tmp_path, prog, groundtruth_dir):
+    """pyrometer-profile.json and .html, the names pyrometer picks when none is
+    given, in a shared working directory: a link planted there is replaced by
+    the report, and what it points to is left as it was (content and mode)."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for option, name in (("--json", "pyrometer-profile.json"), ("--html", "pyrometer-profile.html")):
+        target = victim / (name + ".secret")
+        target.write_text("mine\n")
+        target.chmod(0o600)
+        planted = tmp_path / name
+        planted.symlink_to(target)
+        proc = pyrometer([option, prog], tmp_path, groundtruth_dir)
+        assert proc.returncode == 0, proc.stderr
+        assert not planted.is_symlink() and planted.is_file(), name
+        assert target.read_text() == "mine\n" and stat.S_IMODE(target.stat().st_mode) == 0o600, name
+    assert json.loads((tmp_path / "pyrometer-profile.json").read_text())["pyrometer_schema"] == 1
+
+
+def test_a_file_replaced_keeps_its_mode(tmp_path, prog, groundtruth_dir):
+    """A private report stays private: replaced, a 0600 file is 0600 again
+    (through a link the user gave, too)."""
+    out = tmp_path / "private.json"
+    out.write_text("old\n")
+    out.chmod(0o600)
+    link = tmp_path / "link.json"
+    link.symlink_to(out)
+    for path in (out, link):
+        proc = pyrometer(["--json", "--outfile", path, prog], tmp_path, groundtruth_dir, umask=0o022)
+        assert proc.returncode == 0, proc.stderr
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600, path
+        assert json.loads(out.read_text())["pyrometer_schema"] == 1
 
 
 def test_regular_file_is_replaced(tmp_path, prog, groundtruth_dir):

@@ -57,7 +57,8 @@ def report_path(fmt: str, outfile: str | None, periodic: bool = False,
     if outfile is not None:
         return outfile
     if fmt == "html" or periodic or (fmt == "json" and stdout_shared):
-        return DEFAULT_FILES[fmt]
+        from .render.json_out import chosen_name
+        return chosen_name(DEFAULT_FILES[fmt])
     return None
 
 

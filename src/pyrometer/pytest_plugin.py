@@ -169,8 +169,13 @@ class Profiling:
                                     f"not {config.getoption('pyrometer_show')}")
         # Relative to where pytest was started, whatever the tests do with the current directory.
         here = str(config.invocation_params.dir)
+        from .render.json_out import chosen_name
         self.summary_path = os.path.join(here, config.getoption("pyrometer_summary") or DEFAULT_SUMMARY)
         self.profile_path = os.path.join(here, config.getoption("pyrometer_json") or DEFAULT_JSON)
+        if not config.getoption("pyrometer_summary"):
+            chosen_name(self.summary_path)
+        if not config.getoption("pyrometer_json"):
+            chosen_name(self.profile_path)
         for path in () if self.worker else (self.summary_path, self.profile_path):
             problem = _unwritable(path)  # said before the tests run, not after
             if problem is not None:

@@ -73,10 +73,28 @@ def written_in_place(path: str) -> bool:
         return False
 
 
+# The files whose names pyrometer chose itself (a default, not a name the user
+# gave), by absolute path: chosen_name().
+_CHOSEN: set[str] = set()
+
+
+def chosen_name(path: str) -> str:
+    """Marks path as a name pyrometer chose (pyrometer-profile.json, ...):
+    write_report replaces whatever is there, a symbolic link or a FIFO
+    included, and never writes through it: someone else's link planted in a
+    shared working directory must not make pyrometer replace its target."""
+    _CHOSEN.add(os.path.abspath(path))
+    return path
+
+
 def write_report(path: str, content: str | bytes) -> None:
     """Write a report to path.  A regular file, or a new one, is replaced
-    atomically (write_atomically); a symbolic link stays and what it points to
-    is written; a FIFO or a device is written in place."""
+    atomically (write_atomically).  For a name the user gave, a symbolic link
+    stays and what it points to is written, and a FIFO or a device is written
+    in place; a name pyrometer chose (chosen_name) is always replaced."""
+    if os.path.abspath(path) in _CHOSEN:
+        write_atomically(path, content)
+        return
     if written_in_place(path):
         with (open(path, "wb") if isinstance(content, bytes) else open(path, "w", encoding="utf-8")) as f:
             f.write(content)
@@ -86,9 +104,16 @@ def write_report(path: str, content: str | bytes) -> None:
 
 def write_atomically(path: str, content: str | bytes) -> None:
     """Write to a private temporary file beside path, then rename over it: a reader
-    sees the old file or the new one, never half of one.  path must be a regular
-    file or not exist (write_report decides)."""
+    sees the old file or the new one, never half of one.  What was at path is
+    replaced, never followed (write_report decides what path is).  A regular
+    file replaced keeps its permissions (a 0600 file stays 0600); a new one
+    gets those any new file gets."""
     directory = os.path.dirname(os.path.abspath(path))
+    try:
+        before = os.lstat(path)
+        mode = stat.S_IMODE(before.st_mode) if stat.S_ISREG(before.st_mode) else None
+    except OSError:
+        mode = None
     fd, tmp = private_files.make_file(directory, ".pyrometer-", ".tmp")
     try:
         # bytes: the gzipped --pprof export
@@ -99,7 +124,7 @@ def write_atomically(path: str, content: str | bytes) -> None:
             # gets.  Set on the descriptor, with the umask read, not set: the
             # program's threads may still run, and would create their own files
             # under whatever umask we set, however briefly.
-            os.fchmod(f.fileno(), 0o666 & ~umask(directory))
+            os.fchmod(f.fileno(), mode if mode is not None else 0o666 & ~umask(directory))
         os.replace(tmp, path)
     except BaseException:
         try:
