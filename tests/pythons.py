@@ -42,6 +42,10 @@ CHROOT_SCRIPT = REPO / ".ci" / "python-chroot.sh"
 # the same): there the fuzz test must run (PYROMETER_REQUIRE_FUZZ=1), not skip.
 FUZZ_VERSIONS = ["3.10", "3.11", "3.12", "3.13", "3.14"]
 FUZZ_PLATFORM = sys.platform == "linux" and platform.machine() == "x86_64"
+# Where the real-library corpus and the servers are installed (the corpus extra)
+# and must run (PYROMETER_REQUIRE_CORPUS=1): two CPythons with binary wheels of
+# every library in it; a few minutes of CI each.
+CORPUS_VERSIONS = ["3.11", "3.12"]
 VENVS = REPO / "build" / "pythons"
 FREETHREADED_SCRIPT = REPO / ".ci" / "python-freethreaded.sh"
 
@@ -217,7 +221,8 @@ def main(argv: list[str]) -> int:
             continue
         started = time.monotonic()
         prefix = prefixes.get(minor, [])
-        vpython, problem = make_venv(found[minor], minor, "[test]", prefix)
+        vpython, problem = make_venv(found[minor], minor, "[test,corpus]" if minor in CORPUS_VERSIONS else "[test]",
+                                     prefix)
         if vpython is None:
             results.append((minor, labels[minor], f"FAILED: {problem}"))
             failed = True
@@ -226,6 +231,8 @@ def main(argv: list[str]) -> int:
         suite_env = dict(env)
         if FUZZ_PLATFORM and minor in FUZZ_VERSIONS:
             suite_env["PYROMETER_REQUIRE_FUZZ"] = "1"
+        if minor in CORPUS_VERSIONS:
+            suite_env["PYROMETER_REQUIRE_CORPUS"] = "1"
         if prefix:
             # The host's free-threaded CPython is not in the chroot: the host's
             # suites test the refusal.

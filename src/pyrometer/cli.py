@@ -297,6 +297,8 @@ def _profile(options: Options) -> int:
                            "and the other program's exit status is the run's")
         elif ended_by != "exit":
             notices.append(f"the program ended by {ended_by}")
+        if not options.profile_all and not options.profile_only:
+            notices.extend(launcher.console_script_notice(target))
         raw = session.collect()
         top = {"pid": os.getpid(), "ppid": os.getppid(), "command": list(sys.orig_argv),
                "started_by": "command", "profiled": True, "wall_sec": elapsed,

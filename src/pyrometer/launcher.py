@@ -55,6 +55,10 @@ class Target:
     code: types.CodeType | None = None  # compiled before the run (-c, a script, stdin)
     sources: dict[str, str] = {}  # a new dict for each (records.py)  # pseudo-file -> its text, for the report
     stdin_fd: int | None = None  # standard input, when it is a file python would read itself
+    # A command found on PATH (a console script: `pyrometer gunicorn app:app`),
+    # as the user named it; "" for a file named by its path.
+    command_name: str = ""
+    started_in: str = ""  # the working directory pyrometer started in (a script's)
 
     @property
     def display(self) -> str:
@@ -105,6 +109,11 @@ def resolve(script: str | None, module: str | None, args: list[str], command: st
     # A directory or a zip archive that an import hook takes is run by its
     # __main__ module (main.c's pymain_get_importer), anything else as a script.
     absolute = os.path.abspath(script)
+    command_name = ""
+    if os.sep not in script and not os.path.exists(absolute):
+        found = _python_command(script)
+        if found is not None:
+            absolute, command_name = found, script
     if _path_importer(absolute) is not None:
         return Target(MAIN_PATH, script, [script, *args],
                       program_prefixes=sorted({_with_sep(absolute), _with_sep(os.path.realpath(absolute))}))
@@ -113,8 +122,53 @@ def resolve(script: str | None, module: str | None, args: list[str], command: st
             source = f.read()
     except OSError as e:
         raise _cant_open(script, e) from None
-    return Target(SCRIPT, script, [script, *args], source=source,
+    if command_name:  # started as the shell would: argv[0] is the path found
+        return Target(SCRIPT, absolute, [absolute, *args], source=source, command_name=command_name,
+                      started_in=os.getcwd(), program_prefixes=sorted({absolute, os.path.realpath(absolute)}))
+    return Target(SCRIPT, script, [script, *args], source=source, started_in=os.getcwd(),
                   program_prefixes=sorted({absolute, os.path.realpath(absolute)}))
+
+
+def console_script_notice(target: Target) -> list[str]:
+    """For a program that is a console script (named as a command, or a file
+    in the interpreter's scripts directory): what the report leaves out, and
+    how to see it.  Its own code is an installed package's."""
+    if target.kind != SCRIPT:
+        return []
+    import sysconfig
+    where = os.path.dirname(os.path.realpath(target.name))
+    scripts = sysconfig.get_path("scripts")
+    if not target.command_name and (not scripts or where != os.path.realpath(scripts)):
+        return []
+    name = target.command_name or os.path.basename(target.name)
+    return [f"{name} is a console script: reported are its own file and the files under the working "
+            f"directory ({target.started_in}); the installed packages it runs are not (their time is on the "
+            "lines of yours that call them, else on the script's): --profile-all shows their lines"]
+
+
+def _python_command(name: str) -> str | None:
+    """A command on PATH that is a Python script (its first line starts it
+    with a python: a console script such as gunicorn, uvicorn, celery, flask,
+    pytest), as the shell would find it; None when there is no such command.
+    One that is not a Python program is an error: pyrometer runs Python."""
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(directory or ".", name)
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            continue
+        try:
+            with open(path, "rb") as f:
+                first = f.readline(512)
+        except OSError:
+            continue
+        if first.startswith(b"#!") and b"python" in first:
+            return os.path.abspath(path)
+        what = ("a native executable" if first.startswith(b"\x7fELF") else
+                f"a script for {first[2:].decode(errors='replace').split()[0]}" if first.startswith(b"#!") and
+                first[2:].split() else "not a Python script")
+        raise ProgramNotFound(f"pyrometer: error: {name} is {path}, {what}: pyrometer profiles Python "
+                              "programs (a script, -m module, or a command written in Python such as a "
+                              "console script)", 2)
+    return None
 
 
 def _path_importer(path: str):

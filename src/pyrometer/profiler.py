@@ -31,6 +31,11 @@ def own_prefixes() -> list[str]:
     path = getattr(runpy, "__file__", None)
     if path and os.path.isfile(path):
         own.update({os.path.abspath(path), os.path.realpath(path)})
+    # The `pyrometer` console script this process was started by: it sits in
+    # venv/bin beside the console script of a program it runs (gunicorn).
+    argv = getattr(sys, "orig_argv", [])
+    if len(argv) > 1 and os.path.basename(argv[1]) == "pyrometer" and os.path.isfile(argv[1]):
+        own.update({os.path.abspath(argv[1]), os.path.realpath(argv[1])})
     return sorted(own)
 
 
@@ -57,6 +62,23 @@ def _installation_directories() -> list[str]:
         out.add(_with_sep(os.path.abspath(d)))
         out.add(_with_sep(os.path.realpath(d)))
     return sorted(out)
+
+
+def reported_directories(program_directory: str) -> list[str]:
+    """The code a user calls theirs, reported by default: the files under the
+    program's directory and under the working directory pyrometer started in
+    (a server started through a console script, `pyrometer gunicorn app:app`,
+    has its program in venv/bin and its application where the user stands),
+    never the standard library or installed packages (_installation_directories,
+    which win).  The root as working directory would be everything: left out."""
+    dirs = {program_directory}
+    try:
+        here = os.getcwd()
+    except OSError:  # the working directory was removed
+        here = None
+    if here is not None and os.path.dirname(here) != here:
+        dirs.add(here)
+    return sorted({_with_sep(p) for d in dirs for p in (os.path.abspath(d), os.path.realpath(d))})
 
 
 def gpu_mode(gpu: bool | None, kernels: bool = False) -> int:
@@ -87,12 +109,11 @@ class Session:
         """What the core starts with, as plain data: also what the run's child
         processes start theirs with (children.py), less what each works out
         for itself (the installation's directories, pyrometer's own)."""
-        d = self.program_directory
         o = self.options
         return {
             "interval": o.cpu_sampling_rate,
             "virtual_time": o.use_virtual_time,
-            "include": sorted({_with_sep(os.path.abspath(d)), _with_sep(os.path.realpath(d))}),
+            "include": reported_directories(self.program_directory),
             "only": o.profile_only,
             "exclude_substrings": o.profile_exclude,
             "profile_all": o.profile_all,
