@@ -187,6 +187,9 @@ static _Atomic int64_t footprint;
 static _Atomic uintptr_t watch_address[WATCH_SLOTS];
 static _Atomic uintptr_t watch_token[WATCH_SLOTS];
 static _Atomic int64_t watch_weight[WATCH_SLOTS]; /* changes with the token, under the slot's lock */
+/* With the token too: what the owner gave with a Python sample (its block's
+ * birth on the owner's clock, 0 for any other block), handed back at the free. */
+static _Atomic uint64_t watch_born[WATCH_SLOTS];
 /* One bit per slot, set while the slot holds a block (memhooks.h): a free tests
  * its slot's bit in this 2 KiB map, which stays in the first-level cache, and
  * reads the 128 KiB address table only when the bit is set.  A bit changes only
@@ -231,7 +234,7 @@ static inline EARLY int counting(void)
 
 /* The callbacks run inside malloc and free, which must leave errno as libc does
  * (free keeps it; a failed realloc leaves ENOMEM): save it around them. */
-static COLD void tell(uintptr_t token, int evicted, int64_t weight)
+static COLD void tell(uintptr_t token, int evicted, int64_t weight, uint64_t born)
 {
     if (token == 0) {
         return;
@@ -241,7 +244,7 @@ static COLD void tell(uintptr_t token, int evicted, int64_t weight)
     if (freed != NULL) {
         int saved = errno;
         T.busy++;
-        freed(token, evicted, weight);
+        freed(token, evicted, weight, born);
         T.busy--;
         errno = saved;
     }
@@ -325,7 +328,7 @@ static long choose_slot(size_t bucket, uintptr_t address, int64_t weight, int ev
  * the lighter of the two goes, choose_slot); without it, a full bucket leaves
  * the new watch out (told "evicted" at once), so that following an object that
  * is not a sample (code_life's code objects) never costs a sample its fate. */
-static COLD void watch(void *address, uintptr_t token, int64_t weight, int evict)
+static COLD void watch(void *address, uintptr_t token, int64_t weight, int evict, uint64_t born)
 {
     uintptr_t evicted = token; /* not watched after all */
     int64_t evicted_weight = weight;
@@ -342,12 +345,13 @@ static COLD void watch(void *address, uintptr_t token, int64_t weight, int evict
         evicted_weight = atomic_load_explicit(&watch_weight[slot], memory_order_relaxed);
         atomic_store_explicit(&watch_token[slot], token, memory_order_relaxed);
         atomic_store_explicit(&watch_weight[slot], weight, memory_order_relaxed);
+        atomic_store_explicit(&watch_born[slot], born, memory_order_relaxed);
         occupy(slot);
         span_watched((uintptr_t)address, 1);
         atomic_store_explicit(&watch_address[slot], (uintptr_t)address, memory_order_release);
         span_watched(held, 0);
     }
-    tell(evicted, 1, evicted_weight);
+    tell(evicted, 1, evicted_weight, 0);
     atomic_fetch_sub(&calls_out, 1);
 }
 
@@ -369,9 +373,9 @@ static inline long find_slot(uintptr_t address)
     return -1;
 }
 
-/* Stops watching address; its token (0 if it was not watched) and weight, not
- * told yet. */
-static inline uintptr_t unwatch_quietly(void *address, int64_t *weight)
+/* Stops watching address; its token (0 if it was not watched), weight and
+ * birth (watch_born), not told yet. */
+static inline uintptr_t unwatch_quietly(void *address, int64_t *weight, uint64_t *born)
 {
     long found = find_slot((uintptr_t)address);
     uintptr_t expected = (uintptr_t)address;
@@ -385,6 +389,7 @@ static inline uintptr_t unwatch_quietly(void *address, int64_t *weight)
     }
     uintptr_t token = atomic_load_explicit(&watch_token[slot], memory_order_relaxed);
     *weight = atomic_load_explicit(&watch_weight[slot], memory_order_relaxed);
+    *born = atomic_load_explicit(&watch_born[slot], memory_order_relaxed);
     atomic_store_explicit(&watch_token[slot], 0, memory_order_relaxed);
     vacate(slot);
     atomic_store_explicit(&watch_address[slot], 0, memory_order_release);
@@ -395,13 +400,14 @@ static inline uintptr_t unwatch_quietly(void *address, int64_t *weight)
 static inline void unwatch(void *address)
 {
     int64_t weight = 0;
-    uintptr_t token = unwatch_quietly(address, &weight);
+    uint64_t born = 0;
+    uintptr_t token = unwatch_quietly(address, &weight, &born);
     if (UNLIKELY(token != 0)) {
-        tell(token, 0, weight);
+        tell(token, 0, weight, born);
     }
 }
 
-static COLD void emit(int kind, int64_t bytes, int64_t python_bytes, void *address)
+static COLD void emit(int kind, int64_t bytes, int64_t python_bytes, void *address, uint64_t born)
 {
     atomic_fetch_add(&calls_out, 1);
     memhooks_sample_fn fn = atomic_load(&sample_fn);
@@ -410,7 +416,7 @@ static COLD void emit(int kind, int64_t bytes, int64_t python_bytes, void *addre
         T.busy++;
         uintptr_t token = fn(kind, bytes, python_bytes, address);
         if (token != 0 && address != NULL) {
-            watch(address, token, bytes, 1);
+            watch(address, token, bytes, 1, born);
         }
         T.busy--;
         errno = saved;
@@ -455,7 +461,7 @@ static COLD void allocation_crossed(int64_t w, void *address)
         T.countdown += sample_distance(&T.rng, w);
     }
     if (crossings > 0) {
-        emit(MEMHOOKS_ALLOC, crossings * w, 0, address);
+        emit(MEMHOOKS_ALLOC, crossings * w, 0, address, 0);
     }
 }
 
@@ -472,7 +478,7 @@ static inline void note(int64_t bytes, void *address)
         return;
     }
     if (UNLIKELY(bytes >= w)) {
-        emit(MEMHOOKS_ALLOC, bytes, 0, address); /* always a sample, of its own size */
+        emit(MEMHOOKS_ALLOC, bytes, 0, address, 0); /* always a sample, of its own size */
         return;
     }
     int64_t left = T.countdown - bytes;
@@ -486,7 +492,7 @@ static COLD void copy_sample(void)
 {
     int64_t copied = (int64_t)T.copied;
     T.copied = 0;
-    emit(MEMHOOKS_COPY, copied, 0, NULL);
+    emit(MEMHOOKS_COPY, copied, 0, NULL, 0);
 }
 
 static inline void note_copy(size_t n)
@@ -572,8 +578,9 @@ EXPORT EARLY void *realloc(void *p, size_t size)
      * already have the address) and its owner told only once the block is gone. */
     uintptr_t token = 0;
     int64_t weight = 0;
+    uint64_t born = 0;
     if (p != NULL && atomic_load_explicit(&enabled, memory_order_relaxed)) {
-        token = unwatch_quietly(p, &weight);
+        token = unwatch_quietly(p, &weight, &born);
         if (T.busy == 0 && T.python_depth == 0) {
             note(-(int64_t)real.malloc_usable_size(p), NULL);
         }
@@ -582,14 +589,14 @@ EXPORT EARLY void *realloc(void *p, size_t size)
     if (q == NULL && p != NULL && size != 0) {
         int saved = errno;
         if (token != 0) {
-            watch(p, token, weight, 1); /* failed: the old block is still there, still watched */
+            watch(p, token, weight, 1, born); /* failed: the old block is still there, still watched */
         }
         counted_alloc(p);
         errno = saved;
         return NULL;
     }
     if (token != 0) {
-        tell(token, 0, weight);
+        tell(token, 0, weight, born);
     }
     counted_alloc(q);
     return q;
@@ -814,12 +821,12 @@ EXPORT memhooks_thread *pyrometer_memhooks_thread(void)
     return &T;
 }
 
-EXPORT void pyrometer_memhooks_sample_python(int64_t bytes, void *address)
+EXPORT void pyrometer_memhooks_sample_python(int64_t bytes, void *address, uint64_t born)
 {
     if (!atomic_load_explicit(&enabled, memory_order_relaxed) || T.busy != 0 || bytes <= 0) {
         return;
     }
-    emit(MEMHOOKS_ALLOC, bytes, bytes, address);
+    emit(MEMHOOKS_ALLOC, bytes, bytes, address, born);
 }
 
 EXPORT int pyrometer_memhooks_is_watched(void *address, uintptr_t token)
@@ -838,7 +845,7 @@ EXPORT void pyrometer_memhooks_watch(void *address, uintptr_t token)
 {
     if (address != NULL && token != 0) {
         T.busy++;
-        watch(address, token, 0, 0);
+        watch(address, token, 0, 0, 0);
         T.busy--;
     }
 }

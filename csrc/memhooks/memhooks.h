@@ -53,8 +53,9 @@ typedef struct {
 typedef uintptr_t (*memhooks_sample_fn)(int kind, int64_t bytes, int64_t python_bytes, void *address);
 /* The watched block of a sample was freed (evicted = 0), or is no longer watched
  * because a newer sample took its slot (evicted = 1: its fate is unknown);
- * bytes: the sample's weight. */
-typedef void (*memhooks_freed_fn)(uintptr_t token, int evicted, int64_t bytes);
+ * bytes: the sample's weight; born: what pyrometer_memhooks_sample_python was
+ * given for the block (0 for any other sample), handed back at its free. */
+typedef void (*memhooks_freed_fn)(uintptr_t token, int evicted, int64_t bytes, uint64_t born);
 
 typedef struct {
     int64_t window;      /* mean bytes allocated between samples; the footprint's step */
@@ -117,7 +118,7 @@ void pyrometer_memhooks_unwatch(void *address);
  * bytes is its weight (> 0), address the sampled block (watched if the sample
  * function asks).  Nothing happens while counting is off or suspended on this
  * thread (inside the sample function). */
-void pyrometer_memhooks_sample_python(int64_t bytes, void *address);
+void pyrometer_memhooks_sample_python(int64_t bytes, void *address, uint64_t born);
 /* Changes the token of a watched block from `from` to `to`, atomically with its
  * free: 1 when done, 0 when the block is no longer watched with `from` (freed, or
  * evicted).  For samples whose owner is known only after they were taken. */

@@ -11,6 +11,7 @@ typedef struct leak_site leak_site;
 struct leak_site {
     _Atomic uint64_t watched, freed, evicted;
     _Atomic uint64_t freed_bytes; /* weights of the sampled blocks freed */
+    _Atomic uint64_t churn_bytes; /* of those, the small Python blocks freed at once (memhooks.h) */
     /* Told too, of every free told here (NULL: none): a call stack's site
      * passes its frees on to its line's (mem_profile.c).  Set before any token
      * points here, never changed after. */

@@ -415,6 +415,7 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
     atomic_store(&mark->freed, 0);
     atomic_store(&mark->evicted, 0);
     atomic_store(&mark->freed_bytes, 0);
+    atomic_store(&mark->churn_bytes, 0);
     s->ts = ts;
     s->thread_serial = pyframe_thread_serial(ts);
     s->address = address;
@@ -503,7 +504,7 @@ void mem_profile_poll(void)
 /* The library saw a watched block freed (or gave its slot to a newer one, after
  * which its fate is unknown and its bytes stay live).  Runs on the freeing
  * thread, inside free(): atomics only. */
-static void tell_freed(uintptr_t token, int evicted, int64_t bytes)
+static void tell_freed(uintptr_t token, int evicted, int64_t bytes, int churn)
 {
     for (leak_site *site = (leak_site *)token; site != NULL; site = site->also) {
         if (evicted) {
@@ -512,17 +513,21 @@ static void tell_freed(uintptr_t token, int evicted, int64_t bytes)
         }
         atomic_fetch_add(&site->freed, 1);
         atomic_fetch_add(&site->freed_bytes, (uint64_t)bytes);
+        if (churn) {
+            atomic_fetch_add(&site->churn_bytes, (uint64_t)bytes);
+        }
     }
 }
 
-static void on_freed(uintptr_t token, int evicted, int64_t bytes)
+static void on_freed(uintptr_t token, int evicted, int64_t bytes, uint64_t born)
 {
+    int churn = !evicted && pyalloc_is_churn(born);
     leak_site *site = (leak_site *)token;
     if (!evicted && site >= pending && site < pending + RING_SLOTS) {
         atomic_store_explicit(&pending_freed_ns[site - pending], clock_wall_ns(), memory_order_relaxed);
     }
     if (callback_enter()) {
-        tell_freed(token, evicted, bytes);
+        tell_freed(token, evicted, bytes, churn);
         callback_leave();
     }
 }
@@ -625,26 +630,27 @@ typedef struct {
     uint64_t ns;
     uintptr_t token;
     int64_t bytes;
+    int churn;
 } deferred_free;
 
 static deferred_free deferred[RING_SLOTS];
 static size_t deferred_count;
 
-static void defer_free(uint64_t ns, uintptr_t token, int64_t bytes)
+static void defer_free(uint64_t ns, uintptr_t token, int64_t bytes, int churn)
 {
     size_t i = deferred_count++;
     while (i > 0 && deferred[(i - 1) / 2].ns > ns) {
         deferred[i] = deferred[(i - 1) / 2];
         i = (i - 1) / 2;
     }
-    deferred[i] = (deferred_free){ns, token, bytes};
+    deferred[i] = (deferred_free){ns, token, bytes, churn};
 }
 
 /* Tells the deferred frees made up to `until` (all of them: UINT64_MAX). */
 static void tell_deferred(uint64_t until)
 {
     while (deferred_count > 0 && deferred[0].ns <= until) {
-        tell_freed(deferred[0].token, 0, deferred[0].bytes);
+        tell_freed(deferred[0].token, 0, deferred[0].bytes, deferred[0].churn);
         deferred_free last = deferred[--deferred_count];
         size_t i = 0;
         for (;;) {
@@ -705,10 +711,11 @@ static void drain_queue(void)
             int freed = atomic_load(&mark->freed) != 0;
             int evicted = atomic_load(&mark->evicted) != 0 && !freed;
             uint64_t freed_ns = atomic_load_explicit(&pending_freed_ns[tail % RING_SLOTS], memory_order_relaxed);
+            int churn = atomic_load(&mark->churn_bytes) != 0;
             if (freed && freed_ns != 0 && deferred_count < RING_SLOTS) {
-                defer_free(freed_ns, token, s->bytes);
+                defer_free(freed_ns, token, s->bytes, churn);
             } else if (!final_drain || freed || evicted) {
-                tell_freed(token, evicted, s->bytes);
+                tell_freed(token, evicted, s->bytes, churn);
             }
         }
         if (s->holds_refs) {
@@ -861,10 +868,11 @@ static PyObject *stacks_list(void)
     table_key key;
     mem_stack *ms;
     while (out != NULL && (ms = table_next(&M.stacks, &cursor, &key)) != NULL) {
-        PyObject *item = Py_BuildValue("(KKKKK)", (unsigned long long)key.k1, (unsigned long long)ms->alloc_bytes,
+        PyObject *item = Py_BuildValue("(KKKKKK)", (unsigned long long)key.k1, (unsigned long long)ms->alloc_bytes,
                                        (unsigned long long)ms->python_bytes,
                                        (unsigned long long)atomic_load(&ms->fate->freed_bytes),
-                                       (unsigned long long)ms->copy_bytes);
+                                       (unsigned long long)ms->copy_bytes,
+                                       (unsigned long long)atomic_load(&ms->fate->churn_bytes));
         if (item == NULL || PyList_Append(out, item) != 0) {
             Py_CLEAR(out);
         }
@@ -896,11 +904,12 @@ PyObject *mem_profile_collect(void)
         uint64_t evicted = atomic_load(&m->fate->evicted);
         PyObject *timeline = series_list(m->timeline);
         PyObject *item = timeline == NULL ? NULL : Py_BuildValue(
-            "{s:O,s:i,s:O,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L,s:L,s:K,s:K,s:K,s:N}",
+            "{s:O,s:i,s:O,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L,s:L,s:K,s:K,s:K,s:N}",
             "filename", where->filename, "lineno", (int)(int64_t)key.k2, "function",
             where->qualname, "function_lineno", where->firstlineno, "alloc_bytes",
             (unsigned long long)m->alloc_bytes, "python_bytes", (unsigned long long)m->python_bytes,
-            "free_bytes", (unsigned long long)atomic_load(&m->fate->freed_bytes), "copy_bytes",
+            "free_bytes", (unsigned long long)atomic_load(&m->fate->freed_bytes), "churn_bytes",
+            (unsigned long long)atomic_load(&m->fate->churn_bytes), "copy_bytes",
             (unsigned long long)m->copy_bytes, "alloc_samples", (unsigned long long)m->alloc_samples,
             "free_samples", (unsigned long long)freed, "copy_samples",
             (unsigned long long)m->copy_samples, "net_bytes", (long long)live_bytes(m), "peak_bytes",
@@ -993,7 +1002,7 @@ void mem_profile_release(void)
     M.unattributed_alloc = M.unattributed_python = M.unattributed_copy = 0;
     M.other_alloc = M.other_python = M.other_copy = 0;
     atomic_store(&M.native_thread_alloc, 0);
-    leak_site none = {0, 0, 0, 0, NULL};
+    leak_site none = {0, 0, 0, 0, 0, NULL};
     M.unattributed_site = none; /* not active: no free reaches them now */
     M.native_thread_site = none;
     atomic_store(&M.native_thread_copy, 0);

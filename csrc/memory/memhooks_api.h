@@ -9,7 +9,7 @@ typedef struct {
     int (*start)(const memhooks_config *);
     void (*stop)(void);
     memhooks_thread *(*thread)(void);
-    void (*sample_python)(int64_t, void *);
+    void (*sample_python)(int64_t, void *, uint64_t); /* born: handed back to freed (memhooks.h) */
     void *(*python_arenas)(void);
     int64_t (*footprint)(void);
     void (*footprint_add)(int64_t);

@@ -56,7 +56,7 @@ int memhooks_api_find(memhooks_api *api)
     api->start = (int (*)(const memhooks_config *))dlsym(memhooks_scope, "pyrometer_memhooks_start");
     api->stop = (void (*)(void))dlsym(memhooks_scope, "pyrometer_memhooks_stop");
     api->thread = (memhooks_thread * (*)(void)) dlsym(memhooks_scope, "pyrometer_memhooks_thread");
-    api->sample_python = (void (*)(int64_t, void *))dlsym(memhooks_scope, "pyrometer_memhooks_sample_python");
+    api->sample_python = (void (*)(int64_t, void *, uint64_t))dlsym(memhooks_scope, "pyrometer_memhooks_sample_python");
     api->python_arenas = (void *(*)(void))dlsym(memhooks_scope, "pyrometer_memhooks_python_arenas");
     api->footprint = (int64_t(*)(void))dlsym(memhooks_scope, "pyrometer_memhooks_footprint");
     api->footprint_add = (void (*)(int64_t))dlsym(memhooks_scope, "pyrometer_memhooks_footprint_add");
@@ -113,11 +113,38 @@ static char not_sized_why[160];
 static int64_t python_net;
 static int64_t python_countdown;
 static uint64_t python_rng;
+/* Every distance drawn for python_countdown: python_drawn - python_countdown is
+ * the bytes the Python domains allocated (blocks under a window), a clock kept
+ * at no cost on the fast path (python_clock). */
+static uint64_t python_drawn;
+
+/* The Python allocation clock: bytes allocated so far (GIL held). */
+static inline uint64_t python_clock(void)
+{
+    return python_drawn - (uint64_t)python_countdown;
+}
+
+/* A small object freed before the Python domains allocated this much since its
+ * sample is churn: one pymalloc pool (16 KiB).  A block freed that soon goes
+ * back to the free list its successors are taken from: the temporaries of
+ * arithmetic and calls (freed within a few hundred bytes of allocation) never
+ * move the footprint; 2,000 objects of 300 bytes held in a list and dropped
+ * together (600 KB) do, and all but the last 16 KiB of them are allocations. */
+#define CHURN_BYTES (16 * 1024)
+
+int pyalloc_is_churn(uint64_t born)
+{
+    return born != 0 && python_clock() + 1 - born < CHURN_BYTES;
+}
 
 /* window - 1 and twice that, kept beside the window so that the fast paths'
  * test below is one add and one compare. */
 static int64_t window_less_1;
 static uint64_t window_span;
+
+/* A small object (pymalloc's limit, whichever allocator serves it): one freed
+ * soon after its sample is churn (pyalloc_is_churn). */
+#define SMALL_OBJECT_BYTES 512
 
 /* Whether v is a window or more away from 0, in one comparison. */
 static inline int beyond_window(int64_t v)
@@ -135,16 +162,18 @@ static COLD void settle(int64_t bytes, void *p)
         python_net = 0;
     }
     if (bytes >= window) {
-        hooks.sample_python(bytes, p); /* a block of a window or more: its own sample */
+        hooks.sample_python(bytes, p, 0); /* a block of a window or more: its own sample */
         return;
     }
     int64_t crossings = 0;
     while (python_countdown <= 0) {
         crossings++;
-        python_countdown += sample_distance(&python_rng, window);
+        int64_t distance = sample_distance(&python_rng, window);
+        python_countdown += distance;
+        python_drawn += (uint64_t)distance;
     }
     if (bytes > 0 && crossings > 0) {
-        hooks.sample_python(crossings * window, p);
+        hooks.sample_python(crossings * window, p, bytes <= SMALL_OBJECT_BYTES ? python_clock() + 1 : 0);
     }
 }
 
@@ -570,6 +599,7 @@ pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes)
     python_net = 0;
     python_rng = (0x9E3779B97F4A7C15ULL ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&python_net) | 1;
     python_countdown = sample_distance(&python_rng, window);
+    python_drawn = (uint64_t)python_countdown;
     for (int i = 0; i < 2; i++) {
         PyMem_GetAllocator(domains[i].domain, &domains[i].original);
         PyMemAllocatorEx mine = {&domains[i], wrapped_malloc, wrapped_calloc, wrapped_realloc,
@@ -605,12 +635,14 @@ void pyalloc_save_counts(pyalloc_counts *into)
 {
     into->countdown = python_countdown;
     into->rng = python_rng;
+    into->drawn = python_drawn;
 }
 
 void pyalloc_restore_counts(const pyalloc_counts *from)
 {
     python_countdown = from->countdown;
     python_rng = from->rng;
+    python_drawn = from->drawn;
 }
 
 void pyalloc_own_work_begin(pyalloc_own_work *work)

@@ -30,6 +30,11 @@ const char *pyalloc_allocator_name(void);
  * another tool", "does not tell its block sizes", ... */
 const char *pyalloc_not_sized_why(void);
 void pyalloc_uninstall(void);
+/* Whether a small Python block whose sample was given `born` (the library
+ * hands it back at the free, memhooks.h) and freed now is churn: freed before
+ * the Python domains allocated a pymalloc pool's worth (16 KiB) more.  0 for
+ * born 0 (not a small Python block).  GIL held (the free of a Python block). */
+int pyalloc_is_churn(uint64_t born);
 /* Python's sampling state (GIL held), saved and put back around the profiler's
  * own work (mem_profile_pause), so that nothing it allocates is sampled.  The
  * footprint's count goes on: what the work frees of the program's (its garbage
@@ -37,6 +42,7 @@ void pyalloc_uninstall(void);
 typedef struct {
     int64_t countdown;
     uint64_t rng;
+    uint64_t drawn;
 } pyalloc_counts;
 void pyalloc_save_counts(pyalloc_counts *into);
 void pyalloc_restore_counts(const pyalloc_counts *from);

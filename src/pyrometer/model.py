@@ -117,21 +117,31 @@ LEAK_LIKELIHOOD = 0.95
 LEAK_MIN_SAMPLES = 3
 
 
+def _churn(r: dict[str, Any]) -> int:
+    """A core record's churn: the weights of its sampled small Python blocks
+    freed at once (memhooks.h, MEMHOOKS_CHURN_NS), which allocated, Python and
+    freed all hold and no figure of memory allocated or held counts."""
+    return r.get("churn_bytes", 0)
+
+
 class _Memory:
-    """Memory samples of one line or function, from the C core's records."""
-    __slots__ = ("alloc", "python", "free", "copy", "mallocs", "net", "peak",
+    """Memory samples of one line or function, from the C core's records:
+    allocated, Python's and freed without churn (_churn), which is apart."""
+    __slots__ = ("alloc", "python", "free", "churn", "copy", "mallocs", "net", "peak",
                  "watched", "freed", "evicted", "timeline")
 
     def __init__(self) -> None:
-        self.alloc = self.python = self.free = self.copy = 0
+        self.alloc = self.python = self.free = self.churn = self.copy = 0
         self.mallocs = self.net = self.peak = 0
         self.watched = self.freed = self.evicted = 0
         self.timeline: list = []
 
     def add(self, r: dict[str, Any]) -> None:
-        self.alloc += r["alloc_bytes"]
-        self.python += r["python_bytes"]
-        self.free += r["free_bytes"]
+        churn = _churn(r)
+        self.alloc += r["alloc_bytes"] - churn
+        self.python += r["python_bytes"] - churn
+        self.free += r["free_bytes"] - churn
+        self.churn += churn
         self.copy += r["copy_bytes"]
         self.mallocs += r["alloc_samples"]
         self.net += r["net_bytes"]
@@ -150,18 +160,23 @@ class _Memory:
 
     def fields(self, activity: float, elapsed: float, memory: dict[str, Any] | None = None) -> dict[str, Any]:
         """memory: the run's memory figures, whose peak footprint bounds the
-        line's own peak: samples weigh a window each, so a line of short-lived
-        small objects that had one sample live at a time read 1.0 MB of peak in
-        a test whose footprint never grew (but never below its growth: what is
-        live at the end was live at once)."""
-        peak = max(self.peak, self.net, 0)
-        if memory:
-            peak = min(peak, max(memory["max_footprint_bytes"], self.net, 0))
+        line's own peak and growth, estimates from samples that weigh a window
+        each: a line of short-lived small objects that had one sample live at a
+        time read 1.0 MB of peak in a test whose footprint never grew, and a
+        line that kept 62.5 MiB read a peak of 67-69 MB in a process whose peak
+        was 62.4 MB.  What is live at the end was live at once: the peak is
+        never below the growth."""
+        net = self.net
+        peak = max(self.peak, net, 0)
+        if memory and memory["max_footprint_bytes"] > 0:
+            net = min(net, memory["max_footprint_bytes"])
+            peak = min(peak, memory["max_footprint_bytes"])
         return {
             "n_malloc_mb": self.alloc / MB,
+            "n_churn_mb": self.churn / MB,
             "n_python_fraction": self.python / self.alloc if self.alloc else 0.0,
             "n_peak_mb": peak / MB,
-            "n_growth_mb": self.net / MB,
+            "n_growth_mb": net / MB,
             "n_avg_mb": self.alloc / MB / self.mallocs if self.mallocs else 0.0,
             "n_mallocs": self.mallocs,
             "n_usage_fraction": (self.alloc + self.free) / activity if activity else 0.0,
@@ -320,7 +335,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     for r in (memory or {}).get("lines", []):
         mem_lines[r["filename"]][r["lineno"]].add(r)
         mem_functions[r["filename"]][(r["function"], r["function_lineno"])].add(r)
-        activity += r["alloc_bytes"] + r["free_bytes"]
+        activity += r["alloc_bytes"] + r["free_bytes"] - 2 * _churn(r)
         lines[r["filename"]]  # a file with memory samples only is still reported
 
     gpu_used, gpu_top, gpu_notices = _gpu_run(raw.get("gpu"), options)
@@ -607,6 +622,7 @@ def _run_memory(memory: dict[str, Any], mem_lines: dict, elapsed: float) -> dict
     where = memory["max_footprint_where"]
     allocated = (sum(m.alloc for per in mem_lines.values() for m in per.values())
                  + memory["native_thread_alloc_bytes"] + memory["unattributed_alloc_bytes"])
+    churn = sum(m.churn for per in mem_lines.values() for m in per.values())
     return {
         "max_footprint_mb": max(memory["max_footprint_bytes"], 0) / MB,
         "max_footprint_where": {"filename": where[0], "lineno": where[1]} if where else None,
@@ -616,7 +632,8 @@ def _run_memory(memory: dict[str, Any], mem_lines: dict, elapsed: float) -> dict
         "max_footprint_fname": where[0] if where else None,
         "max_footprint_lineno": where[1] if where and where[1] > 0 else None,
         "growth_rate": 100.0 * memory["footprint_bytes"] / allocated if allocated > 0 else 0.0,
-        "allocated_mb": allocated / MB,  # every byte allocated in the run (sampled), freed or not
+        "allocated_mb": allocated / MB,  # every byte allocated in the run (sampled), freed or not, but churn
+        "churn_mb": churn / MB,  # small Python objects made and freed at once (n_churn_mb of the lines)
         "max_footprint_time_sec": memory["max_footprint_time_sec"],
         "footprint_mb": memory["footprint_bytes"] / MB,
         "growth_rate_mb_s": memory["footprint_bytes"] / MB / elapsed if elapsed > 0 else 0.0,
@@ -910,6 +927,7 @@ _MEMORY_ENTRY = _Object({
     "n_copy_mb_s": (_NONNEG, 0.0),
     "n_malloc_bytes": (_COUNT, _OPTIONAL),
     "n_free_bytes": (_COUNT, _OPTIONAL),
+    "n_churn_mb": (_NONNEG, _OPTIONAL),
     "n_copy_bytes": (_COUNT, _OPTIONAL),
     "memory_samples": (_TIMELINE, []),
 })
@@ -1017,6 +1035,7 @@ _MEMORY_TOP = _Object({
     "footprint_mb": (_ANY_NUMBER, 0.0),
     "growth_rate_mb_s": (_ANY_NUMBER, _REQUIRED),
     "allocated_mb": (_NONNEG, _OPTIONAL),  # older profiles lack it
+    "churn_mb": (_NONNEG, _OPTIONAL),
     # Scalene's names (checked against max_footprint_where by check()); older
     # profiles lack them.
     "growth_rate": (_ANY_NUMBER, _OPTIONAL),

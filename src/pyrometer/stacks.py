@@ -80,9 +80,11 @@ class StackSums:
 
         memory = raw.get("memory")
         if memory and "stacks" in memory:
-            for stack_id, *figures in memory["stacks"]:
+            for stack_id, alloc, python, freed, copy, *churn in memory["stacks"]:
+                # Without churn, as the lines' figures (model._Memory).
+                c = churn[0] if churn else 0
                 sums = by_id(stack_id)
-                for i, v in enumerate(figures):
+                for i, v in enumerate((alloc - c, python - c, freed - c, copy)):
                     sums[_MEMORY + i] += v
             for i, v in enumerate(memory["other_stacks"]):
                 self.other[_MEMORY + i] += v

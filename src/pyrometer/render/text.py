@@ -516,6 +516,14 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         for t in profile["top_allocations"][:5]:
             add(visible(f"  {display_name(t['filename'])}:{t['lineno']}: {t['n_malloc_mb']:.0f} MB "
                         f"({t['n_python_fraction'] * 100:.0f}% Python)"))
+    churning = sorted(((e.get("n_churn_mb", 0.0), name, e["lineno"]) for name, f in profile["files"].items()
+                       for e in f["lines"] if e.get("n_churn_mb", 0.0) >= 1.0), reverse=True)[:3]
+    if memory and churning:
+        out.append("")
+        out.append(paint("Churn of tiny temporaries", BOLD) +
+                   " (small Python objects made and freed at once: allocator traffic, not memory held)")
+        for mb, name, lineno in churning:
+            add(visible(f"  {display_name(name)}:{lineno}: {mb:.0f} MB"))
     if profile.get("process_count", 1) > 1:
         out.extend(_processes(profile, width, paint))
     if shown == 0 and profile["cpu_samples"] > 0:

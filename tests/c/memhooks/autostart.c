@@ -38,10 +38,11 @@ static uintptr_t count_sample(int kind, int64_t bytes, int64_t python_bytes, voi
     return kind == MEMHOOKS_ALLOC && address != NULL ? atomic_fetch_add(&next_token, 1) + 1 : 0;
 }
 
-static void count_freed(uintptr_t token, int evicted, int64_t bytes)
+static void count_freed(uintptr_t token, int evicted, int64_t bytes, uint64_t born)
 {
     (void)token;
     (void)bytes;
+    (void)born;
     atomic_fetch_add_explicit(evicted ? &evicted_calls : &freed_calls, 1, memory_order_relaxed);
 }
 

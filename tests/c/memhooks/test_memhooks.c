@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KiB ((int64_t)1 << 10)
@@ -49,7 +50,7 @@ static struct {
     int (*start)(const memhooks_config *);
     void (*stop)(void);
     memhooks_thread *(*thread)(void);
-    void (*sample_python)(int64_t, void *);
+    void (*sample_python)(int64_t, void *, uint64_t);
     void (*unwatch)(void *);
     size_t (*usable_size)(void *);
     int64_t (*footprint)(void);
@@ -145,6 +146,8 @@ static struct {
     atomic_int token_evicted[MAX_TOKENS];
     atomic_long freed_calls, evicted_calls, misattributed, unknown_tokens;
     _Atomic int64_t freed_bytes, evicted_bytes; /* the weights told with them */
+    _Atomic int64_t born_bytes; /* of freed_bytes, those told with a birth */
+    _Atomic uint64_t last_born;
 } rec;
 
 /* Variables that a test writes before a malloc or free and the callbacks read
@@ -246,13 +249,17 @@ static void pause_in_callback(void)
     }
 }
 
-static void record_freed(uintptr_t token, int evicted, int64_t bytes)
+static void record_freed(uintptr_t token, int evicted, int64_t bytes, uint64_t born)
 {
     if (token == 0 || token >= MAX_TOKENS) {
         atomic_fetch_add(&rec.unknown_tokens, 1);
         return;
     }
     atomic_fetch_add(evicted ? &rec.evicted_bytes : &rec.freed_bytes, bytes);
+    if (born != 0) {
+        atomic_fetch_add(&rec.born_bytes, bytes);
+        atomic_store(&rec.last_born, born);
+    }
     if (evicted) {
         atomic_fetch_add(&rec.evicted_calls, 1);
         atomic_fetch_add(&rec.token_evicted[token], 1);
@@ -796,8 +803,8 @@ static void memhooks_nothing_counted_while_stopped(void)
     for (int i = 0; i < 16; i++) {
         free(blocks[i]);
     }
-    api.sample_python(8 * MiB, blocks[0]);
-    api.sample_python(-8 * MiB, blocks[0]);
+    api.sample_python(8 * MiB, blocks[0], 0);
+    api.sample_python(-8 * MiB, blocks[0], 0);
     free_watched(watched); /* stop forgot every watch: no callback */
     CHECK_EQ(t->net, before.net);
     CHECK_EQ(t->copied, before.copied);
@@ -857,6 +864,28 @@ static void memhooks_python_depth_suppresses_counting(void)
     api.stop();
 }
 
+/* What a Python sample was given (its birth on the owner's clock) comes back
+ * with its block's free, through a failed realloc's re-watch too; other
+ * samples' frees come back with 0. */
+static void memhooks_python_sample_birth_comes_back_at_its_free(void)
+{
+    REQUIRE(session_start(MiB, MiB) == 0);
+    atomic_store(&watch_all, 1);
+    void *small = malloc(32), *other = malloc(32);
+    REQUIRE(small != NULL && other != NULL);
+    api.sample_python(MiB, small, 12345);
+    api.sample_python(MiB, other, 0);
+    free(other);
+    CHECK_EQ(atomic_load(&rec.freed_bytes), MiB);
+    CHECK_EQ(atomic_load(&rec.born_bytes), 0);
+    free(small);
+    CHECK_EQ(atomic_load(&rec.freed_bytes), 2 * MiB);
+    CHECK_EQ(atomic_load(&rec.born_bytes), MiB);
+    CHECK_EQ(atomic_load(&rec.last_born), 12345);
+    atomic_store(&watch_all, 0);
+    api.stop();
+}
+
 static void memhooks_sample_python_is_python_and_leaves_native_counts(void)
 {
     REQUIRE(session_start(MiB, MiB) == 0);
@@ -864,7 +893,7 @@ static void memhooks_sample_python_is_python_and_leaves_native_counts(void)
     static char object_a, object_b;
 
     /* A Python sample: all of it Python's, with its address. */
-    api.sample_python(3 * MiB / 2, &object_a);
+    api.sample_python(3 * MiB / 2, &object_a, 0);
     CHECK_EQ(samples(MEMHOOKS_ALLOC), 1);
     CHECK_EQ(atomic_load(&rec.last_bytes), 3 * MiB / 2);
     CHECK_EQ(atomic_load(&rec.last_python), 3 * MiB / 2);
@@ -877,7 +906,7 @@ static void memhooks_sample_python_is_python_and_leaves_native_counts(void)
     t->python_depth--;
     REQUIRE(p != NULL);
     CHECK_EQ(samples(MEMHOOKS_ALLOC), 1);
-    api.sample_python(2 * MiB, p);
+    api.sample_python(2 * MiB, p, 0);
     CHECK_EQ(samples(MEMHOOKS_ALLOC), 2);
     CHECK_EQ(atomic_load(&rec.last_bytes), 2 * MiB);
     CHECK_EQ(atomic_load(&rec.last_python), 2 * MiB);
@@ -891,7 +920,7 @@ static void memhooks_sample_python_is_python_and_leaves_native_counts(void)
     int64_t native_usable = (int64_t)malloc_usable_size(native);
     CHECK_EQ(t->net, native_usable);
     CHECK_EQ(samples(MEMHOOKS_ALLOC), 2);
-    api.sample_python(768 * KiB, &object_b);
+    api.sample_python(768 * KiB, &object_b, 0);
     CHECK_EQ(samples(MEMHOOKS_ALLOC), 3);
     CHECK_EQ(atomic_load(&rec.last_bytes), 768 * KiB);
     CHECK_EQ(atomic_load(&rec.last_python), 768 * KiB);
@@ -901,7 +930,7 @@ static void memhooks_sample_python_is_python_and_leaves_native_counts(void)
 
     /* Python frees are no samples (the wrapper follows sampled blocks through
      * their watch): a negative volume is ignored. */
-    api.sample_python(-2 * MiB, p);
+    api.sample_python(-2 * MiB, p, 0);
     CHECK_EQ(samples(MEMHOOKS_FREE), 0);
     CHECK_EQ(samples(MEMHOOKS_ALLOC), 3);
     t->python_depth++;
@@ -912,7 +941,7 @@ static void memhooks_sample_python_is_python_and_leaves_native_counts(void)
 
     /* A watched Python block: the caller unwatches it when it frees it. */
     watch_mine = 1;
-    api.sample_python(2 * MiB, &object_b);
+    api.sample_python(2 * MiB, &object_b, 0);
     watch_mine = 0;
     CHECK_EQ(atomic_load(&rec.next_token), 1);
     CHECK(atomic_load(&rec.token_address[1]) == (uintptr_t)&object_b);
@@ -920,7 +949,7 @@ static void memhooks_sample_python_is_python_and_leaves_native_counts(void)
     /* Inside the profiler's own code (busy), nothing is sampled. */
     long before = samples(MEMHOOKS_ALLOC);
     t->busy++;
-    api.sample_python(4 * MiB, &object_a);
+    api.sample_python(4 * MiB, &object_a, 0);
     t->busy--;
     CHECK_EQ(samples(MEMHOOKS_ALLOC), before);
     api.stop();
@@ -1425,7 +1454,7 @@ static void *watch_when_paused(void *arg)
         sched_yield();
     }
     watch_mine = 1;
-    api.sample_python(16, racing_address);
+    api.sample_python(16, racing_address, 0);
     watch_mine = 0;
     atomic_store(&resumed, 1);
     return NULL;
@@ -1443,13 +1472,13 @@ static void memhooks_watch_bucket_keeps_the_heavier_blocks(void)
     REQUIRE(find_bucket_mates(&filler, &y, &z));
     REQUIRE(session_start(1, MiB) == 0);
     watch_mine = 1;
-    api.sample_python(6 * MiB, field); /* token 1: heavy */
-    api.sample_python(16, filler);     /* token 2: both fit */
+    api.sample_python(6 * MiB, field, 0); /* token 1: heavy */
+    api.sample_python(16, filler, 0);     /* token 2: both fit */
     CHECK_EQ(atomic_load(&rec.evicted_calls), 0);
-    api.sample_python(32, y);          /* token 3: evicts token 2, the lighter */
+    api.sample_python(32, y, 0);          /* token 3: evicts token 2, the lighter */
     CHECK_EQ(atomic_load(&rec.token_evicted[2]), 1);
     CHECK_EQ(atomic_load(&rec.token_evicted[1]), 0);
-    api.sample_python(16, z);          /* token 4: lighter than both, not watched */
+    api.sample_python(16, z, 0);          /* token 4: lighter than both, not watched */
     CHECK_EQ(atomic_load(&rec.token_evicted[4]), 1);
     CHECK_EQ(atomic_load(&rec.token_evicted[1]) + atomic_load(&rec.token_evicted[3]), 0);
     watch_mine = 0;
@@ -1481,10 +1510,10 @@ static void memhooks_watch_slot_changes_are_atomic(void)
     pthread_t other; /* started first: what pthread_create allocates gets no token */
     REQUIRE(pthread_create(&other, NULL, watch_when_paused, NULL) == 0);
     watch_mine = 1;
-    api.sample_python(16, field); /* token 1, the bucket's first slot */
-    api.sample_python(16, filler); /* token 2: the bucket is full */
+    api.sample_python(16, field, 0); /* token 1, the bucket's first slot */
+    api.sample_python(16, filler, 0); /* token 2: the bucket is full */
     atomic_store(&pause_on_evicting, 1);
-    api.sample_python(16, y); /* token 3 evicts token 1; the callback waits for z's watch */
+    api.sample_python(16, y, 0); /* token 3 evicts token 1; the callback waits for z's watch */
     watch_mine = 0;
     pthread_join(other, NULL);
     CHECK(atomic_load(&paused) && atomic_load(&resumed));
@@ -1564,6 +1593,7 @@ static const unit_test memhooks_tests[] = {
     UNIT_TEST(memhooks_sample_function_is_not_counted_or_reentered),
     UNIT_TEST(memhooks_python_depth_suppresses_counting),
     UNIT_TEST(memhooks_sample_python_is_python_and_leaves_native_counts),
+    UNIT_TEST(memhooks_python_sample_birth_comes_back_at_its_free),
     UNIT_TEST(memhooks_freed_callback_for_watched_address),
     UNIT_TEST(memhooks_watch_slots_evict_and_free_each_token_once),
     UNIT_TEST(memhooks_threads_give_consistent_totals),
