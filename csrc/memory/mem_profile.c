@@ -32,6 +32,13 @@ typedef struct {
 
 typedef struct {
     uint64_t alloc_bytes, python_bytes, copy_bytes;
+    /* Of alloc_bytes, the samples that stand for a whole number of windows
+     * (the countdown's crossings inside a smaller block), whose count is
+     * Poisson: the part of the estimate that has a sampling error.  The others
+     * are blocks of a window or more, each its own exact sample (a block whose
+     * size is itself a whole number of windows is taken for the first kind:
+     * its error is overstated, never understated). */
+    uint64_t window_bytes;
     uint64_t alloc_samples, copy_samples;
     int64_t peak;     /* the largest live (allocated - freed) seen at an allocation */
     leak_site *fate;  /* its sampled blocks followed to their frees; arena memory, stable while the table grows */
@@ -295,6 +302,9 @@ static uintptr_t charge_line(PyCodeObject *code, int lasti, uint32_t stack, int 
     }
     m->alloc_bytes += b;
     m->python_bytes += (uint64_t)python_bytes;
+    if (M.window > 0 && b % (uint64_t)M.window == 0) {
+        m->window_bytes += b;
+    }
     m->alloc_samples++;
     int64_t live = live_bytes(m);
     if (live > m->peak) {
@@ -904,13 +914,14 @@ PyObject *mem_profile_collect(void)
         uint64_t evicted = atomic_load(&m->fate->evicted);
         PyObject *timeline = series_list(m->timeline);
         PyObject *item = timeline == NULL ? NULL : Py_BuildValue(
-            "{s:O,s:i,s:O,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L,s:L,s:K,s:K,s:K,s:N}",
+            "{s:O,s:i,s:O,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L,s:L,s:K,s:K,s:K,s:N}",
             "filename", where->filename, "lineno", (int)(int64_t)key.k2, "function",
             where->qualname, "function_lineno", where->firstlineno, "alloc_bytes",
             (unsigned long long)m->alloc_bytes, "python_bytes", (unsigned long long)m->python_bytes,
             "free_bytes", (unsigned long long)atomic_load(&m->fate->freed_bytes), "churn_bytes",
             (unsigned long long)atomic_load(&m->fate->churn_bytes), "copy_bytes",
-            (unsigned long long)m->copy_bytes, "alloc_samples", (unsigned long long)m->alloc_samples,
+            (unsigned long long)m->copy_bytes, "window_sampled_bytes", (unsigned long long)m->window_bytes,
+            "alloc_samples", (unsigned long long)m->alloc_samples,
             "free_samples", (unsigned long long)freed, "copy_samples",
             (unsigned long long)m->copy_samples, "net_bytes", (long long)live_bytes(m), "peak_bytes",
             /* An estimate from samples: never above the process's measured peak. */

@@ -5,6 +5,7 @@ lists every field with its unit.  Renderers never recompute these numbers."""
 
 from __future__ import annotations
 
+import math
 import operator
 import os
 import re
@@ -114,6 +115,9 @@ MB = 1048576.0
 # is never freed (Laplace's rule of succession over its watched samples) is at
 # least this, while the run's footprint grew.
 LEAK_LIKELIHOOD = 0.95
+# A memory figure's stated error: the half-width of a 95% interval (1.96
+# standard deviations of its sampling).
+ERROR_SIGMAS = 1.96
 LEAK_MIN_SAMPLES = 3
 
 
@@ -127,11 +131,11 @@ def _churn(r: dict[str, Any]) -> int:
 class _Memory:
     """Memory samples of one line or function, from the C core's records:
     allocated, Python's and freed without churn (_churn), which is apart."""
-    __slots__ = ("alloc", "python", "free", "churn", "copy", "mallocs", "net", "peak",
+    __slots__ = ("alloc", "python", "free", "churn", "windowed", "copy", "mallocs", "net", "peak",
                  "watched", "freed", "evicted", "timeline")
 
     def __init__(self) -> None:
-        self.alloc = self.python = self.free = self.churn = self.copy = 0
+        self.alloc = self.python = self.free = self.churn = self.windowed = self.copy = 0
         self.mallocs = self.net = self.peak = 0
         self.watched = self.freed = self.evicted = 0
         self.timeline: list = []
@@ -142,6 +146,8 @@ class _Memory:
         self.python += r["python_bytes"] - churn
         self.free += r["free_bytes"] - churn
         self.churn += churn
+        # Churn's samples are all of the window kind (small blocks).
+        self.windowed += max(r.get("window_sampled_bytes", r["alloc_bytes"]) - churn, 0)
         self.copy += r["copy_bytes"]
         self.mallocs += r["alloc_samples"]
         self.net += r["net_bytes"]
@@ -153,6 +159,21 @@ class _Memory:
         self.evicted += r["watched_evicted"]
         if len(r["timeline"]) > len(self.timeline):
             self.timeline = r["timeline"]
+
+    def errors(self, net: float, window: int) -> tuple[float, float]:
+        """The half-widths of 95% intervals of the allocated bytes and of the
+        growth (ERROR_SIGMAS standard deviations).  The samples of a window
+        each are a Poisson count (exponential distances between them): for an
+        estimate of B bytes from them, sqrt(B * window) bytes of deviation;
+        blocks of a window or more are their own exact samples.  The growth's
+        samples are those not freed: taken to be of the window kind in the
+        allocated bytes' proportion."""
+        if window <= 0 or self.alloc <= 0:
+            return 0.0, 0.0
+        windowed = min(self.windowed, self.alloc)
+        share = windowed / self.alloc
+        return (ERROR_SIGMAS * math.sqrt(windowed * window),
+                ERROR_SIGMAS * math.sqrt(max(net, 0) * share * window))
 
     def leak_likelihood(self) -> float:
         watched = self.watched - self.evicted
@@ -171,12 +192,15 @@ class _Memory:
         if memory and memory["max_footprint_bytes"] > 0:
             net = min(net, memory["max_footprint_bytes"])
             peak = min(peak, memory["max_footprint_bytes"])
+        malloc_error, growth_error = self.errors(net, memory["window_bytes"] if memory else 0)
         return {
             "n_malloc_mb": self.alloc / MB,
+            "n_malloc_mb_error": malloc_error / MB,
             "n_churn_mb": self.churn / MB,
             "n_python_fraction": self.python / self.alloc if self.alloc else 0.0,
             "n_peak_mb": peak / MB,
             "n_growth_mb": net / MB,
+            "n_growth_mb_error": growth_error / MB,
             "n_avg_mb": self.alloc / MB / self.mallocs if self.mallocs else 0.0,
             "n_mallocs": self.mallocs,
             "n_usage_fraction": (self.alloc + self.free) / activity if activity else 0.0,
@@ -639,6 +663,7 @@ def _run_memory(memory: dict[str, Any], mem_lines: dict, elapsed: float) -> dict
         "growth_rate_mb_s": memory["footprint_bytes"] / MB / elapsed if elapsed > 0 else 0.0,
         "samples": [[round(t, 6), round(mb, 3)] for t, mb in memory["footprint"]],
         "top_allocations": [{"filename": f, "lineno": n, "n_malloc_mb": a / MB,
+                             "n_malloc_mb_error": m.errors(m.net, memory["window_bytes"])[0] / MB,
                              "n_python_fraction": m.python / a if a else 0.0}
                             for a, f, n, m in top if a > 0],
         "native_threads": {"malloc_mb": memory["native_thread_alloc_bytes"] / MB,
@@ -928,6 +953,8 @@ _MEMORY_ENTRY = _Object({
     "n_malloc_bytes": (_COUNT, _OPTIONAL),
     "n_free_bytes": (_COUNT, _OPTIONAL),
     "n_churn_mb": (_NONNEG, _OPTIONAL),
+    "n_malloc_mb_error": (_NONNEG, _OPTIONAL),
+    "n_growth_mb_error": (_NONNEG, _OPTIONAL),
     "n_copy_bytes": (_COUNT, _OPTIONAL),
     "memory_samples": (_TIMELINE, []),
 })
@@ -1044,6 +1071,7 @@ _MEMORY_TOP = _Object({
     "samples": (_TIMELINE, _REQUIRED),
     "top_allocations": (_List(_Object({"filename": (_STR, _REQUIRED), "lineno": (_LINENO, _REQUIRED),
                                        "n_malloc_mb": (_NONNEG, _REQUIRED),
+                                       "n_malloc_mb_error": (_NONNEG, _OPTIONAL),
                                        "n_python_fraction": (_FRACTION, _REQUIRED)})), _REQUIRED),
     "native_threads": (_MB_BY_KIND, {"malloc_mb": 0.0, "free_mb": 0.0, "copy_mb": 0.0}),
     "unattributed_memory": (_MB_BY_KIND, _OPTIONAL),

@@ -514,7 +514,10 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         out.append("")
         out.append(paint("Top allocating lines", BOLD))
         for t in profile["top_allocations"][:5]:
-            add(visible(f"  {display_name(t['filename'])}:{t['lineno']}: {t['n_malloc_mb']:.0f} MB "
+            error = t.get("n_malloc_mb_error", 0.0)
+            # The sampling error where it is large (a 95% interval: docs/how-it-works.md).
+            within = f" ± {error:.0f}" if error >= max(0.1 * t["n_malloc_mb"], 1.0) else ""
+            add(visible(f"  {display_name(t['filename'])}:{t['lineno']}: {t['n_malloc_mb']:.0f}{within} MB "
                         f"({t['n_python_fraction'] * 100:.0f}% Python)"))
     churning = sorted(((e.get("n_churn_mb", 0.0), name, e["lineno"]) for name, f in profile["files"].items()
                        for e in f["lines"] if e.get("n_churn_mb", 0.0) >= 1.0), reverse=True)[:3]
