@@ -477,7 +477,7 @@ for _ in range(int(sys.argv[1])):
 
 
 @pytest.mark.parametrize("window, rounds, tolerance", [
-    (None, 1200, 0.3), ("131072", 400, 0.02),
+    (None, 1200, 0.15), ("131072", 400, 0.02),
 ], ids=["window-default", "window-128KiB"])
 def test_kept_buffer_beside_freed_temporary(profile_program, window, rounds, tolerance):
     """Each round keeps a 200 KB bytearray (KEEP, never freed) and makes and drops
@@ -487,7 +487,8 @@ def test_kept_buffer_beside_freed_temporary(profile_program, window, rounds, tol
     and Scalene's) charged all the growth to TEMP and none to KEEP.
     Tolerances: at the default 1 MiB window KEEP gets about 229 samples, a
     Poisson count (exponential distances): 6.6% standard deviation, measured
-    197 to 252 MB over 13 runs (truth 229): 30%, over four deviations.  At 128 KiB
+    197 to 252 MB over 13 runs (truth 229): 15%, 2.3 deviations (TEMP's 572
+    samples: 3.6), so about 1 run in 40 fails and runs again.  At 128 KiB
     every block is a sample of its own: within 2%.  The temporary's growth is
     under 5% of its volume."""
     options = ["--allocation-sampling-window", window] if window else []
