@@ -33,7 +33,7 @@ TIME_FIELDS = ["n_cpu_percent_python", "n_cpu_percent_c", "n_sys_percent", "n_cp
                "n_cpu_native_sec", "n_sys_sec", "n_core_utilization", "n_samples",
                "n_gil_wait_percent", "n_cpu_wait_percent"]
 MEMORY_FIELDS = ["n_malloc_mb", "n_python_fraction", "n_peak_mb", "n_growth_mb", "n_mallocs",
-                 "n_usage_fraction", "n_copy_mb_s"]
+                 "n_usage_fraction", "n_copy_mb_s", "n_malloc_mb_error", "n_growth_mb_error", "n_churn_mb"]
 # Coroutines' await time; shipped only when the program had any.
 AWAIT_FIELDS = ["n_await_percent", "n_await_sec"]
 # Scalene's names for the GPU columns; shipped only when a GPU was profiled.

@@ -128,6 +128,11 @@
              cell: function (E, k) { return format(E.get(k, name)); } };
   }
   function allocated(E, k) { return E.get(k, "n_malloc_mb") >= 0.5; }
+  // " ± e" after a memory figure whose sampling error (a 95% interval) is a
+  // tenth of it or more; nothing otherwise (model._Memory.errors).
+  function within(value, error) {
+    return error && error >= Math.max(0.1 * value, 1) ? " ± " + fix(error, 0) : "";
+  }
 
   var TIME_COLS = [
     field("n_cpu_percent_python", "Time Python", pct, "100px", "50px", "Py"),
@@ -462,9 +467,14 @@
       var top = S.top_allocations || [];
       h += '<div class="card" id="card-top"><h3>Top allocating lines</h3><ul class="plain">' +
         (top.length ? top.map(function (t) {
-          return "<li>" + whereName(t.filename, t.lineno) + ": " + fix(t.n_malloc_mb, 1) + " MB (" +
-            fix(t.n_python_fraction * 100, 0) + "% Python)</li>";
+          return "<li>" + whereName(t.filename, t.lineno) + ": " + fix(t.n_malloc_mb, 1) +
+            within(t.n_malloc_mb, t.n_malloc_mb_error) + " MB (" + fix(t.n_python_fraction * 100, 0) + "% Python)</li>";
         }).join("") : '<li class="muted">no allocation was sampled</li>') + "</ul></div>";
+      if ((S.churn_mb || 0) >= 1) {
+        h += '<div class="card" id="card-churn"><h3>Churn of tiny temporaries</h3><div class="muted">' +
+          fix(S.churn_mb, 0) + " MB of small Python objects made and freed at once: allocator traffic, " +
+          "not memory held (each line's in its memory tooltip)</div></div>";
+      }
     } else {
       h += '<div class="card" id="card-memory"><h3>Memory</h3><div class="muted">not profiled ' +
         "(--cpu-only or --no-memory)</div></div>";
@@ -644,9 +654,12 @@
       var s = E.sparks[k] || [], t = "";
       if (s.length) t = "\ntimeline " + fix(s[0], 2) + " s to " + fix(s[s.length - 2], 2) + " s, net " +
         fix(s[1], 1) + " MB to " + fix(s[s.length - 1], 1) + " MB";
-      return name + "\nallocated " + fix(g("n_malloc_mb"), 1) + " MB in " + plural(g("n_mallocs"), "sample") +
+      return name + "\nallocated " + fix(g("n_malloc_mb"), 1) + within(g("n_malloc_mb"), g("n_malloc_mb_error")) +
+        " MB in " + plural(g("n_mallocs"), "sample") +
         " (" + fix(g("n_python_fraction") * 100, 0) + "% Python)" +
-        "\npeak " + fix(g("n_peak_mb"), 1) + " MB · net growth " + fix(g("n_growth_mb"), 1) + " MB" +
+        (g("n_churn_mb") >= 0.5 ? "\nchurn " + fix(g("n_churn_mb"), 1) + " MB (tiny temporaries, not held)" : "") +
+        "\npeak " + fix(g("n_peak_mb"), 1) + " MB · net growth " + fix(g("n_growth_mb"), 1) +
+        within(g("n_growth_mb"), g("n_growth_mb_error")) + " MB" +
         "\n" + fix(g("n_usage_fraction") * 100, 1) + "% of all allocation activity · copy " +
         fix(g("n_copy_mb_s"), 1) + " MB/s" + t;
     }
