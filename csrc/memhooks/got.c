@@ -487,6 +487,9 @@ static void *open_as(const void *caller, const char *file, int mode)
             int n = snprintf(path, sizeof path, "%s/%s", theirs->dls_serpath[i].dls_name, file);
             if (n > 0 && (size_t)n < sizeof path && access(path, F_OK) == 0) {
                 handle = loader_dlopen(path, mode); /* one that does not load: the search goes on */
+                if (handle == NULL) {
+                    dlerror(); /* its error is not the caller's: the loader's own search says */
+                }
             }
         }
     }
