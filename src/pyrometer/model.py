@@ -189,9 +189,16 @@ class _Memory:
         never below the growth."""
         net = self.net
         peak = max(self.peak, net, 0)
-        if memory and memory["max_footprint_bytes"] > 0:
-            net = min(net, memory["max_footprint_bytes"])
-            peak = min(peak, memory["max_footprint_bytes"])
+        if memory:
+            top = max(memory["max_footprint_bytes"], 0)
+            if memory.get("footprint_bytes", 0) >= 0:
+                net = min(net, top)
+                peak = min(peak, top)
+            else:
+                # The run freed more than it allocated (blocks made before the
+                # profile, freed in it): a line may keep more than the
+                # footprint ever rose, and its growth stands.
+                peak = min(peak, max(top, net))
         malloc_error, growth_error = self.errors(net, memory["window_bytes"] if memory else 0)
         return {
             "n_malloc_mb": self.alloc / MB,
