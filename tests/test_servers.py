@@ -28,8 +28,9 @@ import pytest
 from conftest import program_env
 
 REQUESTS = 30
-# The work of one request: a loop the samples find, and 400 KB kept per
-# request (12 MB over the run) on the line marked @keep.
+# The work of one request: a loop the samples find, and 2,000,000 bytes kept
+# per request (57.2 MiB over the run: blocks over the 1 MiB window, each its
+# own exact sample) on the line marked @keep.
 WORK = """
 KEPT = []
 
@@ -37,7 +38,7 @@ def work(n):
     total = 0
     for i in range(n):                           # @loop
         total += i * i % 7
-    KEPT.append(bytearray(400_000))              # @keep
+    KEPT.append(bytearray(2_000_000))            # @keep
     return total
 """
 
@@ -157,8 +158,8 @@ def _check(profile: dict, app: Path, processes: int) -> str:
     # loop's lines hold most of the CPU the report shows.
     assert cpu.get(loop, 0) + cpu.get(loop + 1, 0) >= 0.5, why
     assert cpu.get(loop, 0) + cpu.get(loop + 1, 0) >= 0.5 * total, why
-    # 12 MB kept over the run (30 x 400 KB), sampled every MB: within a third.
-    assert lines.get(keep, {}).get("n_malloc_mb", 0) == pytest.approx(REQUESTS * 400_000 / 2**20, rel=0.35), why
+    # 30 x 2,000,000 bytes kept: each block its own sample, exact.
+    assert lines.get(keep, {}).get("n_malloc_mb", 0) == pytest.approx(REQUESTS * 2_000_000 / 2**20, rel=0.02), why
     return why
 
 

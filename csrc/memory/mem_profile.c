@@ -944,20 +944,21 @@ PyObject *mem_profile_collect(void)
         Py_DECREF(lines);
         return NULL;
     }
-    uint64_t other_freed = 0;
+    uint64_t other_freed = 0, other_churn = 0;
     cursor = 0;
     while ((m = table_next(&M.lines, &cursor, &key)) != NULL) {
         if (m->other_fate != NULL) {
             other_freed += atomic_load(&m->other_fate->freed_bytes);
+            other_churn += atomic_load(&m->other_fate->churn_bytes);
         }
     }
     const site *peak_site = sites_get(M.max_site);
     PyObject *peak_where = peak_site != NULL ? Py_BuildValue("(Oi)", peak_site->filename, M.max_lineno)
                                              : (Py_INCREF(Py_None), Py_None);
     return Py_BuildValue(
-        "{s:N,s:N,s:(KKKK),s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:s,s:s,s:O}", "lines", lines,
+        "{s:N,s:N,s:(KKKKK),s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:s,s:s,s:O}", "lines", lines,
         "stacks", stacks, "other_stacks", (unsigned long long)M.other_alloc, (unsigned long long)M.other_python,
-        (unsigned long long)other_freed, (unsigned long long)M.other_copy,
+        (unsigned long long)other_freed, (unsigned long long)M.other_copy, (unsigned long long)other_churn,
         "footprint", series_list(M.footprint), "max_footprint_bytes", (long long)M.max_footprint,
         "max_footprint_where", peak_where, "max_footprint_time_sec", (double)M.max_t_ns * 1e-9,
         "footprint_bytes", (long long)(M.api.footprint ? M.api.footprint() - M.footprint_base : 0), "window_bytes",

@@ -25,6 +25,14 @@ _SAMPLES, _MEMORY, _GPU = 5, 6, 10
 _WIDTH = 11
 
 
+def _without_churn(figures) -> tuple:
+    """A stack's (allocated, Python, freed, copied[, churn]) bytes from the core
+    as the memory part of a sums vector: churn out of the first three."""
+    alloc, python, freed, copy, *churn = figures
+    c = churn[0] if churn else 0
+    return alloc - c, python - c, freed - c, copy
+
+
 def _cpu_vector(cpu) -> list[float]:
     """sums_tuple's (python, native, system, busy, samples, gil_wait, cpu_wait,
     loop idle, await), in ns, as a sums vector."""
@@ -80,13 +88,13 @@ class StackSums:
 
         memory = raw.get("memory")
         if memory and "stacks" in memory:
-            for stack_id, alloc, python, freed, copy, *churn in memory["stacks"]:
-                # Without churn, as the lines' figures (model._Memory).
-                c = churn[0] if churn else 0
+            # Without churn, as the lines' figures (model._Memory); a child's
+            # record written back by to_raw has none left.
+            for stack_id, *figures in memory["stacks"]:
                 sums = by_id(stack_id)
-                for i, v in enumerate((alloc - c, python - c, freed - c, copy)):
+                for i, v in enumerate(_without_churn(figures)):
                     sums[_MEMORY + i] += v
-            for i, v in enumerate(memory["other_stacks"]):
+            for i, v in enumerate(_without_churn(memory["other_stacks"])):
                 self.other[_MEMORY + i] += v
         gpu = raw.get("gpu")
         if gpu and gpu.get("status") == "ok":
