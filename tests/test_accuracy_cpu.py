@@ -300,14 +300,7 @@ def test_threads_get_their_own_cpu(profile_program, tmp_path):
         # Tolerance: 25% of the thread's own CPU time.
         assert cpu(f) == pytest.approx(truth[name], rel=0.25), (
             f"{name}: reported CPU {cpu(f):.3f}s vs the thread's own {truth[name]:.3f}s:\n  {info}")
-        # On 3.14+ the thread's waits for the GIL at its loop's `while` line
-        # are partly read as native and system time (0.2 s and 0.13 s of 1.0 s
-        # there; Python 0.69-0.79 of the function in 7 runs, before and after
-        # this session's changes): the same under-read of GIL wait as
-        # measured against 3.15's sampler (-31%).  Held to 0.6 there until
-        # that is fixed.
-        python_share = 0.8 if sys.version_info < (3, 14) else 0.6
-        assert f["n_cpu_python_sec"] > python_share * cpu(f), f"{name}: pure Python reported as native:\n  {info}"
+        assert f["n_cpu_python_sec"] > 0.8 * cpu(f), f"{name}: pure Python reported as native:\n  {info}"
     join = run.line("# @join")
     # The main thread only waits: no CPU worth mentioning (< 5% of the run's total).
     assert cpu(join) < 0.05 * p["total_time_sec"], f"the join() line got CPU time:\n  {info}"
