@@ -1,5 +1,6 @@
 #include "gpu.h"
 #include "../forks/forks.h"
+#include "../common/quiet_thread.h"
 #include "../common/table.h"
 #include "../memory/memhooks_api.h"
 #include "../profile/line_timeline.h"
@@ -617,17 +618,12 @@ static void kernels_start(void)
     notice(text);
 }
 
-/* Starts the polling thread with every signal blocked: signals meant for the
- * program are never delivered to it, and it never interrupts the program's
- * system calls.  0 or an errno value. */
+/* Starts the polling thread (signals blocked: quiet_thread.h).  0 or an errno
+ * value. */
 static int start_thread(void)
 {
     atomic_store(&G.running, 1);
-    sigset_t all, previous;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &previous);
-    int rc = pthread_create(&G.thread, NULL, gpu_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    int rc = quiet_thread_create(&G.thread, gpu_main, NULL);
     if (rc != 0) {
         atomic_store(&G.running, 0);
     } else {

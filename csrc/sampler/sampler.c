@@ -1,4 +1,5 @@
 #include "sampler.h"
+#include "../common/quiet_thread.h"
 #include "clock.h"
 #include "../asyncio/awaits.h"
 #include "../control/control.h"
@@ -1623,13 +1624,7 @@ static int launch_thread(void)
 {
     atomic_store(&S.sampler_tid, 0);
     atomic_store(&S.running, 1);
-    /* The sampler thread blocks every signal, so signals meant for the program are
-     * never delivered to it and it never interrupts the program's system calls. */
-    sigset_t all, previous;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &previous);
-    int rc = pthread_create(&S.thread, NULL, sampler_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    int rc = quiet_thread_create(&S.thread, sampler_main, NULL);
     if (rc != 0) {
         atomic_store(&S.running, 0);
         return rc;
