@@ -232,11 +232,13 @@ def test_profile_this_outside_notebooks(tmp_path, groundtruth_dir):
                           env=program_env(groundtruth_dir), timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"\d+%", _row(proc.stdout, "# busy line")), proc.stdout
-    # The memory library is attached to the running program: memory profiled too
-    # (the busy line's small ints and generators are churn: on 3.14 nothing
-    # else is allocated, and only the churn section is shown).
+    # The memory library is attached to the running program: memory profiled too,
+    # the busy line's ints (above 256: made and freed at once) seen as churn,
+    # on every version (on 3.14 and 3.15 nothing else is allocated: no top
+    # allocating lines there).
     assert "memory was not profiled" not in proc.stdout, proc.stdout
-    assert "Top allocating lines" in proc.stdout or "Churn of tiny temporaries" in proc.stdout, proc.stdout
+    churn = proc.stdout.split("Churn of tiny temporaries", 1)
+    assert len(churn) == 2 and "prog.py:9:" in churn[1], proc.stdout
     assert "raised through" in proc.stdout
 
 
