@@ -34,7 +34,8 @@ WAYS = {"attached": {}, "preloaded": {"PYROMETER_MEMORY_BY_PRELOAD": "1"}}
 # Under AddressSanitizer (tests/sanitized.py preloads its runtime) the bare
 # program is not what it is elsewhere: ASan refuses RTLD_DEEPBIND, its dlopen
 # interceptor is the caller the loader sees (a sibling found through RUNPATH is
-# not), and a second namespace's libc collides with its shadow memory.
+# not), a second namespace's libc collides with its shadow memory, and an
+# allocator preloaded in its place leaves two mallocs in one process.
 not_under_asan = pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
                                     reason="the bare program does not run the same under AddressSanitizer")
 
@@ -225,14 +226,17 @@ print(len(kept))
 """
 
 
+@not_under_asan
 @pytest.mark.parametrize("allocator", ["libjemalloc.so.2", "libtcmalloc_minimal.so.4"])
 def test_python_memory_under_a_preloaded_allocator(tmp_path, allocator):
     """Services preload jemalloc or tcmalloc: their usable sizes are rounded to
     their own size classes (3072 for 3000), and Python's memory is profiled
     all the same: 31.5 MB kept on one line (blocks over the sampling window:
     exact; each just under 2 MiB, which every one of these allocators serves
-    as 2 MiB, where 2 MiB and Python's header would be 2.5 MiB to jemalloc), and the 90 MB made and freed before it sized right when freed
-    (else the peak would hold them)."""
+    as 2 MiB, where 2 MiB and Python's header would be 2.5 MiB to jemalloc),
+    and the 90 MB made and freed before it sized right when freed (else the
+    peak would hold them).  Under ASan the preloaded allocator would displace
+    ASan's runtime from LD_PRELOAD: two mallocs in one process."""
     path = _system_library(allocator)
     if path is None:
         pytest.skip(f"no {allocator} (Debian: libjemalloc2, libtcmalloc-minimal4; .ci/run installs them)")
