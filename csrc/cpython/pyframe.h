@@ -118,6 +118,10 @@ PyThreadState *pyframe_gil_holder(PyInterpreterState *interp);
 /* Whether thread ts holds the GIL at this moment (pyframe_gil_holder), for a
  * thread deciding whether to wait for the GIL at all. */
 int pyframe_gil_held_by(PyInterpreterState *interp, PyThreadState *ts);
+/* Where the GIL's own state lies (its flag, lock and condition variables: a
+ * thread waiting to take the GIL, or one handing it over, sleeps on an address
+ * in [start, start + size)).  Fixed for the interpreter's life. */
+void pyframe_gil_span(PyInterpreterState *interp, uintptr_t *start, size_t *size);
 
 /* Whether the calling thread holds the GIL (callable without it: reads only the
  * thread's own state and the GIL holder, never allocates). */

@@ -180,3 +180,10 @@ PyThreadState *pyframe_gil_holder(PyInterpreterState *interp)
     return _Py_atomic_load_relaxed(&gil->locked) ? (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder)
                                                  : NULL;
 }
+
+void pyframe_gil_span(PyInterpreterState *interp, uintptr_t *start, size_t *size)
+{
+    (void)interp;
+    *start = (uintptr_t)&_PyRuntime.ceval.gil;
+    *size = sizeof _PyRuntime.ceval.gil;
+}

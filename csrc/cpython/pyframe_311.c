@@ -209,3 +209,14 @@ PyThreadState *pyframe_gil_holder(PyInterpreterState *interp)
     return _Py_atomic_load_relaxed(&gil->locked) ? (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder)
                                                  : NULL;
 }
+
+void pyframe_gil_span(PyInterpreterState *interp, uintptr_t *start, size_t *size)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    *start = (uintptr_t)interp->ceval.gil;
+#else
+    (void)interp;
+    *start = (uintptr_t)&_PyRuntime.ceval.gil;
+#endif
+    *size = sizeof(struct _gil_runtime_state);
+}

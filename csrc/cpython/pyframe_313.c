@@ -215,3 +215,9 @@ PyThreadState *pyframe_gil_holder(PyInterpreterState *interp)
     return _Py_atomic_load_int_relaxed(&gil->locked) ? (PyThreadState *)_Py_atomic_load_ptr_relaxed(&gil->last_holder)
                                                      : NULL;
 }
+
+void pyframe_gil_span(PyInterpreterState *interp, uintptr_t *start, size_t *size)
+{
+    *start = (uintptr_t)interp->ceval.gil;
+    *size = sizeof(struct _gil_runtime_state);
+}
