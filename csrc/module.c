@@ -362,7 +362,7 @@ static PyObject *collect_all(void)
         return NULL;
     }
     PyObject *all = Py_BuildValue(
-        "{s:N,s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K,s:K,s:K,s:K}", "memory", memory,
+        "{s:N,s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K,s:K,s:K,s:K,s:K,s:K}", "memory", memory,
         "records", records, "stacks", stacks,
         "unattributed", unattributed, "start_wall_ns", (unsigned long long)t.start_wall_ns,
         "stop_wall_ns", (unsigned long long)t.stop_wall_ns, "snapshots",
@@ -376,7 +376,9 @@ static PyObject *collect_all(void)
         (unsigned long long)(t.memory_bytes + codes_memory_bytes() + line_stats_memory_bytes() +
                              stacks_memory_bytes() + mem_profile_memory_bytes()),
         "code_objects_seen", (unsigned long long)codes_registered(), "functions_overflowed",
-        (unsigned long long)sites_overflowed(), "paused_ns", (unsigned long long)t.paused_ns);
+        (unsigned long long)sites_overflowed(), "paused_ns", (unsigned long long)t.paused_ns,
+        "paused_at_end_ns", (unsigned long long)t.paused_at_end_ns, "process_cpu_at_pause_ns",
+        (unsigned long long)t.process_cpu_at_pause_ns);
     return with_gpu(all);
 }
 

@@ -10,6 +10,7 @@ unharmed."""
 
 from __future__ import annotations
 
+import ast
 import glob
 import json
 import os
@@ -36,14 +37,25 @@ TARGET = textwrap.dedent('''
     before = malloc_address()
     threads_before = len(os.listdir("/proc/self/task"))
     kept = []
+    # Each thread's own CPU clock, read every 20 ms or so while it runs: the
+    # truth of the window (a thread kept from the GIL reads nothing, and its
+    # clock does not move meanwhile).
+    cpu_log = {"main": [], "thread": []}
+    def log_cpu(name):
+        rows = cpu_log[name]
+        if not rows or time.time() - rows[-1][0] > 0.02:
+            rows.append((time.time(), time.thread_time()))
     def spin():  # THREAD_LINE
         total = 0
         while not os.path.exists(STOP):
+            log_cpu("thread")
             total += sum(i * i for i in range(2000))  # THREAD_HOT
+        log_cpu("thread")
         return total
     def work():
         total = 0
         while not os.path.exists(STOP):
+            log_cpu("main")
             for i in range(20000):
                 total += i % 7  # MAIN_HOT
             kept.append(bytearray(200_000))  # KEEP_LINE
@@ -57,8 +69,11 @@ TARGET = textwrap.dedent('''
         worker.start()
     print("ready", flush=True)
     work()
+    log_cpu("main")
     if worker:
         worker.join()
+        with open(STOP + ".cpu", "w") as f:
+            f.write(repr(cpu_log))
     time.sleep(0.2)  # the attach thread, told to stop, ends
     print("result", len(kept) > 0, "slots restored:", malloc_address() == before,
           "threads:", len(os.listdir("/proc/self/task")) - threads_before, flush=True)
@@ -87,11 +102,14 @@ def _attach(pid: int, *args: str, timeout: float = 120) -> subprocess.CompletedP
                           capture_output=True, text=True, timeout=timeout)
 
 
+def _file(profile: dict, program: Path) -> dict:
+    files = profile["files"]
+    return files[next(k for k in files if os.path.realpath(k) == os.path.realpath(program))]
+
+
 def _line(profile: dict, program: Path, marker: str) -> dict:
     lineno = next(i + 1 for i, text in enumerate(program.read_text().splitlines()) if marker in text)
-    files = profile["files"]
-    key = next(k for k in files if os.path.realpath(k) == os.path.realpath(program))
-    return next((e for e in files[key]["lines"] if e["lineno"] == lineno), {})
+    return next((e for e in _file(profile, program)["lines"] if e["lineno"] == lineno), {})
 
 
 def _run_dirs() -> set[str]:
@@ -117,20 +135,36 @@ def test_attach_profiles_a_window_and_leaves_the_program_as_it_was(tmp_path):
     profile = json.loads(out_json.read_text())
     program = tmp_path / "target.py"
     window = profile["elapsed_time_sec"]
-    # At least the window asked for; it ends when the program's attach thread
-    # gets the GIL to stop the profile, which two threads spinning in Python
-    # can hold from it for seconds on a loaded machine (6.1 s once in CI).
-    assert 1.2 < window < 20.0, window
+    # The window asked for: it ends when the command pauses the program (a
+    # signal, acted on at the moment it arrives), not when the program's attach
+    # thread gets the GIL to stop the profile, which two threads spinning in
+    # Python held from it for 2-8.5 s after a 1.5 s window (3.14, 3.15).
+    assert 1.2 < window < 4.0, window
     main_hot = _line(profile, program, "MAIN_HOT")
     thread_hot = _line(profile, program, "THREAD_HOT")
     # Both threads' hot lines are where the CPU went: the GIL lets one run at a
-    # time, so together about one core's worth, and the second thread is seen.
-    # (Not an even split: attached on 3.15, the second thread got far less of
-    # the GIL than bare, where the two split it evenly; an open finding.)
+    # time, so together about one core's worth, and the threads' functions split
+    # it as their own CPU clocks do over the window.  Not evenly: the main thread lets the GIL
+    # go for a moment at each os.path.exists and takes it straight back, so the
+    # second thread gets 2-20% of it, bare or profiled (3.11-3.15).
     main_cpu = main_hot.get("n_cpu_python_sec", 0) + main_hot.get("n_cpu_native_sec", 0)
     thread_cpu = thread_hot.get("n_cpu_python_sec", 0) + thread_hot.get("n_cpu_native_sec", 0)
     assert main_cpu + thread_cpu > 0.4 * window, (main_hot, thread_hot, window)
-    assert thread_cpu > 0, (main_hot, thread_hot, window)
+    start = profile["start_time_absolute"]
+    logs = ast.literal_eval((tmp_path / "stop.cpu").read_text())
+
+    def cpu_within(name: str) -> float:  # from its first reading in the window to its last
+        inside = [cpu for t, cpu in logs[name] if start <= t <= start + window]
+        return inside[-1] - inside[0] if inside else 0.0
+
+    true = {name: cpu_within(name) for name in logs}
+    true_share = true["thread"] / (true["main"] + true["thread"])
+    functions = {f["line"]: f["n_cpu_python_sec"] + f["n_cpu_native_sec"] for f in _file(profile, program)["functions"]}
+    in_thread = functions.get("spin", 0) + functions.get("spin.<locals>.<genexpr>", 0)
+    share = in_thread / (in_thread + functions.get("work", 0))
+    print(f"attached: window {window:.2f} s, second thread's share {share:.3f}, truly {true_share:.3f}")
+    # Tolerance: 0.1 of the share (each clock is read every 20 ms of its run).
+    assert abs(share - true_share) <= 0.1, (main_hot, thread_hot, window, true)
     # Memory: the kept buffers (200 kB a round) and the temporary (1 MB a round).
     keep = _line(profile, program, "KEEP_LINE")
     temp = _line(profile, program, "TEMP_LINE")

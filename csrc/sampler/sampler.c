@@ -216,6 +216,7 @@ static struct {
     int64_t untracked_carry; /* signed: clock-reading noise cancels out over windows */
     int paused;              /* profiling paused (control.h); GIL held */
     uint64_t paused_since_ns;
+    uint64_t process_cpu_at_pause_ns; /* the process CPU clock when the pause began */
     sampler_totals totals;
 } S = {.main_schedstat_fd = -1};
 
@@ -1317,6 +1318,7 @@ static void apply_control_unlocked(const command_time *at)
         }
         S.paused = 1;
         S.paused_since_ns = when;
+        S.process_cpu_at_pause_ns = clock_process_cpu_ns();
     } else {
         if (!S.suspended_for_fork) {
             snapshot_in(TAKEN_BY_SAMPLER, SNAPSHOT_REBASE, at);
@@ -1946,14 +1948,25 @@ void sampler_stop(void)
     if (S.thread_started) {
         (void)join_thread();
     }
+    if (getpid() == S.owner_pid) {
+        /* Commands that came before the stop and were not acted on yet, at
+         * their times: `pyrometer attach` ends its window with a pause, and
+         * the thread that stops the run may get the GIL before the sampler
+         * thread could act on it. */
+        take_commands();
+    }
     place_held_of_gone(1); /* the CPU measured so far, none of it lost */
     forks_unregister(stop_for_fork);
     close_main_schedstat();
     S.active = 0;
     S.suspended_for_fork = 0;
     S.totals.stop_wall_ns = clock_wall_ns();
+    S.totals.paused_at_end_ns = 0;
+    S.totals.process_cpu_at_pause_ns = 0;
     if (S.paused) {
-        S.totals.paused_ns += delta(S.totals.stop_wall_ns, S.paused_since_ns);
+        S.totals.paused_at_end_ns = delta(S.totals.stop_wall_ns, S.paused_since_ns);
+        S.totals.process_cpu_at_pause_ns = delta(S.process_cpu_at_pause_ns, S.totals.process_cpu_ns);
+        S.totals.paused_ns += S.totals.paused_at_end_ns;
         S.paused = 0;
     }
     S.totals.process_cpu_ns = delta(clock_process_cpu_ns(), S.totals.process_cpu_ns);
@@ -1979,7 +1992,8 @@ void sampler_get_totals(sampler_totals *out)
         out->sampler_cpu_ns = S.earlier_samplers_cpu_ns + S.last_sampler_cpu_ns + helper_cpu_since_start();
     }
     if (S.active && S.paused) {
-        out->paused_ns += delta(end, S.paused_since_ns);
+        out->paused_at_end_ns = delta(end, S.paused_since_ns);
+        out->paused_ns += out->paused_at_end_ns;
     }
     out->memory_bytes = table_memory_bytes(&S.threads);
     out->unit_ns = S.totals.main_live_units

@@ -28,6 +28,8 @@ typedef struct {
 typedef struct {
     uint64_t start_wall_ns, stop_wall_ns;
     uint64_t paused_ns;          /* wall time paused (control.h), monotonic clock */
+    uint64_t paused_at_end_ns;   /* of which the pause still on when the run stopped (or now) */
+    uint64_t process_cpu_at_pause_ns; /* with that pause: the process's CPU up to it (as process_cpu_ns) */
     uint64_t snapshots;          /* samples taken */
     uint64_t main_snapshots;     /* of which answered by the main thread */
     uint64_t threads_seen;       /* distinct Python threads sampled */

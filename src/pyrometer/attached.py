@@ -136,7 +136,26 @@ class _Attached:
                     self.run.session.stop()
                 else:
                     from .render import report
-                    profile = self.run.finish()
+                    raw = self.run.collect()
+                    # The command paused the program as the window ended (a
+                    # signal, control.h: at that moment, whenever this thread
+                    # gets the GIL after it); that tail is not the window's.
+                    # And the window is the core's, from the moment it began
+                    # sampling: starting it here may wait long for the GIL
+                    # (threads running Python), which the session's clock
+                    # counts (both clocks are CLOCK_MONOTONIC).
+                    tail = raw.get("paused_at_end_ns", 0)
+                    raw["paused_ns"] = max(0, raw.get("paused_ns", 0) - tail)
+                    session = self.run.session
+                    began, ended = raw["start_wall_ns"] * 1e-9, (raw["stop_wall_ns"] - tail) * 1e-9
+                    if tail and raw.get("process_cpu_at_pause_ns"):
+                        raw["process_cpu_ns"] = raw["process_cpu_at_pause_ns"]
+                    if session.t0 <= began < ended:
+                        session.start_time += began - session.t0
+                        session.elapsed = ended - began
+                    else:
+                        session.elapsed = max(0.0, session.elapsed - tail * 1e-9)
+                    profile = self.run.build(raw)
                     notices = profile.setdefault("notices", [])
                     notices.append(f"attached to pid {os.getpid()} for {self.run.session.elapsed:.1f} s; {why}")
                     _detach_memory()
@@ -212,5 +231,9 @@ def _begin(run_dir: str, settings: dict) -> None:
     attached = _Attached.current = _Attached(run_dir, run, control_fd)
     import atexit
     atexit.register(attached.at_exit)
-    attached.thread.start()
+    # The command times the window from `started`: written before the thread
+    # starts, which waits until the new thread first gets the GIL (1 s, where
+    # threads running Python kept it from it: 3.15), a second the window had
+    # more than asked.
     _write_file(run_dir, STARTED, str(os.getpid()).encode())
+    attached.thread.start()
