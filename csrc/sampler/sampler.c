@@ -1561,7 +1561,6 @@ static void *sampler_main(void *unused)
 {
     (void)unused;
     atomic_store(&S.sampler_tid, (int)gettid());
-    quiet_thread_prompt();
     uint64_t rng = clock_wall_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9E3779B97F4A7C15ULL;
     uint64_t interval = S.options.interval_ns;
     int have_thread_state = 0;
