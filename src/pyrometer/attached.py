@@ -195,6 +195,12 @@ def begin(run_dir: str, settings: dict) -> None:
 def _begin(run_dir: str, settings: dict) -> None:
     if not os.path.isdir(run_dir):
         return  # the command gave up waiting and left: nothing to do
+    previous = _Attached.current
+    if previous is not None and previous.finished:
+        # The last window's profile is written, and its thread still detaching:
+        # a command attaching again at once waits for that, not a refusal.
+        with previous.done:
+            pass
     if _Attached.current is not None:
         _fail(run_dir, "pyrometer attach is already profiling this program")
         return
