@@ -76,7 +76,7 @@ DEFAULT_TESTS = ["tests/test_accuracy_memory.py", "tests/test_hardening.py", "te
                  # The kernel's word on a peeked thread (its syscall file: asleep
                  # on the GIL), a holder's CPU clock around its peek.
                  "tests/test_accuracy_cpu.py::test_a_native_thread_beside_a_python_thread",
-                 "tests/test_accuracy_cpu.py::test_gil_contention_at_calls_is_gil_wait",
+                 "tests/test_accuracy_cpu.py::test_gil_contention_is_gil_wait[builtin_call]",
                  # A child's __main__ code followed from a profile function.
                  "tests/test_children.py::test_a_short_childs_module_level_memory_is_on_its_line",
                  # The library attached to a running interpreter (got.c), the
