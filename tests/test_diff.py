@@ -73,6 +73,11 @@ RATE = "0.004"
 # truth; a sampled estimate of 0.35 s from about 90 windows is within about
 # 15%, and two runs of the same code on a busy machine differ by a few %).
 RATIO_LOW, RATIO_HIGH = 2.2, 4.0
+# Two runs of the same program are of one machine speed when their CPU times
+# are within this ratio (the noise rule's run-to-run share is 6%; the ten runs
+# docs/diff.md reports spread 11-16% by function); a pair beyond it is made
+# again, at most this many times in all.
+MACHINE_RATIO, MACHINE_ATTEMPTS = 1.15, 3
 
 
 def _profile(directory: Path, source: str, options: list[str], args: list[str] | None = None,
@@ -188,9 +193,24 @@ def test_two_runs_of_the_same_program_have_no_finding(tmp_path):
     """The noise rule: two runs of the same program differ only within noise.
     docs/diff.md gives the rate measured (no finding in 40 pairs of runs)."""
     src = BEFORE.format(work=WORK // 2, same=SAME)
-    a = _profile(tmp_path / "one", src, ["--cpu-only", "--cpu-sampling-rate", RATE])
-    b = _profile(tmp_path / "two", src, ["--cpu-only", "--cpu-sampling-rate", RATE])
-    d = pdiff.compare(model.load(str(a)), model.load(str(b)), str(a), str(b))
+    # The premise: the machine ran both at one speed.  On CI one pair's second
+    # run took 1.3-1.6x the CPU time of the first for every line (another
+    # tenant on the core's other hyperthread does that), which no noise rule
+    # for code should absorb.  A pair whose totals differ by more than the
+    # run-to-run share allows is the machine's, and is made again (the diff
+    # says why in a notice: test_a_uniform_slowdown_is_named).
+    ratios = []
+    for attempt in range(MACHINE_ATTEMPTS):
+        a = _profile(tmp_path / f"one{attempt}", src, ["--cpu-only", "--cpu-sampling-rate", RATE])
+        b = _profile(tmp_path / f"two{attempt}", src, ["--cpu-only", "--cpu-sampling-rate", RATE])
+        d = pdiff.compare(model.load(str(a)), model.load(str(b)), str(a), str(b))
+        time_total = next(t for t in d["totals"] if t["figure"] == "time_sec")
+        ratios.append(time_total["after"] / time_total["before"])
+        if 1 / MACHINE_RATIO <= ratios[-1] <= MACHINE_RATIO:
+            break
+    else:
+        pytest.fail(f"the machine's speed changed between the runs of each of {MACHINE_ATTEMPTS} pairs "
+                    f"(CPU time after/before: {', '.join(f'{r:.2f}' for r in ratios)})")
     assert d["findings"] == [], _describe(d)
     assert all(e["status"] == "same" for f in d["files"] for e in f["lines"])
     # Something did change, only within noise: it is counted as such.
@@ -560,6 +580,35 @@ def test_function_not_sampled_in_one_run_is_not_removed(pair):
     entry = _function(result, "unchanged")
     assert entry["status"] == "same" and entry["lineno_after"] is None
     assert entry["figures"]["time_sec"]["after"] == 0.0
+
+
+def _slowed(profile: dict, factor: float) -> dict:
+    """The same run on a machine `factor` times slower: every time scaled."""
+    out = json.loads(json.dumps(profile))
+    out["elapsed_time_sec"] *= factor
+    for kind in ("python", "native", "system"):
+        out["cpu_time_sec"][kind] *= factor
+    for f in out["files"].values():
+        for e in f["lines"] + f["functions"]:
+            for key in ("n_cpu_python_sec", "n_cpu_native_sec", "n_sys_sec"):
+                e[key] *= factor
+    return out
+
+
+def test_a_uniform_slowdown_is_named(pair):
+    """A run slower as a whole, every function alike, gets a notice that the
+    machine may be the cause; a function made faster (the ground truth's pair)
+    and two runs at one speed get none."""
+    d, a, b = pair
+    before = model.load(str(a))
+    slow = pdiff.compare(before, _slowed(before, 1.5))
+    (notice,) = [n for n in slow["notices"] if "machine's speed" in n]
+    assert "slower by about the run's own factor (1.50x" in notice, notice
+    assert " ".join(notice.split()) in " ".join(diff_text.render(slow).split())
+    fast = pdiff.compare(_slowed(before, 1.5), before)
+    assert any("faster by about the run's own factor (0.67x" in n for n in fast["notices"]), fast["notices"]
+    for d in (pdiff.compare(before, model.load(str(b))), pdiff.compare(before, _slowed(before, 1.03))):
+        assert not any("machine's speed" in n for n in d["notices"]), d["notices"]
 
 
 @pytest.mark.parametrize("shape", ["alternating", "halves", "three_texts"])

@@ -36,6 +36,12 @@ KEPT_MB = N_KEPT * sys.getsizeof(bytes(100)) / MB
 # 1/8 over its 4 MB of pointers (about 40 MB; with the 68.7 MB of 144-byte
 # pymalloc blocks, the line truly allocates about 108 MB).
 LIST_GROWTH_MB = 9 * 1.125 * N_KEPT * 8 / MB
+# Memory is sampled by bytes, one sample per window on average: an estimate of
+# V bytes is uncertain by sqrt(V * window).  The line's 108 MB read 102-106 MB
+# in nine runs on 3.14 and 3.15 (about 1,100 samples each) and once 112.9 MB
+# on CI: the allowance below is four such standard errors.
+WINDOW = 65536
+SAMPLING_MB = 4 * ((KEPT_MB + LIST_GROWTH_MB) * WINDOW / MB) ** 0.5
 
 ALLOCATORS = ["pymalloc", "malloc", "debug", "pymalloc_debug", "malloc_debug"]
 
@@ -54,10 +60,11 @@ print("done", len(kept))
 def _allocator_profile(profile_program, allocator: str):
     # A 64 KiB window: about 1,500 samples on the kept line, so that what differs
     # between allocators is their rounding, not the sampling's spread.
-    return profile_program(KEEP_PROGRAM, options=["--allocation-sampling-window", "65536"],
+    return profile_program(KEEP_PROGRAM, options=["--allocation-sampling-window", str(WINDOW)],
                            env={"PYTHONMALLOC": allocator})
 
 
+@pytest.mark.accuracy
 def test_python_allocators_give_the_same_figures(profile_program):
     kept_mb = {}
     for allocator in ALLOCATORS:
@@ -69,8 +76,9 @@ def test_python_allocators_give_the_same_figures(profile_program):
         keep = p.line("@keep")
         kept_mb[allocator] = keep["n_malloc_mb"]
         # What the line asked for, within the allocator's rounding (pymalloc:
-        # 16-byte classes, malloc: its chunk overhead) and the list's growth.
-        assert 0.9 * KEPT_MB <= keep["n_malloc_mb"] <= 1.15 * KEPT_MB + LIST_GROWTH_MB, (
+        # 16-byte classes, malloc: its chunk overhead), the list's growth and
+        # the sampling's spread.
+        assert 0.9 * KEPT_MB - SAMPLING_MB <= keep["n_malloc_mb"] <= 1.15 * KEPT_MB + LIST_GROWTH_MB + SAMPLING_MB, (
             allocator, keep["n_malloc_mb"], KEPT_MB)
         assert keep["n_python_fraction"] >= 0.95, keep
         # The footprint holds what is kept plus one round of temporaries, never

@@ -57,6 +57,12 @@ RUN_SHARE_MEMORY = 0.02
 RUN_SHARE_GPU = 0.10
 # NVML's utilisation windows (how-it-works.md, "GPU"): the grain of GPU time.
 GPU_WINDOW_SEC = 0.2
+# A run whose time changed beyond noise while each of its functions holding at
+# least UNIFORM_SHARE of it changed by the run's own factor, within
+# UNIFORM_SPREAD, changed as a whole: what the machine's speed does (on CI a
+# second run of the same program took 1.30-1.61x the first's CPU time, function
+# by function: another tenant on the core's other hyperthread) as much as code.
+UNIFORM_SHARE, UNIFORM_SPREAD = 0.05, 1.3
 
 
 class DiffError(Exception):
@@ -645,6 +651,10 @@ def compare(before: dict[str, Any], after: dict[str, Any], before_path: str = "B
                       "figures": file_figures, "verdict": _verdict(file_figures, headline),
                       "line_counts": counts, "lines": lines, "functions": functions})
 
+    totals = _totals(before, after, run_a, run_b, memory, gpu)
+    uniform = _uniform_change(totals, files)
+    if uniform:
+        notices.append(uniform)
     scale = _scales(before, after, memory, gpu)
     for finding in findings:
         finding["share"] = abs(finding["change"]) / scale[finding["figure"]] if scale[finding["figure"]] > 0 else 0.0
@@ -661,7 +671,7 @@ def compare(before: dict[str, Any], after: dict[str, Any], before_path: str = "B
                   "window_sec_before": run_a.window, "window_sec_after": run_b.window,
                   "allocation_window_mb_before": run_a.alloc_window,
                   "allocation_window_mb_after": run_b.alloc_window},
-        "totals": _totals(before, after, run_a, run_b, memory, gpu),
+        "totals": totals,
         "findings": findings,
         "within_noise": within_noise,
         "files": files,
@@ -707,6 +717,24 @@ def _scales(before: dict[str, Any], after: dict[str, Any], memory: bool, gpu: bo
         scale["gpu_sec"] = max(ta["gpu_sec"], tb["gpu_sec"])
         scale["gpu_peak_memory_mb"] = max(ta["gpu_peak_memory_mb"], tb["gpu_peak_memory_mb"])
     return scale
+
+
+def _uniform_change(totals: list[dict[str, Any]], files: list[dict[str, Any]]) -> str | None:
+    """A notice when the whole run got slower or faster by one factor, every
+    function of weight alike: the findings may be the machine's, not the code's."""
+    total = next(t for t in totals if t["figure"] == "time_sec")
+    if not total["significant"] or not total["ratio"]:
+        return None
+    ratios = [v["ratio"] for f in files for e in f["functions"] if e["status"] == "same"
+              for v in (e["figures"]["time_sec"],)
+              if v["ratio"] and v["before"] >= UNIFORM_SHARE * total["before"]]
+    if len(ratios) < 2 or not all(1 / UNIFORM_SPREAD <= r / total["ratio"] <= UNIFORM_SPREAD for r in ratios):
+        return None
+    how = "slower" if total["ratio"] > 1 else "faster"
+    return (f"every function ran {how} by about the run's own factor ({total['ratio']:.2f}x; "
+            f"{min(ratios):.2f}x to {max(ratios):.2f}x): a change of the machine's speed (load, "
+            "clock, another program on the same cores) or of the interpreter does that as well as "
+            "the code; profile both again on a quiet machine before reading the findings as the code's")
 
 
 def _notices(a: dict[str, Any], b: dict[str, Any], path_a: str, path_b: str) -> list[str]:
