@@ -592,12 +592,13 @@ def test_the_stated_interval_holds_the_truth(profile_program):
     1 MiB window, a Poisson count whose 95% interval (n_growth_mb_error) is
     about 9 MiB wide each way.  The truth must lie inside the stated interval
     in at least 9 of 10 runs (a 95% interval does less with probability
-    0.086; a failed test runs again).  The line's allocated bytes have their
-    interval too; their truth is not known here (the line also allocates
-    some 3-5 MB of objects freed later, measured but not identified)."""
+    0.086; a failed test runs again).  The line's allocated bytes are the
+    same blocks (at a 4 KiB window it reads 22.6-22.8 MiB, all kept; over 12
+    runs at 64 KiB, 22.4 on average): their interval holds the truth too, in
+    at least 8 of 10 runs (a 95% interval does less with probability 0.012)."""
     block = sys.getsizeof(bytes(200)) + 15 & ~15
     truth = 100_000 * block / MB
-    inside_growth = 0
+    inside_growth = inside_alloc = 0
     seen = []
     for _ in range(10):
         line = profile_program(KEPT_SMALL_OBJECTS).line("# @bytes")
@@ -605,7 +606,9 @@ def test_the_stated_interval_holds_the_truth(profile_program):
                      round(line["n_growth_mb"], 1), round(line["n_growth_mb_error"], 1)))
         assert 0 < line["n_malloc_mb_error"] < line["n_malloc_mb"], seen
         inside_growth += abs(line["n_growth_mb"] - truth) <= line["n_growth_mb_error"]
+        inside_alloc += abs(line["n_malloc_mb"] - truth) <= line["n_malloc_mb_error"]
     assert inside_growth >= 9, (truth, seen)
+    assert inside_alloc >= 8, (truth, seen)
 
 
 SMALL_KEEP_AND_TEMP = """

@@ -175,6 +175,11 @@ def test_line_columns_bars_and_sparklines(page):
     assert "warm" in alloc["cls"].split() or "hot" in alloc["cls"].split(), alloc
     cold = row_of(page, "@cold")
     assert cold["cls"] == "r" and set(cold["cells"][1:-1]) <= {""}, cold
+    # The churn column (the run churned: @hot's ints): tiny temporaries on the
+    # arithmetic line, none on the line of 1 MiB bytearrays.
+    churn = headers(page).index("churn")
+    assert re.fullmatch(r"\d+ MB", hot["cells"][churn]), hot["cells"]
+    assert alloc["cells"][churn] == "", alloc["cells"]
 
 
 @pytest.mark.parametrize("width", [800, 1400])

@@ -22,6 +22,7 @@
   D.fields.forEach(function (f, i) { COL[f] = i + 1; });
   var MEMORY = !!S.memory, GPU = !!S.gpu, KERNELS = GPU && S.gpu_kernel_tier === "on";
   var AWAITS = num(S.await_time_sec, 0) > 0;  // the await column, only for a program that had any
+  var CHURN = MEMORY && num(S.churn_mb, 0) >= 1;  // the churn column, likewise (the card's rule)
   var THRESHOLD = num(OPT.cpu_percent_threshold, 1), HOT = THRESHOLD * 5;
   var MALLOC_THRESHOLD = MEMORY ? num(OPT.malloc_threshold, 100) : Infinity;
   var ELAPSED = num(S.elapsed_time_sec, 0);
@@ -170,7 +171,7 @@
     field("n_gpu_alloc_mb", "GPU alloc", mb, "80px", "52px", "GPU al"),
   ] : [];
   var MEMORY_COLS = MEMORY ? [
-    { id: "n_python_fraction", label: "Memory Python", width: "126px", narrow: "60px", short: "mem Py",
+    { id: "n_python_fraction", label: "Memory Python", width: "126px", narrow: "52px", short: "mem Py",
       key: function (E, k) { return allocated(E, k) ? E.get(k, "n_python_fraction") : -1; },
       cell: function (E, k) { return allocated(E, k) ? pct(E.get(k, "n_python_fraction") * 100) : ""; } },
     field("n_peak_mb", "peak", mb, "70px", "56px"),
@@ -180,7 +181,12 @@
       cell: function (E, k) { return allocated(E, k) ? pct(E.get(k, "n_usage_fraction") * 100) : ""; } },
     field("n_copy_mb_s", "Copy MB/s", function (v) { return v >= 0.5 ? String(Math.round(v)) : ""; }, "92px",
           "50px", "copy"),
-  ] : [];
+  ].concat(CHURN ? [
+    { id: "n_churn_mb", label: "churn", width: "64px", narrow: "40px", short: "chn",
+      title: "MB of tiny temporaries made and freed at once (allocator traffic, not held; not in allocated)",
+      key: function (E, k) { return E.get(k, "n_churn_mb"); },
+      cell: function (E, k) { return mb(E.get(k, "n_churn_mb")); } },
+  ] : []) : [];
   var LINE_COL = { id: "lineno", label: "Line", cls: "n", asc: true,
                    key: function (E, k) { return E.ln(k); }, cell: function (E, k) { return esc(E.ln(k)); } };
   var SOURCE_COL = { id: "source", label: "source", cls: "src", asc: true, width: "minmax(40ch, max-content)",
