@@ -31,9 +31,23 @@ static int extended_arg = -1;
  * covers specialised numbers too; read without the GIL (set once, at init). */
 static uint8_t call_opcodes[256];
 
+/* The forms a call takes once specialised for a Python callee (3.11+:
+ * CALL_PY_EXACT_ARGS, CALL_PY_GENERAL, CALL_KW_PY, CALL_EX_PY, the bound
+ * methods', a class's __init__): a frame found at one is pushing its callee's
+ * frame or has just had it return, the interpreter's own work.  Read as calls,
+ * a recursive Python function's call line was 35% native on 3.13, 66% on 3.14
+ * and 69% on 3.15 (3.11, 3.12: 0%), with no native code anywhere.  3.11's
+ * PRECALL_BOUND_METHOD takes any bound method and stays a call. */
+static int names_a_python_call(const char *name)
+{
+    return strncmp(name, "CALL_", 5) == 0 && strstr(name, "NON_PY") == NULL &&
+           (strstr(name, "_PY") != NULL || strstr(name, "BOUND_METHOD") != NULL ||
+            strstr(name, "ENTER_INIT") != NULL);
+}
+
 static int names_a_call(const char *name)
 {
-    if (strncmp(name, "CALL_INTRINSIC", 14) == 0) {
+    if (strncmp(name, "CALL_INTRINSIC", 14) == 0 || names_a_python_call(name)) {
         return 0;
     }
     return strncmp(name, "CALL", 4) == 0 || strncmp(name, "PRECALL", 7) == 0 ||
