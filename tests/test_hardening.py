@@ -39,11 +39,14 @@ gt.drop_unstarted_thread_state()
 """
 
 
+@pytest.mark.accuracy
 @pytest.mark.parametrize("memory", [True, False], ids=["memory", "cpu-only"])
 def test_thread_being_started_is_not_charged_its_creators_cpu(profile_program, memory):
     """The main thread burns 1 s of CPU while a thread state that no thread runs
     yet exists.  Before the fix the charged CPU was twice the process's (1.98 s
-    for 1.00 s on 3.11).  Tolerance: 5% of the process's CPU."""
+    for 1.00 s on 3.11).  Tolerance: 5% of the process's CPU; a sampled figure
+    against the truth, so a failure runs again (it failed once in the sanitizer
+    job, and passed alone there: 2 of 2)."""
     run = profile_program(UNSTARTED_THREAD, options=[] if memory else ["--cpu-only"])
     charged, used = charged_cpu(run.profile), program_cpu(run.profile)
     assert used > 0.9, f"the program used {used:.3f} s of CPU, expected about 1 s"
