@@ -227,6 +227,29 @@ def test_no_library(profile_program, asked):
         assert p["notices"] == []
 
 
+@pytest.mark.skipif(_real_nvml_present(), reason="NVIDIA's library is installed here")
+def test_library_loaded_by_its_path_after_a_profile(tmp_path, fake_nvml_dir):
+    """Profiles made one after another in one process (pytest --pyrometer makes
+    one per test) search the library path for NVML once; a copy the program
+    loads by its path later (as torch loads its own) is still found."""
+    import subprocess  # noqa: PLC0415
+    source = f"""
+import ctypes, json, time
+from pyrometer import profile_this
+first = profile_this(time.sleep, 0.05).profile["gpu_status"]
+second = profile_this(time.sleep, 0.05).profile["gpu_status"]
+nv = ctypes.CDLL({str(fake_nvml_dir / "libnvidia-ml.so.1")!r})
+third = profile_this(time.sleep, 0.3).profile
+print(json.dumps([first, second, third["gpu_status"], third["gpu"]]))
+"""
+    proc = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    first, second, third, gpu = json.loads(proc.stdout)
+    assert "no NVIDIA library" in first and "no NVIDIA library" in second, (first, second)
+    assert "no NVIDIA library" not in third and gpu, (third, gpu)
+
+
 def test_library_whose_init_fails(profile_program, gpu_env, tmp_path, run_pyrometer):
     """NVML installed, its init failing (no driver loaded): one notice, with
     NVML's reason, even without --gpu; the program runs and exits as usual."""

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from pyrometer import model
+from pyrometer import pytest_plugin as plugin
 
 TIMEOUT_S = 120
 KEPT_MB = 50
@@ -372,3 +373,32 @@ def test_a_tests_lines_agree_with_its_own_figures(tmp_path):
     assert sleep["top_cpu"][0]["system_sec"] >= 0.25, sleep
     assert re.search(rf"^\s+{re.escape(sleep_line)}  0\.\d{{3}} s  system 0\.[23]\d\d s  time\.sleep", run.out,
                      re.M), run.out
+
+
+def _spin(seconds: float) -> int:
+    import time  # noqa: PLC0415
+    end, n = time.perf_counter() + seconds, 0
+    while time.perf_counter() < end:
+        n += sum(range(50))  # @spin
+    return n
+
+
+def test_a_tests_summary_reads_the_full_profiles_figures():
+    """Each test's summary is built from a profile of its lines with data only
+    (model.build's listing=False: a 5,000-line test file made 500 entries per
+    test, 70% of the plugin's cost per test).  Those entries, the functions and
+    the totals are the ones the full profile has."""
+    from pyrometer.inprocess import InProcessRun, default_options  # noqa: PLC0415
+    run = InProcessRun(default_options(memory=False), "t", program_directory=os.path.dirname(__file__))
+    run.start()
+    _spin(0.3)
+    raw = run.collect()
+    full, short = run.build(raw), run.build(raw, listing=False)
+    assert full["files"], "this file was not profiled"
+    for name, f in full["files"].items():
+        with_data = [e for e in f["lines"] if e["n_samples"] > 0]
+        assert with_data and short["files"][name]["lines"] == with_data, name
+        assert short["files"][name]["functions"] == f["functions"], name
+        assert len(f["lines"]) > len(with_data)  # the listing: every line of the file
+    assert short["cpu_time_sec"] == full["cpu_time_sec"]
+    assert plugin.summary(short, {}, False) == plugin.summary(full, {}, False)

@@ -128,8 +128,9 @@ class InProcessRun:
         self.session.stop()
         return self.session.collect()
 
-    def build(self, raw: dict[str, Any], error: BaseException | None = None) -> dict[str, Any]:
-        """The profile of raw, collected by this run or merged from several."""
+    def build(self, raw: dict[str, Any], error: BaseException | None = None, listing: bool = True) -> dict[str, Any]:
+        """The profile of raw, collected by this run or merged from several
+        (listing: model.build's)."""
         from . import model
         notices = list(self.notices)
         if error is not None:
@@ -137,7 +138,7 @@ class InProcessRun:
         return model.build(raw, program=self.program, argv=[self.program], options=self.options.as_profile_options(),
                            elapsed=self.session.elapsed, start_time=self.session.start_time, exit_status=None,
                            ended_by="exit", notices=notices, sources=program_sources(self.program_prefixes),
-                           processes=[process_row(raw, self.session.elapsed)], process_count=1)
+                           processes=[process_row(raw, self.session.elapsed)], process_count=1, listing=listing)
 
 
 def process_row(raw: dict[str, Any], elapsed: float, started_by: str = "in-process") -> dict[str, Any]:

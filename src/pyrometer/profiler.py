@@ -20,7 +20,15 @@ def _with_sep(path: str) -> str:
 
 
 def own_prefixes() -> list[str]:
-    """pyrometer's own files, never reported: its package, and runpy's module
+    """pyrometer's own files, never reported (a new list each call: _own_prefixes)."""
+    return list(_own_prefixes())
+
+
+@functools.lru_cache(maxsize=1)
+def _own_prefixes() -> tuple[str, ...]:
+    """Worked out once per process, like _installation_directories: each call
+    makes some 10 stat calls (realpath, isfile), once per test under pytest
+    --pyrometer.  pyrometer's own files, never reported: its package, and runpy's module
     where it is a file (3.10; 3.11 and later freeze it, "<frozen runpy>", a
     pseudo-file the core never reports).  `python -m pyrometer` runs through
     runpy, below every frame of the run: with --profile-all, a sample that met
@@ -36,7 +44,7 @@ def own_prefixes() -> list[str]:
     argv = getattr(sys, "orig_argv", [])
     if len(argv) > 1 and os.path.basename(argv[1]) == "pyrometer" and os.path.isfile(argv[1]):
         own.update({os.path.abspath(argv[1]), os.path.realpath(argv[1])})
-    return sorted(own)
+    return tuple(sorted(own))
 
 
 @functools.lru_cache(maxsize=1)

@@ -243,7 +243,8 @@ class Profiling:
         finally:
             raw = run.collect()
             self.ran_here = True
-            item.stash[_result_key] = summary(run.build(raw), item.stash.get(_limits_key, {}), self.options.memory)
+            item.stash[_result_key] = summary(run.build(raw, listing=False), item.stash.get(_limits_key, {}),
+                                              self.options.memory)
             self._merge(raw, run.session.start_time, run.session.elapsed)
 
     def _merge(self, raw: dict[str, Any], start_time: float, elapsed: float) -> None:
