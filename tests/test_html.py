@@ -244,6 +244,41 @@ def test_sorting(page):
     assert numbers == sorted(numbers) and len(numbers) == len(PROGRAM.strip("\n").splitlines())
 
 
+def test_the_page_marks_and_keeps_what_the_model_says(browser, tmp_path, groundtruth_dir):
+    """The rule of which lines reach the thresholds (the reduced view keeps
+    them) and of how each is marked (hot, warm) is the model's: the page shows
+    its decisions, as the terminal does.  Its script had a copy of both, which
+    left out GPU time: a GPU-only line kept by --reduced-profile was missing
+    from the page.  Made here: the run's @cold line given a GPU share only."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    from conftest import program_env  # noqa: PLC0415
+    from pyrometer import model  # noqa: PLC0415
+    from pyrometer.render import html as html_render, text  # noqa: PLC0415
+    (tmp_path / "prog.py").write_text(PROGRAM.lstrip("\n"))
+    proc = subprocess.run([sys.executable, "-m", "pyrometer", "--quiet", "--json", "--malloc-threshold", "20",
+                           "prog.py"], cwd=tmp_path, capture_output=True, text=True,
+                          env=program_env(groundtruth_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    profile = json.loads((tmp_path / "pyrometer-profile.json").read_text())
+    profile["options"]["reduced_profile"] = True
+    profile["gpu"] = True
+    (f,) = profile["files"].values()
+    cold = next(e for e in f["lines"] if "@cold" in e["line"])
+    cold["n_gpu_percent"] = 40.0
+    limits = model.thresholds(profile)
+    kept = {e["lineno"]: model.mark(e, *limits) for e in f["lines"] if model.significant(e, *limits)}
+    assert cold["lineno"] in kept and len(kept) >= 3, kept
+    page_file = tmp_path / "page.html"
+    page_file.write_text(html_render.render(profile))
+    page = browser.open(page_file)
+    page.settle()
+    shown = {int(r["cells"][0]): r["cls"].split()[1:] for r in rows(page)}
+    assert shown == {n: [m] if m else [] for n, m in kept.items()}, (shown, kept)
+    listed = [line.split("│")[0].strip() for line in text.render(profile, width=200).splitlines() if "│" in line]
+    assert {int(n) for n in listed if n.isdigit()} >= set(kept), listed
+
+
 def test_reduced_toggle(page):
     every = [r["cells"][0] for r in rows(page)]
     assert str(lineno("@cold")) in every

@@ -716,9 +716,39 @@ def _notices(memory: dict[str, Any] | None, functions_overflowed: int = 0) -> li
 
 
 def significant(entry: dict[str, Any], threshold: float, malloc_threshold: float | None = None) -> bool:
-    """Whether a line or function reaches the CPU threshold (percent of run time)
-    or, when memory was profiled, the malloc threshold (MB allocated)."""
+    """Whether a line or function reaches the CPU threshold (percent of run time,
+    of await time, of GPU time) or, when memory was profiled, the malloc
+    threshold (MB allocated): what --reduced-profile and the page's reduced
+    view keep."""
     return _significant(entry, threshold, malloc_threshold)
+
+
+# A line or function is hot, the reports' strongest mark, at this many times
+# the CPU threshold.
+HOT_FACTOR = 5.0
+
+
+def mark(entry: dict[str, Any], threshold: float, malloc_threshold: float | None = None) -> str:
+    """How the terminal and the page mark a line or function: "hot" at
+    HOT_FACTOR times the CPU threshold of the run's time, "warm" at the
+    threshold or at the malloc threshold, else "".  Decided here once: the
+    page's script had a copy of this rule and of significant()'s, and its
+    copy of significant() left out GPU time (a GPU-only line kept by
+    --reduced-profile showed in the terminal and not on the page)."""
+    share = time_share(entry)
+    if share >= threshold * HOT_FACTOR:
+        return "hot"
+    if share >= threshold or (malloc_threshold is not None and entry.get("n_malloc_mb", 0.0) >= malloc_threshold):
+        return "warm"
+    return ""
+
+
+def thresholds(profile: dict[str, Any]) -> tuple[float, float | None]:
+    """The run's CPU threshold and its malloc threshold (None: memory was not
+    profiled), as significant() and mark() take them."""
+    options = profile["options"]
+    return (options["cpu_percent_threshold"],
+            options.get("malloc_threshold", 100.0) if profile.get("memory") else None)
 
 
 def display_name(filename: str) -> str:

@@ -24,7 +24,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..model import display_name
+from ..model import display_name, mark, significant, thresholds
 
 DEFAULT_OUTFILE = "pyrometer-profile.html"
 
@@ -75,10 +75,13 @@ def _spark(samples: list) -> list[float]:
     return [_round(float(x)) for point in samples for x in point]
 
 
-def _entries(entries: list[dict[str, Any]], fields: list[str], with_text: bool) -> dict[str, Any]:
+def _entries(entries: list[dict[str, Any]], fields: list[str], with_text: bool,
+             limits: tuple[float, float | None]) -> dict[str, Any]:
     """Lines (or functions) as columns: their text, their numbers where any is not
-    zero, and their memory timelines."""
-    text, numbers, sparks, linenos = [], [], {}, []
+    zero, their memory timelines, and the model's verdict on each (limits:
+    model.thresholds): which reach a threshold (`significant`: the reduced
+    view keeps them) and how each is marked (`marks`: hot, warm)."""
+    text, numbers, sparks, linenos, kept, marks = [], [], {}, [], [], {}
     contiguous = True
     for i, e in enumerate(entries):
         text.append(e.get("line", ""))
@@ -88,9 +91,14 @@ def _entries(entries: list[dict[str, Any]], fields: list[str], with_text: bool) 
         values = [_round(e.get(name, 0)) for name in fields]
         if any(values):
             numbers.append([i, *values])
+            if significant(e, *limits):
+                kept.append(i)
+            m = mark(e, *limits)
+            if m:
+                marks[str(i)] = m
         if e.get("memory_samples"):
             sparks[str(i)] = _spark(e["memory_samples"])
-    out: dict[str, Any] = {"text": text, "rows": numbers, "sparks": sparks}
+    out: dict[str, Any] = {"text": text, "rows": numbers, "sparks": sparks, "significant": kept, "marks": marks}
     if not contiguous or not with_text:
         out["lineno"] = linenos
     return out
@@ -140,6 +148,7 @@ def page_data(profile: dict[str, Any]) -> dict[str, Any]:
         if profile.get("gpu_kernel_tier") == "on":
             fields += GPU_KERNEL_FIELDS
     summary = {k: v for k, v in profile.items() if k not in ("files", "call_stacks")}
+    limits = thresholds(profile)
     files = []
     for name, f in sorted(profile["files"].items(), key=lambda kv: (-kv[1]["percent_cpu_time"], kv[0])):
         files.append({
@@ -147,8 +156,8 @@ def page_data(profile: dict[str, Any]) -> dict[str, Any]:
             "display": display_name(name),
             "percent_cpu_time": _round(f["percent_cpu_time"]),
             "cpu_time_sec": _round(f["cpu_time_sec"]),
-            "lines": _entries(f["lines"], fields, True),
-            "functions": _entries(f["functions"], fields, False),
+            "lines": _entries(f["lines"], fields, True, limits),
+            "functions": _entries(f["functions"], fields, False, limits),
             "leaks": f.get("leaks", {}),
         })
     return {"fields": fields, "summary": summary, "files": files, "flame": flame_data(profile)}

@@ -11,14 +11,14 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..model import display_name, significant, time_share
+from ..model import display_name, mark, significant, thresholds, time_share
 from ..options import terminal_columns
 from .visible import visible
 
-# A line is highlighted as hot when it takes this many times the CPU threshold.
-HOT_FACTOR = 5.0
 
 BOLD, RED, YELLOW, DIM, RESET = "\x1b[1m", "\x1b[31m", "\x1b[33m", "\x1b[2m", "\x1b[0m"
+# How model.mark's marks are painted.
+MARK_STYLES = {"hot": (BOLD, RED), "warm": (YELLOW,), "": ()}
 
 
 def terminal_width() -> int:
@@ -395,8 +395,7 @@ FEW_SAMPLES = 20
 def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> str:
     profile = _printable(profile)
     paint = _Painter(color)
-    threshold = profile["options"]["cpu_percent_threshold"]
-    hot = threshold * HOT_FACTOR
+    threshold, malloc_threshold = thresholds(profile)
     cpu = profile["cpu_time_sec"]
     samples = profile["cpu_samples"]
     out: list[str] = []
@@ -449,7 +448,6 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         for line in _gpu_header(profile):
             add(line)
     memory = profile.get("memory", False)
-    malloc_threshold = profile["options"].get("malloc_threshold") if memory else None
     if memory:
         spark = sparkline([mb for _, mb in profile["samples"]], 40)
         where = profile["max_footprint_where"]
@@ -492,12 +490,10 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
                     *(_kernel_cells(e) if kernels else ()), *(_memory_cells(e) if memory else ())]
         rows, styles = [], []
         for e in f["lines"]:
-            share = _share(e)
             if profile["options"]["reduced_profile"] and not significant(e, threshold, malloc_threshold):
                 continue
             rows.append([str(e["lineno"]), *cells(e), visible(e["line"])])
-            heavy = malloc_threshold is not None and e.get("n_malloc_mb", 0.0) >= malloc_threshold
-            styles.append((BOLD, RED) if share >= hot else (YELLOW,) if share >= threshold or heavy else ())
+            styles.append(MARK_STYLES[mark(e, threshold, malloc_threshold)])
         out.extend(_table(rows, header + ["source"], len(header), width, styles, paint, said))
         funcs = [e for e in f["functions"] if _share(e) >= 0.5 or e.get("n_await_percent", 0.0) >= 0.5
                  or e.get("n_malloc_mb", 0.0) >= 0.5 or e.get("n_gpu_percent", 0.0) >= 0.5
@@ -505,7 +501,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         if funcs:
             out.append("")
             rows = [[str(e["lineno"]), *cells(e), visible(e["line"])] for e in funcs]
-            styles = [(BOLD, RED) if _share(e) >= hot else () for e in funcs]
+            styles = [(BOLD, RED) if mark(e, threshold, malloc_threshold) == "hot" else () for e in funcs]
             out.extend(_table(rows, header + ["function summary"], len(header), width, styles, paint, said))
         for lineno, leak in sorted(f.get("leaks", {}).items(), key=lambda kv: -kv[1]["velocity_mb_s"]):
             add(f"possible leak at line {lineno}: {leak['growth_mb']:.1f} MB not freed, "

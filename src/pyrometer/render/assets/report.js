@@ -23,7 +23,10 @@
   var MEMORY = !!S.memory, GPU = !!S.gpu, KERNELS = GPU && S.gpu_kernel_tier === "on";
   var AWAITS = num(S.await_time_sec, 0) > 0;  // the await column, only for a program that had any
   var CHURN = MEMORY && num(S.churn_mb, 0) >= 1;  // the churn column, likewise (the card's rule)
-  var THRESHOLD = num(OPT.cpu_percent_threshold, 1), HOT = THRESHOLD * 5;
+  // Shown in the header and used to pick the files opened at first; which
+  // lines reach the thresholds, and how each is marked, the model decided
+  // (the page data's `significant` and `marks`: model.significant, model.mark).
+  var THRESHOLD = num(OPT.cpu_percent_threshold, 1);
   var MALLOC_THRESHOLD = MEMORY ? num(OPT.malloc_threshold, 100) : Infinity;
   var ELAPSED = num(S.elapsed_time_sec, 0);
   var FIRST_ROWS = 400, CHUNK_ROWS = 1000;  // rows built at once, then per task
@@ -54,10 +57,13 @@
     this.file = raw.file || null;        // per entry, for the all-files function view
     this.fi = fi;
     this.sparks = raw.sparks || {};
+    this.marks = raw.marks || {};
     this.vals = new Array(this.n);
     for (var i = 0; i < raw.rows.length; i++) this.vals[raw.rows[i][0]] = raw.rows[i];
-    this.nSignificant = 0;
-    for (i = 0; i < raw.rows.length; i++) if (this.significant(raw.rows[i][0])) this.nSignificant++;
+    this.kept = {};
+    var kept = raw.significant || [];
+    for (i = 0; i < kept.length; i++) this.kept[kept[i]] = true;
+    this.nSignificant = kept.length;
   }
   Entries.prototype.get = function (k, field) {
     var r = this.vals[k];
@@ -70,16 +76,8 @@
     return r ? r[COL.n_cpu_percent_python] + r[COL.n_cpu_percent_c] + r[COL.n_sys_percent] +
       (r[COL.n_gil_wait_percent] || 0) + (r[COL.n_cpu_wait_percent] || 0) : 0;
   };
-  Entries.prototype.significant = function (k) {
-    return this.share(k) >= THRESHOLD || this.get(k, "n_await_percent") >= THRESHOLD ||
-      this.get(k, "n_malloc_mb") >= MALLOC_THRESHOLD;
-  };
-  Entries.prototype.rowClass = function (k) {
-    var s = this.share(k);
-    if (s >= HOT) return "hot";
-    if (s >= THRESHOLD || this.get(k, "n_malloc_mb") >= MALLOC_THRESHOLD) return "warm";
-    return "";
-  };
+  Entries.prototype.significant = function (k) { return !!this.kept[k]; };
+  Entries.prototype.rowClass = function (k) { return this.marks[k] || ""; };
 
   var FILES = D.files.map(function (f, fi) {
     return { raw: f, fi: fi, lines: new Entries(f.lines, fi), functions: new Entries(f.functions, fi),
@@ -586,7 +584,7 @@
 
   var functionsTable = null;
   function allFunctions() {
-    var raw = { text: [], rows: [], sparks: {}, lineno: [], file: [] };
+    var raw = { text: [], rows: [], sparks: {}, lineno: [], file: [], significant: [], marks: {} };
     FILES.forEach(function (F, fi) {
       var E = F.functions;
       for (var k = 0; k < E.n; k++) {
@@ -596,6 +594,8 @@
         raw.file.push(fi);
         if (E.vals[k]) raw.rows.push([at].concat(E.vals[k].slice(1)));
         if (E.sparks[k]) raw.sparks[at] = E.sparks[k];
+        if (E.kept[k]) raw.significant.push(at);
+        if (E.marks[k]) raw.marks[at] = E.marks[k];
       }
     });
     return new Entries(raw, -1);
