@@ -182,9 +182,14 @@ static PyObject *core_stop(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* (python, native, system, busy, samples, gil_wait, cpu_wait, loop_idle, await)
- * in ns.  Each kind of estimated time with its own unit (see sampler_totals);
- * await time is measured only (awaits.h). */
+/* The CPU sums of a record, in the order sums_tuple builds them: the module's
+ * CPU_SUMS, which src/pyrometer/contract.py names once for every reader (a
+ * test checks the two agree).  Times in ns; samples a count. */
+static const char *const cpu_sum_names[] = {"python_ns",   "native_ns",   "system_ns",    "busy_ns",  "samples",
+                                            "gil_wait_ns", "cpu_wait_ns", "loop_idle_ns", "await_ns", NULL};
+
+/* Each kind of estimated time with its own unit (see sampler_totals); await
+ * time is measured only (awaits.h). */
 static PyObject *sums_tuple(const cpu_sums *s, const sampler_totals *units)
 {
     cpu_totals t, off, runq, wall;
@@ -751,6 +756,26 @@ static int core_exec(PyObject *module)
         PyModule_AddStringConstant(module, "FRAME_LAYOUT", pyframe_layout) != 0 ||
         PyModule_AddIntConstant(module, "VERSION_TESTED", tested) != 0 ||
         PyModule_AddIntConstant(module, "CONTROL_SIGNAL", control_signal_number()) != 0) {
+        return -1;
+    }
+    Py_ssize_t n = 0;
+    while (cpu_sum_names[n] != NULL) {
+        n++;
+    }
+    PyObject *names = PyTuple_New(n);
+    if (names == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyUnicode_FromString(cpu_sum_names[i]);
+        if (name == NULL) {
+            Py_DECREF(names);
+            return -1;
+        }
+        PyTuple_SET_ITEM(names, i, name);
+    }
+    if (PyModule_AddObject(module, "CPU_SUMS", names) != 0) {
+        Py_DECREF(names);
         return -1;
     }
     return 0;

@@ -381,18 +381,16 @@ class ChildSession:
         (pyrometer.control); else the run's --off, and the control file."""
         from . import _core
         from .endings import Endings
+        from .profiler import start_core
         s = self.settings
         # A child started afresh attaches the library itself (a forked one has
         # its parent's); one preloaded by the run (preload.py's fallback) has it.
         window = s["memory_window"] if s["memory_window"] and preload.attach() is None else 0
         self.memory_lost = bool(s["memory_window"]) and not window
         _core.reset()
-        _core.start(interval=s["interval"], virtual_time=s["virtual_time"], include=self.include,
-                    exclude=exclude, own=own, only=s["only"], exclude_substrings=s["exclude_substrings"],
-                    profile_all=s["profile_all"], memory_window=window, leak_detector=s["leak_detector"],
-                    program=s.get("program", []), gpu=self._gpu(),
-                    start_off=int(s.get("start_off", False)) if start_off is None else start_off,
-                    control_file=os.path.join(s["run_dir"], CONTROL_FILE))
+        start_core(s, exclude=exclude, own=own, control_file=os.path.join(s["run_dir"], CONTROL_FILE),
+                   include=self.include, memory_window=window, gpu=self._gpu(),
+                   **({} if start_off is None else {"start_off": start_off}))
         _core.ending_install(self._on_termination_signal, child=True)
         from . import focus
         focus.install_builtin()  # a profiled child is the program too: its @profile counts

@@ -17,6 +17,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
+from . import contract
 from .stacks import MEMORY_FIGURES, TIME_FIGURES, call_stacks
 
 SCHEMA_VERSION = 1
@@ -66,16 +67,16 @@ class _Sums:
         self.samples = 0
 
     def add(self, cpu: tuple) -> None:
-        python, native, system, busy, samples, gil_wait, cpu_wait, loop_idle, await_ = cpu
-        self.python += python * NS
-        self.native += native * NS
-        self.system += system * NS
-        self.gil_wait += gil_wait * NS
-        self.cpu_wait += cpu_wait * NS
-        self.loop_idle += loop_idle * NS
-        self.await_ += await_ * NS
-        self.busy += busy * NS
-        self.samples += samples
+        """cpu: a record's CPU sums (contract.CPU_SUMS)."""
+        self.python += cpu[contract.PYTHON] * NS
+        self.native += cpu[contract.NATIVE] * NS
+        self.system += cpu[contract.SYSTEM] * NS
+        self.gil_wait += cpu[contract.GIL_WAIT] * NS
+        self.cpu_wait += cpu[contract.CPU_WAIT] * NS
+        self.loop_idle += cpu[contract.LOOP_IDLE] * NS
+        self.await_ += cpu[contract.AWAIT] * NS
+        self.busy += cpu[contract.BUSY] * NS
+        self.samples += cpu[contract.SAMPLES]
 
     def merge(self, other: "_Sums") -> None:
         for name in ("python", "native", "system", "gil_wait", "cpu_wait", "loop_idle", "await_"):

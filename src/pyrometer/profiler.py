@@ -98,6 +98,32 @@ def gpu_mode(gpu: bool | None, kernels: bool = False) -> int:
     return (2 if gpu else 1) | (4 if kernels else 0)
 
 
+def start_core(settings: dict, *, exclude: list[str], own: list[str], program_codes: list = (),
+               control_file: str | None = None, **replaced) -> None:
+    """_core.start with a run's core settings (Session.core_settings: this
+    process's, or those a child process was handed), the one place its
+    arguments are spelled out; replaced: settings this process decides for
+    itself (a child's include, memory window, GPU, pause state)."""
+    s = dict(settings, **replaced)
+    _core.start(
+        interval=s["interval"],
+        virtual_time=s["virtual_time"],
+        include=s["include"],
+        exclude=exclude,
+        own=own,
+        only=s["only"],
+        exclude_substrings=s["exclude_substrings"],
+        profile_all=s["profile_all"],
+        memory_window=s["memory_window"],
+        leak_detector=s["leak_detector"],
+        program=s.get("program", []),
+        program_codes=list(program_codes),
+        gpu=s["gpu"],
+        start_off=int(s.get("start_off", False)),
+        control_file=control_file,
+    )
+
+
 class Session:
     """One profiled run: wall-clock bounds plus the C core's aggregates."""
 
@@ -137,23 +163,8 @@ class Session:
         _core.reset()
         self.start_time = time.time()
         self.t0 = time.perf_counter()
-        _core.start(
-            interval=s["interval"],
-            virtual_time=s["virtual_time"],
-            include=s["include"],
-            exclude=_installation_directories(),
-            own=own_prefixes(),
-            only=s["only"],
-            exclude_substrings=s["exclude_substrings"],
-            profile_all=s["profile_all"],
-            memory_window=s["memory_window"],
-            leak_detector=s["leak_detector"],
-            program=s["program"],
-            program_codes=self.program_codes,
-            gpu=s["gpu"],
-            start_off=int(s["start_off"]),
-            control_file=self.control_file,
-        )
+        start_core(s, exclude=_installation_directories(), own=own_prefixes(), program_codes=self.program_codes,
+                   control_file=self.control_file)
 
     def stop(self) -> None:
         if _core.running():

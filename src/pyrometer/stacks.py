@@ -14,6 +14,8 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
+from . import contract
+
 NS = 1e-9
 # The C core's id of the bucket of stacks past the cap (STACK_TABLE_OTHER).
 OTHER_ID = (1 << 32) - 1
@@ -34,10 +36,9 @@ def _without_churn(figures) -> tuple:
 
 
 def _cpu_vector(cpu) -> list[float]:
-    """sums_tuple's (python, native, system, busy, samples, gil_wait, cpu_wait,
-    loop idle, await), in ns, as a sums vector."""
-    python, native, system, _busy, samples, gil_wait, cpu_wait, *_ = cpu
-    return [python, native, system, gil_wait, cpu_wait, samples, 0, 0, 0, 0, 0.0]
+    """A record's CPU sums (contract.CPU_SUMS) as a sums vector."""
+    return [cpu[contract.PYTHON], cpu[contract.NATIVE], cpu[contract.SYSTEM], cpu[contract.GIL_WAIT],
+            cpu[contract.CPU_WAIT], cpu[contract.SAMPLES], 0, 0, 0, 0, 0.0]
 
 
 class StackSums:
@@ -164,7 +165,11 @@ def _add(into: list, more: list) -> None:
 
 
 def _cpu_tuple(sums: list) -> tuple:
-    return (sums[0], sums[1], sums[2], 0.0, sums[_SAMPLES], sums[3], sums[4], 0.0, 0.0)
+    """A sums vector's CPU part as a record's CPU sums (contract.CPU_SUMS)."""
+    cpu = contract.no_cpu()
+    cpu[contract.PYTHON], cpu[contract.NATIVE], cpu[contract.SYSTEM] = sums[0], sums[1], sums[2]
+    cpu[contract.GIL_WAIT], cpu[contract.CPU_WAIT], cpu[contract.SAMPLES] = sums[3], sums[4], sums[_SAMPLES]
+    return tuple(cpu)
 
 
 def _figures(sums: list, memory: bool, gpu: bool) -> dict[str, Any]:
