@@ -616,12 +616,14 @@ def test_a_uniform_slowdown_is_named(pair):
     runs can differ in speed as a whole, which is what the notice says.)"""
     d, a, b = pair
     before = model.load(str(a))
-    slow = pdiff.compare(before, _slowed(before, 1.5))
+    # 2.5x: beyond the noise of the fixture's short runs (some 16 samples each:
+    # 1.5x was within it on 3.14, as the rule means it to be).
+    slow = pdiff.compare(before, _slowed(before, 2.5))
     (notice,) = [n for n in slow["notices"] if "machine's speed" in n]
-    assert "slower by about the run's own factor (1.50x" in notice, notice
+    assert "slower by about the run's own factor (2.50x" in notice, notice
     assert " ".join(notice.split()) in " ".join(diff_text.render(slow).split())
-    fast = pdiff.compare(_slowed(before, 1.5), before)
-    assert any("faster by about the run's own factor (0.67x" in n for n in fast["notices"]), fast["notices"]
+    fast = pdiff.compare(_slowed(before, 2.5), before)
+    assert any("faster by about the run's own factor (0.40x" in n for n in fast["notices"]), fast["notices"]
     source = BEFORE.format(work=0, same=0)
     work = range(_lineno(source, "def work"), _lineno(source, "def main"))
     for d in (pdiff.compare(before, _slowed(before, 1 / 3, only=work)), pdiff.compare(before, _slowed(before, 1.03))):
