@@ -11,6 +11,7 @@ for bad input, the web page (parsed, and in chromium) and the JSON fields."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -101,22 +102,24 @@ def _profile(directory: Path, source: str, options: list[str], args: list[str] |
 
 def _pair_at_one_speed(tmp_path: Path, source_a: str, source_b: str, speed) -> dict:
     """The diff of two profiled runs (different directories, as two checkouts
-    would be) made on a machine of one speed: speed(diff) is the ratio that
-    code which did not change took after and before.  On CI one pair's second
-    run took 1.3-1.6x the CPU time of the first for every line (another tenant
-    on the core's other hyperthread does that), which no noise rule for code
-    should absorb: a pair beyond MACHINE_RATIO is the machine's, and is made
-    again (the diff says why in a notice: test_a_uniform_slowdown_is_named)."""
-    ratios = []
+    would be) made on a machine of one speed, as near as can be had: speed(diff)
+    is the ratio that code which did not change took after and before.  On CI
+    one pair's second run took 1.3-1.6x the CPU time of the first for every
+    line (another tenant on the core's other hyperthread does that), which no
+    noise rule for code should absorb: a pair beyond MACHINE_RATIO is made
+    again, at most MACHINE_ATTEMPTS pairs in all, and the one nearest to one
+    speed is kept (the test's own assertions then judge it, as they judged the
+    one pair before)."""
+    pairs = []
     for attempt in range(MACHINE_ATTEMPTS):
         a = _profile(tmp_path / f"v1-{attempt}", source_a, ["--cpu-only", "--cpu-sampling-rate", RATE])
         b = _profile(tmp_path / f"v2-{attempt}", source_b, ["--cpu-only", "--cpu-sampling-rate", RATE])
         d = pdiff.compare(model.load(str(a)), model.load(str(b)), str(a), str(b))
-        ratios.append(speed(d))
-        if 1 / MACHINE_RATIO <= ratios[-1] <= MACHINE_RATIO:
-            return d
-    pytest.fail(f"the machine's speed changed between the runs of each of {MACHINE_ATTEMPTS} pairs "
-                f"(unchanged code's CPU time after/before: {', '.join(f'{r:.2f}' for r in ratios)})")
+        ratio = speed(d)
+        pairs.append((abs(math.log(ratio)) if 0 < ratio < float("inf") else float("inf"), attempt, d))
+        if 1 / MACHINE_RATIO <= ratio <= MACHINE_RATIO:
+            break
+    return min(pairs)[2]
 
 
 def _diff(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -272,8 +275,10 @@ def test_line_allocating_twice_as_much(tmp_path, groundtruth_dir):
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     d = tmp_path_factory.mktemp("pair")
-    a = _profile(d / "v1", BEFORE.format(work=3_000_000, same=1_000_000), ["--cpu-only"])
-    b = _profile(d / "v2", AFTER.format(work=3_000_000, same=1_000_000), ["--cpu-only"])
+    # `unchanged` must be sampled in both: 1,000,000 rounds of it (30 ms on
+    # 3.14) were missed in one run of the whole suite there.
+    a = _profile(d / "v1", BEFORE.format(work=6_000_000, same=3_000_000), ["--cpu-only"])
+    b = _profile(d / "v2", AFTER.format(work=6_000_000, same=3_000_000), ["--cpu-only"])
     return d, a, b
 
 
