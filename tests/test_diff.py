@@ -601,17 +601,18 @@ def _slowed(profile: dict, factor: float, only: range | None = None) -> dict:
     """The same run on a machine `factor` times slower (only: the lines in that
     range of line numbers, and the functions starting there, slower alone)."""
     out = json.loads(json.dumps(profile))
-    scaled = 0.0
+    times = (("n_cpu_python_sec", "python"), ("n_cpu_native_sec", "native"), ("n_sys_sec", "system"))
     for f in out["files"].values():
-        for e in f["lines"] + f["functions"]:
-            if only is not None and e["lineno"] not in only:
-                continue
-            for key, kind in (("n_cpu_python_sec", "python"), ("n_cpu_native_sec", "native"), ("n_sys_sec", "system")):
-                if e in f["lines"]:
-                    out["cpu_time_sec"][kind] += e[key] * (factor - 1)
-                    scaled += e[key] * (factor - 1)
-                e[key] *= factor
-    out["elapsed_time_sec"] += scaled
+        for kind, entries in (("line", f["lines"]), ("function", f["functions"])):
+            for e in entries:
+                if only is not None and e["lineno"] not in only:
+                    continue
+                for key, total in times:
+                    if kind == "line":  # the run's totals are its lines'
+                        added = e[key] * (factor - 1)
+                        out["cpu_time_sec"][total] += added
+                        out["elapsed_time_sec"] += added
+                    e[key] *= factor
     return out
 
 

@@ -402,8 +402,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     # Await shares are of the await time charged to the program's lines; tasks
     # whose await chain has no reported frame (a library's own tasks) are left out.
     await_total = every_line.await_
-    threshold = options["cpu_percent_threshold"]
-    malloc_threshold = options["malloc_threshold"] if memory else None
+    threshold, malloc_threshold = _limits(options, bool(memory))
     reduced = options["reduced_profile"]
     footprint_grew = bool(memory) and memory["footprint_bytes"] >= memory["window_bytes"]
     leak_detector = bool(memory) and memory["leak_detector"]
@@ -747,9 +746,12 @@ def mark(entry: dict[str, Any], threshold: float, malloc_threshold: float | None
 def thresholds(profile: dict[str, Any]) -> tuple[float, float | None]:
     """The run's CPU threshold and its malloc threshold (None: memory was not
     profiled), as significant() and mark() take them."""
-    options = profile["options"]
-    return (options["cpu_percent_threshold"],
-            options.get("malloc_threshold", 100.0) if profile.get("memory") else None)
+    return _limits(profile["options"], bool(profile.get("memory")))
+
+
+def _limits(options: dict[str, Any], memory: bool) -> tuple[float, float | None]:
+    malloc = options.get("malloc_threshold", _OPTIONS.fields["malloc_threshold"][1])
+    return options["cpu_percent_threshold"], malloc if memory else None
 
 
 def display_name(filename: str) -> str:
@@ -832,8 +834,7 @@ def reduced(profile: dict[str, Any]) -> dict[str, Any]:
     """The profile as --reduced-profile would have written it: only the lines and
     functions at or above the thresholds."""
     options = dict(profile["options"], reduced_profile=True)
-    threshold = options["cpu_percent_threshold"]
-    malloc_threshold = options.get("malloc_threshold") if profile.get("memory") else None
+    threshold, malloc_threshold = thresholds(profile)
     files = {name: dict(f, lines=[e for e in f["lines"] if _significant(e, threshold, malloc_threshold)],
                         functions=[e for e in f["functions"] if _significant(e, threshold, malloc_threshold)])
              for name, f in profile["files"].items()}
