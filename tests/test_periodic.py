@@ -57,10 +57,13 @@ def test_json_every_interval_atomically_and_at_the_end(tmp_path, run_pyrometer):
     assert final["threads"] == 1, f"the writer thread is counted: {final['threads']}"
 
 
+@pytest.mark.accuracy
 def test_writer_never_in_the_profile(tmp_path, run_pyrometer):
     """Even with --profile-all, no line of pyrometer or of what a writer would
     call in the standard library (tokenize, tempfile, threading) shows up, and
-    the run's time is the program's."""
+    the run's time is the program's (within 0.05 s of samples no line of the
+    program holds: a timing bound, hence the accuracy mark; it failed once in
+    CI on 3.14 and not in 40 runs here, 25 of them on a loaded machine)."""
     (tmp_path / "prog.py").write_text(
         "import time\nstart, total = time.perf_counter(), 0\n"
         "while time.perf_counter() - start < 1.2:\n    for i in range(5000): total += i * i\n")
@@ -68,11 +71,12 @@ def test_writer_never_in_the_profile(tmp_path, run_pyrometer):
                           "prog.py"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     profile = json.loads((tmp_path / "out.json").read_text())
+    seen = (f"files={list(profile['files'])} unattributed={profile['unattributed']} "
+            f"threads={profile['threads']} cpu={profile['cpu_time_sec']} stderr={proc.stderr!r}")
     for name in profile["files"]:
-        assert os.path.basename(name) in ("prog.py",), f"{name} is in the profile"
-    assert profile["unattributed"]["python_sec"] + profile["unattributed"]["native_sec"] < 0.05, (
-        profile["unattributed"])
-    assert profile["threads"] == 1
+        assert os.path.basename(name) in ("prog.py",), f"{name} is in the profile: {seen}"
+    assert profile["unattributed"]["python_sec"] + profile["unattributed"]["native_sec"] < 0.05, seen
+    assert profile["threads"] == 1, seen
 
 
 @pytest.mark.parametrize("fmt,name,check", [
