@@ -161,6 +161,14 @@ def freethreaded_python() -> tuple[str | None, str]:
 SUMMARY = re.compile(r"=+ (.*?) in [0-9.]+s")
 
 
+def named_tests(output: str, most: int = 12, width: int = 400) -> list[str]:
+    """The tests pytest's short summary names as failed, errored or rerun, with
+    the first words of why (pytest-rerunfailures writes RERUN lines under -rR)."""
+    lines = [line[:width] for line in output.splitlines()
+             if re.match(r"(FAILED|ERROR|RERUN) tests/", line)]
+    return lines[:most] + ([f"... and {len(lines) - most} more"] if len(lines) > most else [])
+
+
 def main(argv: list[str]) -> int:
     pytest_args: list[str] = []
     if "--" in argv:
@@ -184,6 +192,7 @@ def main(argv: list[str]) -> int:
         parser.error(f"not a supported version: {', '.join(unknown)} (supported: {', '.join(SUPPORTED)})")
 
     results: list[tuple[str, str, str]] = []  # (version, interpreter, outcome)
+    named: dict[str, list[str]] = {}  # version -> its failed, errored and rerun tests
     failed = False
     env = dict(os.environ)
     if ns.no_freethreaded:
@@ -237,7 +246,9 @@ def main(argv: list[str]) -> int:
             # The host's free-threaded CPython is not in the chroot: the host's
             # suites test the refusal.
             suite_env.pop("PYROMETER_FREETHREADED_PYTHON", None)
-        proc = run([vpython, "-m", "pytest", "tests", "-p", "no:cacheprovider", *pytest_args], prefix,
+        # -rfER: failures, errors and reruns named in pytest's short summary,
+        # which the summary below repeats (the tail of a long log is what is read).
+        proc = run([vpython, "-m", "pytest", "tests", "-p", "no:cacheprovider", "-rfER", *pytest_args], prefix,
                    env=suite_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         sys.stdout.write(proc.stdout)
         sys.stdout.flush()
@@ -245,11 +256,14 @@ def main(argv: list[str]) -> int:
         line = summaries[-1] if summaries else f"exit status {proc.returncode}"
         outcome = ("passed" if proc.returncode == 0 else "FAILED") + f": {line} ({time.monotonic() - started:.0f} s)"
         results.append((minor, labels[minor], outcome))
+        named[minor] = named_tests(proc.stdout)
         failed |= proc.returncode != 0
 
     say("summary")
     for version, python, outcome in results:
         print(f"  CPython {version:6} {outcome}   [{python}]", flush=True)
+        for line in named.get(version, []):
+            print(f"      {line}", flush=True)
     return 1 if failed else 0
 
 
