@@ -4,11 +4,12 @@ each tool's slowdown relative to the bare run.
 
     python3 bench/run.py [--rounds N] [--quick] [--only NAME,...]
                          [--tools bare,pyrometer,scalene,...]
+                         [--suite own|pyperformance]
 
 Two tables come out of one run. CPU profiling: pyrometer --cpu-only,
-scalene --cpu-only, py-spy, pyinstrument, cProfile and line_profiler (kernprof
--l on a copy of the workload with @profile on the functions its HOT list
-names). Full profiling (CPU, memory and, for pyrometer, copy volume):
+scalene --cpu-only, py-spy, Austin, pyinstrument, cProfile and line_profiler
+(kernprof -l on a copy of the workload with @profile on the functions its HOT
+list names). Full profiling (CPU, memory and, for pyrometer, copy volume):
 pyrometer with memory on (its default), scalene with memory on (its
 default), memray and memory_profiler (on MPROF_WORKLOADS only, first round
 only, killed after MPROF_TIMEOUT s). Both tables use the same bare runs.
@@ -36,7 +37,13 @@ time.perf_counter around subprocess.run. A tool's slowdown for a workload in
 a round is its time divided by the bare time of the same workload in the same
 round (paired, so slow drifts in machine speed cancel). The table gives the
 median over rounds, with the min and max, and the median over workloads of
-those medians.
+those medians; the same for CPU time (the command's and its children's user
+and system time, from getrusage), and, for pyrometer, how much one round's
+ratio varies and so how many rounds resolve 1.02x from 1.05x.
+
+--suite pyperformance runs pyperformance's own benchmark programs instead
+(bench/pyperf_suite.py), into tables of their own; line_profiler and
+memory_profiler need a workload's HOT list and are left out there.
 """
 from __future__ import annotations
 
@@ -67,8 +74,8 @@ DOC = REPO / "docs" / "benchmarks.md"
 # The two tables: which tools each compares with the bare run, and the
 # markers that delimit it in docs/benchmarks.md.
 TABLES = {
-    "cpu": ["pyrometer", "scalene", "py-spy", "pyinstrument", "cProfile",
-            "line_profiler"],
+    "cpu": ["pyrometer", "scalene", "py-spy", "austin", "pyinstrument",
+            "cProfile", "line_profiler"],
     "memory": ["pyrometer-full", "scalene-full", "memray", "memory_profiler"],
 }
 TITLES = {
@@ -81,15 +88,28 @@ def markers(table: str) -> tuple[str, str]:
     return f"<!-- bench:{table}:start -->", f"<!-- bench:{table}:end -->"
 
 
+# --suite pyperformance: pyperformance's own programs (bench/pyperf_suite.py),
+# their tables under markers of their own ("pyperformance-cpu", ...).  The
+# tools that need a user's @profile on the workload's HOT functions
+# (line_profiler, memory_profiler) have none to decorate there.
+SUITES = ["own", "pyperformance"]
+NEEDS_HOT = ["line_profiler", "memory_profiler"]
+PYPERF_CACHE = VENV / "pyperformance"
+# Its section as last written, which bench/study.py puts in the page it renders.
+PYPERF_RESULTS = BENCH_DIR / "results" / "pyperformance.md"
+
+
 ALL_TOOLS = ["bare"] + TABLES["cpu"] + TABLES["memory"]
 # The program in bench/.venv/bin that each peer tool runs, and the PyPI
 # package that provides it. cProfile is the standard library's: it runs
 # from the same interpreter as the bare run.
 VENV_PROGRAM = {"scalene": "scalene", "scalene-full": "scalene",
-                "py-spy": "py-spy", "memray": "memray",
+                "py-spy": "py-spy", "memray": "memray", "austin": "austin",
                 "pyinstrument": "pyinstrument", "line_profiler": "kernprof",
                 "memory_profiler": "mprof"}
 VENV_PACKAGE = {"scalene": "scalene", "py-spy": "py-spy", "memray": "memray",
+                # 4.0.0's binary needs glibc 2.38; Debian 12 has 2.36.
+                "austin": "austin-dist==3.7.0",
                 "pyinstrument": "pyinstrument", "kernprof": "line_profiler",
                 "mprof": "memory_profiler"}
 # Extra packages for bench/.venv: psutil (memory_profiler's RSS reader) and
@@ -217,6 +237,20 @@ so pymalloc's small objects are not traced one by one).
 The mission's bar for the full profile is a median of at most 1.10x, the
 worst workload at most 1.5x, and better than Scalene's full profile in the
 same run.
+
+"""
+
+
+DOC_PYPERF_INTRO = """\
+
+## pyperformance: programs nobody here wrote
+
+`python3 bench/run.py --suite pyperformance` runs the same comparison on
+benchmark programs of pyperformance (the suite CPython itself is tuned
+with), each `run_benchmark.py` unchanged, in one process as pyperf's worker
+runs it, with loops for about 2.5 s bare on the measuring machine
+(`bench/pyperf_suite.py` says how, and which benchmarks).  The CPU table
+comes first, the full-profiling table after it, from the same bare runs.
 
 """
 
@@ -351,12 +385,13 @@ def peer_tool(name: str, venv_error: str | None) -> Tool:
     if venv_error or not venv_bin(program).exists():
         tool.error = venv_error or f"{program} not installed in bench/.venv"
         return tool
-    if program == "py-spy":
-        # py-spy is a Rust binary; its Python package metadata is there too,
+    if program in ("py-spy", "austin"):
+        # Binaries (Rust, C); their Python package metadata is there too,
         # but ask the program itself.
-        out = subprocess.run([str(venv_bin("py-spy")), "--version"],
+        out = subprocess.run([str(venv_bin(program)), "--version"],
                              capture_output=True, text=True)
-        tool.version = out.stdout.strip().removeprefix("py-spy ") or "?"
+        tool.version = (out.stdout.strip().splitlines() or ["?"])[0]
+        tool.version = tool.version.removeprefix(program).strip() or "?"
     else:
         tool.version = venv_package_version(VENV_PACKAGE[program])
     return tool
@@ -441,6 +476,11 @@ def command_for(tool: str, script: Path, outdir: Path) -> tuple[list, Path | Non
         out = out.with_suffix(".svg")
         return [str(venv_bin("py-spy")), "record", "-o", str(out), "--",
                 py, str(script)], out
+    if tool == "austin":
+        # Its default sampling interval (100 us), the collapsed stacks
+        # written to a file; it starts the program as its child, like py-spy.
+        out = out.with_suffix(".austin")
+        return [str(venv_bin("austin")), "-o", str(out), py, str(script)], out
     if tool == "pyinstrument":
         # Its default sampling interval (1 ms), JSON output.
         out = out.with_suffix(".json")
@@ -473,6 +513,7 @@ def display_command(tool: str) -> str:
         "pyrometer": "python3 -m pyrometer --cpu-only --json --outfile F W.py",
         "scalene": "scalene run --cpu-only -o F W.py",
         "py-spy": "py-spy record -o F -- python3 W.py",
+        "austin": "austin -o F python3 W.py",
         "pyrometer-full": "python3 -m pyrometer --json --outfile F W.py",
         "scalene-full": "scalene run -o F W.py",
         "memray": "memray run --force -o F.bin W.py",
@@ -493,6 +534,16 @@ class Run:
     problem: str | None = None     # why the run does not count
     note: str | None = None        # counts, but worth reporting
     stdout: str = ""
+    cpu: float = 0.0               # user + system seconds of the command and
+                                   # every process it waited for
+    sampler_share: float | None = None  # pyrometer's sampler (and GPU) thread's
+                                        # CPU over the process's, from its profile
+
+
+def children_cpu() -> float:
+    import resource
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
 
 
 def workload_env(scale, blas_threads: int) -> dict:
@@ -515,6 +566,7 @@ def run_once(tool: str, script: Path, env: dict, outdir: Path,
     cmd, profile = command_for(tool, script, outdir)
     if profile is not None and profile.exists():
         profile.unlink()
+    cpu_before = children_cpu()
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL,
@@ -527,6 +579,7 @@ def run_once(tool: str, script: Path, env: dict, outdir: Path,
     except OSError as e:
         return Run(0.0, False, f"could not start: {e}")
     seconds = time.perf_counter() - start
+    cpu = children_cpu() - cpu_before
     if proc.returncode != 0:
         why = short(proc.stderr) or short(proc.stdout)
         return Run(seconds, False, f"exit status {proc.returncode}: {why}",
@@ -536,16 +589,18 @@ def run_once(tool: str, script: Path, env: dict, outdir: Path,
                                                        expected_stdout):
         notes.append("standard output differs from the bare run: "
                      + repr(proc.stdout[:200]))
+    sampler_share = None
     if tool in ("pyrometer", "pyrometer-full"):
         notes.extend(check_pyrometer(proc.stderr, profile,
                                      memory=tool == "pyrometer-full"))
+        sampler_share = pyrometer_sampler_share(profile)
     elif tool in ("scalene", "scalene-full"):
         notes.extend(check_scalene(profile, memory=tool == "scalene-full"))
     elif profile is not None and (not profile.exists()
                                   or profile.stat().st_size == 0):
         notes.append("wrote no profile")
     return Run(seconds, True, note="; ".join(notes) or None,
-               stdout=proc.stdout)
+               stdout=proc.stdout, cpu=cpu, sampler_share=sampler_share)
 
 
 def same_output(tool: str, stdout: str, expected: str) -> bool:
@@ -584,6 +639,19 @@ def check_pyrometer(stderr: str, profile: Path | None,
     return notes
 
 
+def pyrometer_sampler_share(profile: Path | None) -> float | None:
+    """profiler_cpu_time_sec / process_cpu_time_sec of a pyrometer profile:
+    the part of the process's CPU its own sampler thread took (the rest of
+    its cost is in the program's threads: start-up, the answers to samples,
+    the allocator and copy wrappers)."""
+    try:
+        data = json.loads(profile.read_text())
+        return data["profiler_cpu_time_sec"] / data["process_cpu_time_sec"]
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError,
+            AttributeError):
+        return None
+
+
 def check_scalene(profile: Path | None, memory: bool) -> list[str]:
     """Whether Scalene wrote a JSON profile, with memory on when asked."""
     if profile is None or not profile.exists() or profile.stat().st_size == 0:
@@ -610,15 +678,19 @@ def calibrated_scale(scale: float, seconds: float, min_seconds: float) -> float:
 def run_benchmark(workloads: list[Path], tools: list[str], rounds: int,
                   scale: float, timeout: float, seed: int | None,
                   blas_threads: int, min_seconds: float = 0.0):
-    """Returns times, ratios, problems, notes, capped ratios and the
+    """Returns times, ratios, problems, notes, capped ratios, the
     BENCH_SCALE each workload ran at (its own when calibrated up to
-    min_seconds bare)."""
+    min_seconds bare), the start-up costs, the CPU-time ratios (the
+    command's CPU time, its children's included, over bare's in the same
+    round) and pyrometer's sampler-thread shares of its process's CPU."""
     env = workload_env(scale, blas_threads)
     rng = random.Random(seed)
     times: dict = {(w.stem, t): [] for w in workloads for t in tools}
     problems: dict = {}   # (workload, tool) -> list of messages
     notes: dict = {}
     ratios: dict = {(w.stem, t): [] for w in workloads for t in tools}
+    cpu_ratios: dict = {(w.stem, t): [] for w in workloads for t in tools}
+    sampler_shares: dict = {}  # (workload, pyrometer command) -> shares
     capped: dict = {}     # (workload, tool) -> seconds of killed runs
     capped_ratio: dict = {}  # (workload, tool) -> lower bounds on slowdown
     expected: dict = {}
@@ -654,8 +726,9 @@ def run_benchmark(workloads: list[Path], tools: list[str], rounds: int,
             for w in order:
                 tool_order = tools[:]
                 rng.shuffle(tool_order)
-                bare_time = None
+                bare_time = bare_cpu = None
                 this_round = {}
+                this_cpu = {}
                 for t in tool_order:
                     limit = timeout
                     if t == "memory_profiler":
@@ -678,20 +751,27 @@ def run_benchmark(workloads: list[Path], tools: list[str], rounds: int,
                         notes.setdefault((w.stem, t), []).append(r.note)
                     times[(w.stem, t)].append(r.seconds)
                     this_round[t] = r.seconds
+                    this_cpu[t] = r.cpu
+                    if r.sampler_share is not None:
+                        sampler_shares.setdefault((w.stem, t), []).append(
+                            r.sampler_share)
                     if t == "bare":
-                        bare_time = r.seconds
+                        bare_time, bare_cpu = r.seconds, r.cpu
                 if bare_time is None:
                     raise SystemExit(f"bare run of {w.name} failed: "
                                      f"{problems[(w.stem, 'bare')][-1]}")
                 for t, s in this_round.items():
                     ratios[(w.stem, t)].append(s / bare_time)
+                    if bare_cpu:
+                        cpu_ratios[(w.stem, t)].append(this_cpu[t] / bare_cpu)
                 for key, secs in capped.items():
                     if key[0] == w.stem and len(secs) > len(
                             capped_ratio.get(key, [])):
                         capped_ratio.setdefault(key, []).append(
                             secs[-1] / bare_time)
         startup = measure_startup(tools, rounds, env, outdir, timeout, rng)
-    return times, ratios, problems, notes, capped_ratio, scales, startup
+    return (times, ratios, problems, notes, capped_ratio, scales, startup,
+            cpu_ratios, sampler_shares)
 
 
 def measure_startup(tools: list[str], rounds: int, env: dict, outdir: Path,
@@ -722,17 +802,58 @@ def measure_startup(tools: list[str], rounds: int, env: dict, outdir: Path,
 
 # ---------------------------------------------------------------- report --
 
+def rounds_to_tell(sd: float, apart: float = 0.03) -> int:
+    """Rounds of paired runs for a mean ratio to tell two overheads `apart`
+    (1.02x from 1.05x) at 5% significance with 80% power, when one round's
+    ratio has standard deviation sd: n = ((1.96 + 0.84) sd / apart)^2."""
+    return max(1, math.ceil(((1.96 + 0.84) * sd / apart) ** 2))
+
+
+def spread_remarks(peers, names, ratios, cpu_ratios,
+                   sampler_shares=None) -> list[str]:
+    """How noisy one round's ratio was, per pyrometer command, and what it
+    takes to resolve 1.02x from 1.05x with it, by wall and by CPU time; and
+    the part of its CPU that its own sampler thread took."""
+    out = []
+    for t in peers:
+        if not t.startswith("pyrometer"):
+            continue
+        shares = [statistics.median(sampler_shares[(n, t)]) for n in names
+                  if (sampler_shares or {}).get((n, t))]
+        if shares:
+            out.append(f"- `{t}`'s sampler thread took {100 * statistics.median(shares):.2f}% "
+                       f"of its process's CPU (median over workloads; the most "
+                       f"{100 * max(shares):.2f}%): the rest of its cost beyond "
+                       "start-up is in the program's own threads.")
+        parts = []
+        for label, source in (("wall", ratios), ("CPU", cpu_ratios or {})):
+            sds = [statistics.stdev(source[(n, t)]) for n in names
+                   if len(source.get((n, t), [])) >= 2]
+            if sds:
+                sd = statistics.median(sds)
+                parts.append(f"by {label} time one round's ratio has a standard "
+                             f"deviation of {sd:.3f} (median over workloads): "
+                             f"{rounds_to_tell(sd)} rounds per workload tell 1.02x "
+                             f"from 1.05x")
+        if parts:
+            out.append(f"- Spread of `{t}`: " + "; ".join(parts) + ".")
+    return out
+
+
 def build_report(table, workloads, tools, tool_info, times, ratios, problems,
                  notes, rounds, scale, blas_threads, load_before, load_after,
-                 elapsed, capped=None, scales=None, startup=None) -> str:
-    """The section of docs/benchmarks.md for one table ("cpu" or "memory")."""
+                 elapsed, capped=None, scales=None, startup=None,
+                 cpu_ratios=None, suite="own", sampler_shares=None) -> str:
+    """The section of docs/benchmarks.md for one table ("cpu" or "memory"),
+    of the study's own workloads or (suite "pyperformance") of pyperformance's."""
     names = [w.stem for w in workloads]
     peers = [t for t in TABLES[table] if t in tools]
     both = all(any(t in tools for t in TABLES[x]) for x in TABLES)
     tools = ["bare"] + peers
     out = []
     now = datetime.datetime.now(datetime.timezone.utc)
-    out.append(f"{TITLES[table]}. Run on {now:%Y-%m-%d %H:%M} UTC, "
+    title = TITLES[table] + (", pyperformance" if suite == "pyperformance" else "")
+    out.append(f"{title}. Run on {now:%Y-%m-%d %H:%M} UTC, "
                f"{rounds} round(s), "
                f"BENCH_SCALE={scale:g}, BLAS threads "
                f"{blas_threads or 'unset'}, {elapsed / 60:.1f} min in all"
@@ -762,7 +883,11 @@ def build_report(table, workloads, tools, tool_info, times, ratios, problems,
     out.append("")
     out.append("Bare: median wall time in seconds over rounds (min to max), "
                "which shows how noisy the machine was. Tools: slowdown vs bare "
-               "in the same round, median over rounds (min to max). The last "
+               "in the same round, median over rounds (min to max); below "
+               "them, the median and worst over workloads, by wall time and by "
+               "CPU time (user + system of the command and every process it "
+               "waited for: a profiler's own threads and processes count, a "
+               "stall waiting for the CPU does not). The last "
                "row: how much longer than bare each command takes on an empty "
                f"program ({STARTUP_RUNS} runs a round), in milliseconds: "
                "the part of each ratio that a longer program would not pay "
@@ -812,6 +937,14 @@ def build_report(table, workloads, tools, tool_info, times, ratios, problems,
         worst.append((">= " if t in capped_tools else "")
                      + fmt_ratio(max(medians[t])) if medians[t] else "-")
     out.append("| " + " | ".join(worst) + " |")
+    if cpu_ratios:
+        cpu_medians = {t: [statistics.median(cpu_ratios[(n, t)]) for n in names
+                           if cpu_ratios.get((n, t))] for t in peers}
+        for label, pick in (("CPU time: median", statistics.median), ("CPU time: worst", max)):
+            row = [label, ""]
+            for t in peers:
+                row.append(fmt_ratio(pick(cpu_medians[t])) if cpu_medians[t] else "-")
+            out.append("| " + " | ".join(row) + " |")
     if startup:
         row = ["start-up and exit (an empty program; not in the median)", ""]
         for t in peers:
@@ -821,7 +954,7 @@ def build_report(table, workloads, tools, tool_info, times, ratios, problems,
                        f"{max(extra) * 1000:+.0f})" if extra else "-")
         out.append("| " + " | ".join(row) + " |")
 
-    remarks = []
+    remarks = spread_remarks(peers, names, ratios, cpu_ratios, sampler_shares)
     for t in peers:
         if tool_info[t].error:
             remarks.append(f"- {t} was not run: {tool_info[t].error}")
@@ -870,7 +1003,8 @@ def write_doc(reports: dict) -> None:
         if pattern.search(text):
             text = pattern.sub(lambda _: section, text, count=1)
         else:
-            intro = DOC_MEMORY_INTRO if table == "memory" else "\n"
+            intro = {"memory": DOC_MEMORY_INTRO,
+                     "pyperformance-cpu": DOC_PYPERF_INTRO}.get(table, "\n")
             text = text.rstrip("\n") + "\n" + intro + section
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text(text)
@@ -926,6 +1060,10 @@ def main(argv=None) -> int:
                        default=None, help="update docs/benchmarks.md")
     write.add_argument("--no-write", dest="write", action="store_false",
                        help="only print the table")
+    ap.add_argument("--suite", choices=SUITES, default="own",
+                    help="own: bench/workloads (default); pyperformance: "
+                         "pyperformance's benchmark programs "
+                         "(bench/pyperf_suite.py), tables of their own")
     args = ap.parse_args(argv)
 
     rounds = args.rounds or (1 if args.quick else DEFAULT_ROUNDS)
@@ -938,18 +1076,34 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown tool(s) {', '.join(unknown)}; "
                  f"choose from {', '.join(ALL_TOOLS)}")
+    pyperf = args.suite == "pyperformance"
+    if pyperf:
+        asked = args.tools != ap.get_default("tools")
+        hot = [t for t in tools if t in NEEDS_HOT]
+        if hot and asked:
+            ap.error(f"{', '.join(hot)} need(s) @profile on a workload's HOT "
+                     "functions, which pyperformance's programs do not name")
+        tools = [t for t in tools if t not in NEEDS_HOT]
     tools = ["bare"] + [t for t in ALL_TOOLS[1:] if t in tools]
 
-    workloads = sorted(WORKLOADS_DIR.glob("*.py"))
-    if args.only:
-        wanted = [n.strip().removesuffix(".py") for n in args.only.split(",")
-                  if n.strip()]
+    wanted = [n.strip().removesuffix(".py") for n in args.only.split(",")
+              if n.strip()]
+    if pyperf:
+        import pyperf_suite
+        missing = [n for n in wanted if n not in pyperf_suite.BENCHMARKS]
+        if missing:
+            ap.error(f"unknown benchmark(s) {', '.join(missing)}; choose "
+                     f"from {', '.join(sorted(pyperf_suite.BENCHMARKS))}")
+        workloads = pyperf_suite.prepare(PYPERF_CACHE, wanted)
+    else:
+        workloads = sorted(WORKLOADS_DIR.glob("*.py"))
         known = {w.stem for w in workloads}
         missing = [n for n in wanted if n not in known]
         if missing:
             ap.error(f"unknown workload(s) {', '.join(missing)}; "
                      f"choose from {', '.join(sorted(known))}")
-        workloads = [w for w in workloads if w.stem in wanted]
+        if wanted:
+            workloads = [w for w in workloads if w.stem in wanted]
 
     tool_info = {"bare": Tool("bare", platform.python_version())}
     for t in ("pyrometer", "pyrometer-full"):
@@ -965,7 +1119,8 @@ def main(argv=None) -> int:
         f"rounds, BENCH_SCALE={scale:g}")
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    times, ratios, problems, notes, capped, scales, startup = run_benchmark(
+    (times, ratios, problems, notes, capped, scales, startup, cpu_ratios,
+     sampler_shares) = run_benchmark(
         workloads, runnable, rounds, scale, args.timeout, args.seed,
         args.blas_threads, 0.0 if args.quick else MIN_SECONDS)
     elapsed = time.perf_counter() - started
@@ -974,13 +1129,18 @@ def main(argv=None) -> int:
     for table in TABLES:
         if not any(t in tools for t in TABLES[table]):
             continue
-        reports[table] = build_report(
+        key = f"pyperformance-{table}" if pyperf else table
+        reports[key] = build_report(
             table, workloads, tools, tool_info, times, ratios, problems,
             notes, rounds, scale, args.blas_threads, load_before, load_after,
-            elapsed, capped, scales, startup)
+            elapsed, capped, scales, startup, cpu_ratios, args.suite,
+            sampler_shares)
         print(f"## {TITLES[table]}\n")
-        print(reports[table])
+        print(reports[key])
     if do_write and reports:
+        if pyperf:
+            PYPERF_RESULTS.write_text(DOC_PYPERF_INTRO.lstrip("\n") + "".join(
+                f"{markers(k)[0]}\n{r}{markers(k)[1]}\n" for k, r in reports.items()))
         write_doc(reports)
         log(f"wrote {DOC.relative_to(REPO)} ({', '.join(reports)} "
             f"table{'s' if len(reports) > 1 else ''})")
