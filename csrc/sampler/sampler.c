@@ -1069,8 +1069,219 @@ static const thread_peek *peeked_for(PyThreadState *ts, enum snapshot_source sou
     return NULL;
 }
 
+/* What one snapshot knows as it goes: how it was asked for, the window since
+ * the last one, and what its walk over the threads found. */
+typedef struct {
+    enum snapshot_source source;
+    enum snapshot_mode mode;
+    const command_time *at; /* a pause or resume from outside: when it was seen; else NULL */
+    uint64_t now, window, process_cpu, sampler_cpu, program_used;
+    double core_fraction; /* the program's share of the machine's cores in the window */
+    pid_t sampler_tid;
+    uint64_t threads_used; /* CPU of the threads with Python state, in their windows */
+    size_t live;
+    location main_location; /* where the main thread stood */
+    int n_peek, busy;
+    peek_choice chosen[PEEK_THREADS];
+} snapshot_walk;
+
+/* The window since the last snapshot: wall time, and the program's CPU in it
+ * (the process's, less the sampler's and the helper threads'). */
+static void measure_window(snapshot_walk *w)
+{
+    w->now = clock_wall_ns();
+    w->process_cpu = clock_process_cpu_ns();
+    w->sampler_tid = atomic_load(&S.sampler_tid);
+    w->sampler_cpu = w->sampler_tid ? clock_thread_cpu_ns(w->sampler_tid) : CLOCK_UNAVAILABLE;
+    if (w->sampler_cpu == CLOCK_UNAVAILABLE) {
+        w->sampler_cpu = S.last_sampler_cpu_ns;
+    }
+    w->window = delta(w->now, S.last_wall_ns);
+    uint64_t process_used = delta(w->process_cpu, S.last_process_cpu_ns);
+    uint64_t sampler_used = delta(w->sampler_cpu, S.last_sampler_cpu_ns);
+    uint64_t helper_cpu = atomic_load(&helper_cpu_total_ns);
+    w->program_used = delta(process_used, sampler_used + delta(helper_cpu, last_helper_cpu_ns));
+    last_helper_cpu_ns = helper_cpu;
+    w->core_fraction = 0.0;
+    if (w->window > 0) {
+        double fraction = (double)w->program_used / ((double)w->window * (double)S.n_cpus);
+        w->core_fraction = fraction > 1.0 ? 1.0 : fraction;
+    }
+}
+
+/* Whether any other thread of the program could have held the GIL. */
+static int gil_alone(pid_t sampler_tid)
+{
+    int program_threads = 0;
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL && program_threads < 2;
+         ts = PyThreadState_Next(ts)) {
+        pid_t tid = pyframe_thread_tid(ts);
+        program_threads += tid > 0 && ts != S.sampler_ts && tid != sampler_tid;
+    }
+    return program_threads <= 1;
+}
+
+/* Where thread ts's window is charged, by whichever rule fits the snapshot
+ * (runq_before: its run-queue clock at the window's start; runq_now: now). */
+static location charge_window(const snapshot_walk *w, PyThreadState *ts, thread_track *t, int fresh,
+                              uint64_t cpu, uint64_t wall, uint64_t used, uint64_t runq,
+                              uint64_t runq_before, uint64_t runq_now)
+{
+    const command_time *at = w->at;
+    if (w->mode == SNAPSHOT_REBASE) {
+        return w->main_location; /* not charged: only the baselines move */
+    }
+    if (w->mode == SNAPSHOT_PAUSE && ts == S.main_ts) {
+        if (at != NULL && at->main_cpu_ns != CLOCK_UNAVAILABLE && atomic_load(&S.request_pending) &&
+            atomic_load(&S.request_wall_ns) <= at->wall_ns) {
+            /* A pause from outside, with a request made before it was seen
+             * (the sampler thread makes one when it sees a command): the
+             * main thread is charged as if it had answered then, so the
+             * time of a long native call up to the pause is its. */
+            return charge_main_answer(ts, t, at->wall_ns, at->main_cpu_ns, fresh ? at->main_runq_ns : runq_before,
+                                      at->main_runq_ns, w->core_fraction);
+        }
+        return locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL); /* for the untracked time */
+    }
+    if (w->source == ANSWERED_BY_MAIN && ts == S.main_ts) {
+        return charge_main_answer(ts, t, w->now, cpu, fresh ? runq_now : runq_before, runq_now, w->core_fraction);
+    }
+    if (ts == S.main_ts && atomic_load(&S.request_pending) &&
+        atomic_load(&S.request_wall_ns) > t->last_wall_ns) {
+        return charge_main_away(ts, cpu, wall, used, runq, w->core_fraction);
+    }
+    return charge_other_thread(ts, t, ts == S.main_ts ? NULL : peeked_for(ts, w->source),
+                               t->passed_over && peeks_of(w->source) != NULL, wall, used, runq, w->core_fraction);
+}
+
+/* One thread's window: measured from its clocks, charged, and its baselines
+ * moved to now. */
+static void snapshot_thread(snapshot_walk *w, PyThreadState *ts, pid_t tid)
+{
+    uint64_t cpu = clock_thread_cpu_ns(tid);
+    if (cpu == CLOCK_UNAVAILABLE) {
+        return; /* the thread has exited and its state is being torn down */
+    }
+    int created;
+    table_key key = {pyframe_thread_serial(ts), 0};
+    thread_track *t = table_upsert(&S.threads, key, &created);
+    if (t == NULL) {
+        return;
+    }
+    uint64_t wall, used;
+    int fresh = created || t->tid != tid;
+    if (fresh && !created) {
+        place_held(t, &t->held_at);
+        forget_track(t); /* another thread's file */
+    }
+    uint64_t runq_before = t->last_runq_ns;
+    uint64_t runq = runq_since(t, tid, fresh);
+    uint64_t runq_now = t->schedstat > 0 ? t->last_runq_ns : CLOCK_UNAVAILABLE;
+    if (fresh) {
+        /* First sight (threads that existed at start were seen by
+         * sampler_start): the thread started within this window, so all of
+         * its CPU so far (at most the window) is new. */
+        wall = w->window;
+        used = cpu < w->window ? cpu : w->window;
+        S.totals.threads_seen++;
+        t->last_wall_ns = w->now - wall;
+        t->last_cpu_ns = cpu - used;
+    } else {
+        wall = delta(w->now, t->last_wall_ns);
+        used = delta(cpu, t->last_cpu_ns);
+    }
+    if (used > wall) {
+        used = wall; /* clocks of different resolution; never more CPU than wall */
+    }
+    w->threads_used += used;
+    w->live++;
+    location loc = charge_window(w, ts, t, fresh, cpu, wall, used, runq, runq_before, runq_now);
+    t->passed_over = 0;
+    if (ts != S.main_ts && used > 0) {
+        /* Threads that ran in this window: an idle pool's workers, parked in
+         * a call, are where they answer and would take the places. */
+        t->passed_over = 1; /* unless chosen for a peek */
+        w->busy++;
+        choose_peek(w->chosen, &w->n_peek, (uintptr_t)ts, key, t->peek_serial);
+    }
+    if (ts == S.main_ts) {
+        w->main_location = loc;
+    }
+    t->last_wall_ns = w->now;
+    t->last_cpu_ns = cpu;
+    t->seen_in = S.serial;
+    t->tid = tid;
+    const command_time *at = w->at;
+    if (w->mode == SNAPSHOT_REBASE && at != NULL && ts == S.main_ts && at->main_cpu_ns != CLOCK_UNAVAILABLE &&
+        at->main_cpu_ns <= cpu && at->wall_ns <= w->now) {
+        /* A resume from outside: the main thread's window starts when it was
+         * seen, so the rest of a native call it was in then is charged (the
+         * request made then measures it, charge_main_answer). */
+        t->last_wall_ns = at->wall_ns;
+        t->last_cpu_ns = at->main_cpu_ns;
+        if (at->main_runq_ns != CLOCK_UNAVAILABLE && at->main_runq_ns <= t->last_runq_ns) {
+            t->last_runq_ns = at->main_runq_ns;
+        }
+    }
+}
+
+/* The threads the sampler peeks at before its next request (choose_peek). */
+static void publish_peeks(const snapshot_walk *w)
+{
+    for (int i = 0; i < w->n_peek; i++) {
+        thread_track *c = table_find(&S.threads, w->chosen[i].key);
+        if (c != NULL) {
+            c->peek_serial = S.serial;
+            c->passed_over = 0;
+        }
+        atomic_store(&S.peek_tid[i], c != NULL ? c->tid : 0);
+        atomic_store(&S.peek_list[i], w->chosen[i].ts);
+    }
+    for (int i = w->n_peek; i < PEEK_THREADS; i++) {
+        atomic_store(&S.peek_list[i], 0);
+    }
+    S.busy_threads = w->busy;
+}
+
+/* Which line the main thread stood on, and when, for measurements that
+ * arrive late with their own time (the GPU's windows: line_timeline.h). */
+static void note_main_line(const snapshot_walk *w)
+{
+    if (!line_timeline_enabled()) {
+        return;
+    }
+    const location *m = &w->main_location;
+    if (w->mode == SNAPSHOT_REBASE) {
+        line_timeline_note(line_timeline_now_ns(), LINE_TIMELINE_PAUSED, 0, STACKS_ROOT); /* since the pause */
+    } else {
+        line_timeline_note(line_timeline_now_ns(), m->ok ? m->site : SITE_NONE, m->lineno,
+                           m->ok ? m->stack : STACKS_ROOT);
+    }
+}
+
+/* CPU used by threads that have no Python state (native thread pools, threads
+ * started from C) is native time of the program; it is charged to the line the
+ * main thread is running, which is the line that is waiting for that work. */
+static void charge_untracked(snapshot_walk *w)
+{
+    S.untracked_carry += (int64_t)w->program_used - (int64_t)w->threads_used;
+    if (w->mode == SNAPSHOT_REBASE) {
+        S.untracked_carry = 0; /* the paused time's */
+    }
+    if (S.untracked_carry > 0) {
+        uint64_t untracked = (uint64_t)S.untracked_carry;
+        S.untracked_carry = 0;
+        S.totals.untracked_native_ns += untracked;
+        w->main_location.ok = 1;
+        charge_cpu(&w->main_location, untracked, 1, w->core_fraction);
+    }
+}
+
 /* at: for a pause or resume from outside, when it was seen (command_time); NULL
- * for the program's own (it happens where the call is). */
+ * for the program's own (it happens where the call is).  The steps: what the
+ * other collectors queued, the window, each thread's share of it, the peeks
+ * for the next request, the main thread's line for late measurements, the CPU
+ * of threads without Python state, await time, and the new baselines. */
 static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode mode,
                                  const command_time *at)
 {
@@ -1080,42 +1291,12 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
     gpu_kernels_drain(); /* GPU launches whose line could not be read at the launch */
     int asyncio_used = awaits_begin();
 
-    uint64_t now = clock_wall_ns();
-    uint64_t process_cpu = clock_process_cpu_ns();
-    pid_t sampler_tid = atomic_load(&S.sampler_tid);
-    uint64_t sampler_cpu = sampler_tid ? clock_thread_cpu_ns(sampler_tid) : CLOCK_UNAVAILABLE;
-    if (sampler_cpu == CLOCK_UNAVAILABLE) {
-        sampler_cpu = S.last_sampler_cpu_ns;
-    }
-    uint64_t window = delta(now, S.last_wall_ns);
-    uint64_t process_used = delta(process_cpu, S.last_process_cpu_ns);
-    uint64_t sampler_used = delta(sampler_cpu, S.last_sampler_cpu_ns);
-    uint64_t helper_cpu = atomic_load(&helper_cpu_total_ns);
-    uint64_t program_used = delta(process_used, sampler_used + delta(helper_cpu, last_helper_cpu_ns));
-    last_helper_cpu_ns = helper_cpu;
-    double core_fraction = 0.0;
-    if (window > 0) {
-        core_fraction = (double)program_used / ((double)window * (double)S.n_cpus);
-        core_fraction = core_fraction > 1.0 ? 1.0 : core_fraction;
-    }
+    snapshot_walk w = {.source = source, .mode = mode, .at = at,
+                       .main_location = {SITE_NONE, 0, 1, 0, 0, STACKS_ROOT}};
+    measure_window(&w);
     S.serial++;
-
-    /* Whether any other thread of the program could have held the GIL. */
-    int program_threads = 0;
-    for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL && program_threads < 2;
-         ts = PyThreadState_Next(ts)) {
-        pid_t tid = pyframe_thread_tid(ts);
-        program_threads += tid > 0 && ts != S.sampler_ts && tid != sampler_tid;
-    }
-    S.gil_alone = program_threads <= 1;
-
-    uint64_t threads_used = 0;
-    size_t live = 0;
-    location main_location = {SITE_NONE, 0, 1, 0, 0, STACKS_ROOT};
-    int n_peek = 0, busy = 0;
-    peek_choice chosen[PEEK_THREADS];
-    for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL;
-         ts = PyThreadState_Next(ts)) {
+    S.gil_alone = gil_alone(w.sampler_tid);
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(S.interp); ts != NULL; ts = PyThreadState_Next(ts)) {
         pid_t tid = pyframe_thread_tid(ts);
         if (tid <= 0) {
             /* Not running yet (or a 3.10 state without a frame): which thread's
@@ -1123,149 +1304,25 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
              * one starts where it is first seen with an id. */
             continue;
         }
-        if (ts == S.sampler_ts || tid == sampler_tid) {
+        if (ts == S.sampler_ts || tid == w.sampler_tid) {
             continue; /* by tid too: its state exists before it first holds the GIL */
         }
-        uint64_t cpu = clock_thread_cpu_ns(tid);
-        if (cpu == CLOCK_UNAVAILABLE) {
-            continue; /* the thread has exited and its state is being torn down */
-        }
-        int created;
-        table_key key = {pyframe_thread_serial(ts), 0};
-        thread_track *t = table_upsert(&S.threads, key, &created);
-        if (t == NULL) {
-            continue;
-        }
-        uint64_t wall, used;
-        int fresh = created || t->tid != tid;
-        if (fresh && !created) {
-            place_held(t, &t->held_at);
-            forget_track(t); /* another thread's file */
-        }
-        uint64_t runq_before = t->last_runq_ns;
-        uint64_t runq = runq_since(t, tid, fresh);
-        uint64_t runq_now = t->schedstat > 0 ? t->last_runq_ns : CLOCK_UNAVAILABLE;
-        if (fresh) {
-            /* First sight (threads that existed at start were seen by
-             * sampler_start): the thread started within this window, so all of
-             * its CPU so far (at most the window) is new. */
-            wall = window;
-            used = cpu < window ? cpu : window;
-            S.totals.threads_seen++;
-            t->last_wall_ns = now - wall;
-            t->last_cpu_ns = cpu - used;
-        } else {
-            wall = delta(now, t->last_wall_ns);
-            used = delta(cpu, t->last_cpu_ns);
-        }
-        if (used > wall) {
-            used = wall; /* clocks of different resolution; never more CPU than wall */
-        }
-        threads_used += used;
-        live++;
-        location loc;
-        if (mode == SNAPSHOT_REBASE) {
-            loc = main_location; /* not charged: only the baselines below move */
-        } else if (mode == SNAPSHOT_PAUSE && ts == S.main_ts) {
-            if (at != NULL && at->main_cpu_ns != CLOCK_UNAVAILABLE && atomic_load(&S.request_pending) &&
-                atomic_load(&S.request_wall_ns) <= at->wall_ns) {
-                /* A pause from outside, with a request made before it was seen
-                 * (the sampler thread makes one when it sees a command): the
-                 * main thread is charged as if it had answered then, so the
-                 * time of a long native call up to the pause is its. */
-                loc = charge_main_answer(ts, t, at->wall_ns, at->main_cpu_ns,
-                                         fresh ? at->main_runq_ns : runq_before, at->main_runq_ns, core_fraction);
-            } else {
-                loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL); /* for the untracked time below */
-            }
-        } else if (source == ANSWERED_BY_MAIN && ts == S.main_ts) {
-            loc = charge_main_answer(ts, t, now, cpu, fresh ? runq_now : runq_before, runq_now,
-                                     core_fraction);
-        } else if (ts == S.main_ts && atomic_load(&S.request_pending) &&
-                   atomic_load(&S.request_wall_ns) > t->last_wall_ns) {
-            loc = charge_main_away(ts, cpu, wall, used, runq, core_fraction);
-        } else {
-            loc = charge_other_thread(ts, t, ts == S.main_ts ? NULL : peeked_for(ts, source),
-                                      t->passed_over && peeks_of(source) != NULL, wall, used, runq,
-                                      core_fraction);
-        }
-        t->passed_over = 0;
-        if (ts != S.main_ts && used > 0) {
-            /* Threads that ran in this window: an idle pool's workers, parked in
-             * a call, are where they answer and would take the places. */
-            t->passed_over = 1; /* unless chosen below */
-            busy++;
-            choose_peek(chosen, &n_peek, (uintptr_t)ts, key, t->peek_serial);
-        }
-        if (ts == S.main_ts) {
-            main_location = loc;
-        }
-        t->last_wall_ns = now;
-        t->last_cpu_ns = cpu;
-        t->seen_in = S.serial;
-        t->tid = tid;
-        if (mode == SNAPSHOT_REBASE && at != NULL && ts == S.main_ts && at->main_cpu_ns != CLOCK_UNAVAILABLE &&
-            at->main_cpu_ns <= cpu && at->wall_ns <= now) {
-            /* A resume from outside: the main thread's window starts when it was
-             * seen, so the rest of a native call it was in then is charged (the
-             * request made then measures it, charge_main_answer). */
-            t->last_wall_ns = at->wall_ns;
-            t->last_cpu_ns = at->main_cpu_ns;
-            if (at->main_runq_ns != CLOCK_UNAVAILABLE && at->main_runq_ns <= t->last_runq_ns) {
-                t->last_runq_ns = at->main_runq_ns;
-            }
-        }
+        snapshot_thread(&w, ts, tid);
     }
-    for (int i = 0; i < n_peek; i++) {
-        thread_track *c = table_find(&S.threads, chosen[i].key);
-        if (c != NULL) {
-            c->peek_serial = S.serial;
-            c->passed_over = 0;
-        }
-        atomic_store(&S.peek_tid[i], c != NULL ? c->tid : 0);
-        atomic_store(&S.peek_list[i], chosen[i].ts);
-    }
-    for (int i = n_peek; i < PEEK_THREADS; i++) {
-        atomic_store(&S.peek_list[i], 0);
-    }
-    S.busy_threads = busy;
+    publish_peeks(&w);
     place_held_of_gone(0);
-
-    /* Which line the main thread stood on, and when, for measurements that
-     * arrive late with their own time (the GPU's windows: line_timeline.h). */
-    if (line_timeline_enabled()) {
-        if (mode == SNAPSHOT_REBASE) {
-            line_timeline_note(line_timeline_now_ns(), LINE_TIMELINE_PAUSED, 0, STACKS_ROOT); /* since the pause */
-        } else {
-            line_timeline_note(line_timeline_now_ns(), main_location.ok ? main_location.site : SITE_NONE,
-                               main_location.lineno, main_location.ok ? main_location.stack : STACKS_ROOT);
-        }
-    }
-
-    /* CPU used by threads that have no Python state (native thread pools, threads
-     * started from C) is native time of the program; it is charged to the line the
-     * main thread is running, which is the line that is waiting for that work. */
-    S.untracked_carry += (int64_t)program_used - (int64_t)threads_used;
-    if (mode == SNAPSHOT_REBASE) {
-        S.untracked_carry = 0; /* the paused time's */
-    }
-    if (S.untracked_carry > 0) {
-        uint64_t untracked = (uint64_t)S.untracked_carry;
-        S.untracked_carry = 0;
-        S.totals.untracked_native_ns += untracked;
-        main_location.ok = 1;
-        charge_cpu(&main_location, untracked, 1, core_fraction);
-    }
+    note_main_line(&w);
+    charge_untracked(&w);
 
     /* Await time is wall time by nature: with --use-virtual-time none is counted. */
     if (asyncio_used && !S.options.virtual_time && mode != SNAPSHOT_REBASE) {
-        awaits_charge(window, &S.totals.unattributed);
+        awaits_charge(w.window, &S.totals.unattributed);
     }
 
-    prune_threads(live);
-    S.last_wall_ns = now;
-    S.last_process_cpu_ns = process_cpu;
-    S.last_sampler_cpu_ns = sampler_cpu;
+    prune_threads(w.live);
+    S.last_wall_ns = w.now;
+    S.last_process_cpu_ns = w.process_cpu;
+    S.last_sampler_cpu_ns = w.sampler_cpu;
     if (mode == SNAPSHOT_CHARGE) {
         S.totals.snapshots++;
         if (source == ANSWERED_BY_MAIN) {
