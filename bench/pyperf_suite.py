@@ -152,7 +152,11 @@ def prepare(cache: Path, only: list[str] | None = None) -> list[Path]:
         if name not in known:
             program.write_text(WRAPPER.format(version=PYPERFORMANCE, name=name, directory=directory,
                                               loops=1, lib=str(cache / "lib"), extra=extra))
-            known[name] = _calibrate(program)
+            try:
+                known[name] = _calibrate(program)
+            except subprocess.CalledProcessError as e:
+                raise SystemExit(f"bench: {name} failed bare (exit status {e.returncode}) "
+                                 f"while its loops were measured: {program}")
             _log(f"calibrated {name}: {known[name]} loops for about {TARGET_SECONDS:g} s bare")
             loops_file.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
         program.write_text(WRAPPER.format(version=PYPERFORMANCE, name=name, directory=directory,

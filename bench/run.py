@@ -591,9 +591,10 @@ def run_once(tool: str, script: Path, env: dict, outdir: Path,
                      + repr(proc.stdout[:200]))
     sampler_share = None
     if tool in ("pyrometer", "pyrometer-full"):
-        notes.extend(check_pyrometer(proc.stderr, profile,
-                                     memory=tool == "pyrometer-full"))
-        sampler_share = pyrometer_sampler_share(profile)
+        found, data = check_pyrometer(proc.stderr, profile,
+                                      memory=tool == "pyrometer-full")
+        notes.extend(found)
+        sampler_share = pyrometer_sampler_share(data)
     elif tool in ("scalene", "scalene-full"):
         notes.extend(check_scalene(profile, memory=tool == "scalene-full"))
     elif profile is not None and (not profile.exists()
@@ -617,38 +618,37 @@ def same_output(tool: str, stdout: str, expected: str) -> bool:
 
 
 def check_pyrometer(stderr: str, profile: Path | None,
-                    memory: bool) -> list[str]:
-    """What in a successful pyrometer run looks wrong."""
+                    memory: bool) -> tuple[list[str], dict | None]:
+    """What in a successful pyrometer run looks wrong, and its profile (None
+    when it wrote none that reads as a JSON object)."""
     notes = []
     if stderr.strip():
         notes.append("wrote to stderr: " + repr(stderr.strip()[:200]))
     if profile is None or not profile.exists():
-        return notes + ["wrote no profile"]
+        return notes + ["wrote no profile"], None
     try:
         data = json.loads(profile.read_text())
     except (OSError, ValueError) as e:
-        return notes + [f"profile is not valid JSON: {e}"]
+        return notes + [f"profile is not valid JSON: {e}"], None
     if not isinstance(data, dict):
-        return notes + ["profile is not a JSON object"]
+        return notes + ["profile is not a JSON object"], None
     if data.get("exit_status", 0) != 0:
         notes.append(f"profile says exit_status {data.get('exit_status')}")
     if data.get("memory") is not memory:
         notes.append(f"profile says \"memory\": "
                      f"{json.dumps(data.get('memory'))}, expected "
                      f"{json.dumps(memory)}")
-    return notes
+    return notes, data
 
 
-def pyrometer_sampler_share(profile: Path | None) -> float | None:
+def pyrometer_sampler_share(data: dict | None) -> float | None:
     """profiler_cpu_time_sec / process_cpu_time_sec of a pyrometer profile:
     the part of the process's CPU its own sampler thread took (the rest of
     its cost is in the program's threads: start-up, the answers to samples,
     the allocator and copy wrappers)."""
     try:
-        data = json.loads(profile.read_text())
         return data["profiler_cpu_time_sec"] / data["process_cpu_time_sec"]
-    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError,
-            AttributeError):
+    except (KeyError, TypeError, ZeroDivisionError):
         return None
 
 
@@ -1090,6 +1090,8 @@ def main(argv=None) -> int:
               if n.strip()]
     if pyperf:
         import pyperf_suite
+        # The tables name each by its wrapper, bm_NAME: either name is taken.
+        wanted = [n.removeprefix("bm_") for n in wanted]
         missing = [n for n in wanted if n not in pyperf_suite.BENCHMARKS]
         if missing:
             ap.error(f"unknown benchmark(s) {', '.join(missing)}; choose "
