@@ -419,7 +419,13 @@ static void *arena_alloc(void *ctx, size_t size)
  * instead of faulting) at each 16 KiB boundary, and a header is taken for a
  * pool's only when it is consistent: szidx under 32, maxnextoffset = POOL_SIZE
  * - (szidx + 1) * 16 (what pymalloc's init_pool writes), nextoffset past the
- * header by a whole number of blocks, and a count of blocks the pool can hold.
+ * header by a whole number of blocks, a count of blocks the pool can hold,
+ * and a free list that starts inside the pool or is empty.  The last rules out
+ * a copy of a header read elsewhere, as this scan's own buffer holds: a header
+ * read into it could lie on a 16 KiB boundary there, and a 1 MiB arena taken
+ * there overlapped a real one (the map refused it, and Python memory went
+ * unprofiled: CPython 3.13 under jemalloc, one CI run in many).  The buffer
+ * is skipped besides, for a full pool's copy (empty free list).
  * pymalloc carves an arena's pools in order from its first 16 KiB boundary and
  * keeps a pool's header once carved, so an arena is a run of consistent headers
  * with the same arenaindex, 16 KiB apart, starting at its first pool F.  An
@@ -438,7 +444,7 @@ static void *arena_alloc(void *ctx, size_t size)
 /* struct pool_header on 64-bit, as 32-bit words: a union holding the count of
  * blocks in use, three pointers, then these (pymalloc_pool_block_size reads
  * szidx at the same place). */
-enum { HEADER_COUNT = 0, HEADER_ARENA = 8, HEADER_SZIDX = 9, HEADER_NEXT = 10, HEADER_MAX_NEXT = 11,
+enum { HEADER_COUNT = 0, HEADER_FREE_BLOCK = 2, HEADER_ARENA = 8, HEADER_SZIDX = 9, HEADER_NEXT = 10, HEADER_MAX_NEXT = 11,
        HEADER_WORDS = 12 };
 #define ADOPTED_WHOLE ((uintptr_t)1)
 #define ADOPTED_GONE ((uintptr_t)2)
@@ -446,15 +452,19 @@ enum { HEADER_COUNT = 0, HEADER_ARENA = 8, HEADER_SZIDX = 9, HEADER_NEXT = 10, H
 static uintptr_t *adopted; /* F | ADOPTED_WHOLE | ADOPTED_GONE, ascending */
 static size_t adopted_count, adopted_capacity;
 
-static int header_consistent(const uint32_t *h)
+int pymalloc_header_is_pool(uintptr_t at, const void *header)
 {
+    const uint32_t *h = header;
     uint32_t szidx = h[HEADER_SZIDX], next = h[HEADER_NEXT], max = h[HEADER_MAX_NEXT];
     if (szidx >= 32) {
         return 0;
     }
     uint32_t size = (szidx + 1) * 16;
+    uint64_t free_block;
+    memcpy(&free_block, (const unsigned char *)header + HEADER_FREE_BLOCK * 4, sizeof free_block);
     return max == POOL_BYTES - size && next >= POOL_OVERHEAD + size && next <= POOL_BYTES &&
-           (next - POOL_OVERHEAD) % size == 0 && h[HEADER_COUNT] <= (POOL_BYTES - POOL_OVERHEAD) / size;
+           (next - POOL_OVERHEAD) % size == 0 && h[HEADER_COUNT] <= (POOL_BYTES - POOL_OVERHEAD) / size &&
+           (free_block == 0 || free_block - (at + POOL_OVERHEAD) < POOL_BYTES - POOL_OVERHEAD);
 }
 
 static int adopt_arena(uintptr_t first, size_t pools)
@@ -498,7 +508,7 @@ static void end_run(void)
 
 static void saw_pool(uintptr_t at, const uint32_t *h)
 {
-    if (!header_consistent(h)) {
+    if (!pymalloc_header_is_pool(at, h)) {
         end_run();
         return;
     }
@@ -526,6 +536,14 @@ static void scan_mapping(uintptr_t start, uintptr_t end)
     static uint32_t headers[BATCH][HEADER_WORDS];
     static struct iovec local[BATCH], remote[BATCH];
     pid_t self = getpid();
+    uintptr_t own = (uintptr_t)headers, own_end = own + sizeof headers;
+    if (start < own_end && own < end) { /* the scan's own copies: the parts beside them */
+        if (start < own) {
+            scan_mapping(start, own);
+        }
+        end_run();
+        start = own_end;
+    }
     uintptr_t at = (start + POOL_BYTES - 1) & ~(POOL_BYTES - 1);
     while (at + POOL_OVERHEAD <= end) {
         size_t n = 0;
@@ -656,7 +674,7 @@ int pymalloc_adopted_tail_size(uintptr_t a, size_t *size)
     }
     uint32_t h[HEADER_WORDS];
     struct iovec local = {h, sizeof h}, remote = {(void *)pool, sizeof h};
-    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof h || !header_consistent(h)) {
+    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof h || !pymalloc_header_is_pool(pool, h)) {
         return 0;
     }
     *size = ((size_t)h[HEADER_SZIDX] + 1) * 16;

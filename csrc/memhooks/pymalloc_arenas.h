@@ -108,6 +108,10 @@ static inline size_t pymalloc_pool_block_size(uintptr_t a)
     return ((size_t)szidx + 1) << 4;
 }
 
+/* Whether the 48 bytes at header, read from address at (a 16 KiB boundary),
+ * are a pymalloc pool's header there (pymalloc_arenas.c: the rules); for tests. */
+int pymalloc_header_is_pool(uintptr_t at, const void *header);
+
 /* The region's arena slots, apart from the interpreter (for tests): a region of
  * `slots` slots of `slot_bytes` (a power of two, 1 MiB in the library) reserved
  * into m (region_base, region_size), or -1 when the address space cannot be

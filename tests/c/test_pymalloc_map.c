@@ -190,7 +190,56 @@ static void region_closes_past_its_last_arena(void)
     pymalloc_map_release(&m);
 }
 
+/* pymalloc's pool header on 64-bit: what init_pool writes for a pool of 32-byte
+ * blocks at address at, with `carved` blocks carved and the free list at the
+ * block `free_at` bytes in (0: empty, a full pool). */
+typedef struct {
+    union {
+        void *padding;
+        unsigned count;
+    } ref;
+    uintptr_t free_block;
+    void *next_pool, *prev_pool;
+    unsigned arena_index, size_index, next_offset, max_next_offset;
+} pool_header;
+
+static pool_header header_at(uintptr_t at, unsigned carved, uintptr_t free_at)
+{
+    pool_header h = {{NULL}, 0, NULL, NULL, 3, 1, 48 + 32 * carved, 16 * KiB - 32};
+    h.ref.count = carved - 1;
+    h.free_block = free_at != 0 ? at + free_at : 0;
+    return h;
+}
+
+/* A header is taken for a pool's only where it was read: a copy elsewhere (the
+ * adoption scan's own buffer holds copies) points its free list at its pool. */
+static void pool_header_only_where_it_lies(void)
+{
+    uintptr_t at = BASE + 64 * 16 * KiB;
+    pool_header h = header_at(at, 10, 48 + 32 * 9);
+    CHECK_EQ(sizeof h, 48);
+    CHECK_EQ(pymalloc_header_is_pool(at, &h), 1);
+    CHECK_EQ(pymalloc_header_is_pool(at + 16 * KiB, &h), 0); /* the same bytes in the next pool */
+    CHECK_EQ(pymalloc_header_is_pool(at - 16 * KiB, &h), 0);
+    CHECK_EQ(pymalloc_header_is_pool(at + MiB, &h), 0);
+    h = header_at(at, 10, 48 + 32 * 512); /* past the pool's end */
+    CHECK_EQ(pymalloc_header_is_pool(at, &h), 0);
+    h = header_at(at, 10, 16); /* inside the header */
+    CHECK_EQ(pymalloc_header_is_pool(at, &h), 0);
+    h = header_at(at, 10, 0); /* full: an empty free list, anywhere */
+    CHECK_EQ(pymalloc_header_is_pool(at, &h), 1);
+    h = header_at(at, 10, 48 + 32 * 9);
+    h.max_next_offset = 16 * KiB - 48; /* not the size class's */
+    CHECK_EQ(pymalloc_header_is_pool(at, &h), 0);
+    h = header_at(at, 10, 48 + 32 * 9);
+    h.next_offset = 48 + 32 * 9 + 8; /* not on a block */
+    CHECK_EQ(pymalloc_header_is_pool(at, &h), 0);
+    pool_header zero = {{NULL}, 0, NULL, NULL, 0, 0, 0, 0};
+    CHECK_EQ(pymalloc_header_is_pool(at, &zero), 0);
+}
+
 const unit_test pymalloc_map_tests[] = {
+    UNIT_TEST(pool_header_only_where_it_lies),
     UNIT_TEST(region_closes_past_its_last_arena),
     UNIT_TEST(region_hands_out_and_takes_back_arenas),
     UNIT_TEST(map_finds_exactly_the_arenas),
