@@ -374,6 +374,55 @@ static void callback_leave(void)
     atomic_fetch_sub(&M.in_callback, 1);
 }
 
+/* A queued sample's stack: the thread's frames, innermost first, into slot s
+ * (claimed at ring position head), each code kept alive until the drain: by a
+ * reference with the GIL, else followed (code_life_note). */
+static void walk_into_slot(ring_slot *s, PyThreadState *ts, int gil, uint64_t head)
+{
+    int depth = 0;
+    int walked = 0;
+    for (pyframe f = pyframe_innermost(ts); f != NULL && walked < QUEUED_WALK; f = pyframe_caller(f), walked++) {
+        PyCodeObject *code = pyframe_code(f);
+        const code_info *known = NULL;
+        if (gil) {
+            /* With the GIL the code table can be read (codes_find, no call into
+             * CPython): a frame known to be of a file not reported (importlib's
+             * frames, a library's) is left out, so that the STACK_DEPTH kept
+             * reach the program's own frames through a deep import (numpy's
+             * import nests some 60 frames: most of its 20-30 MB were
+             * unattributed);
+             * once they are full, only a frame known reported is still looked
+             * for, into the last slot: the nearest the sample has. */
+            known = codes_find(code);
+            if (known != NULL && !known->reported) {
+                continue;
+            }
+            if (depth == STACK_DEPTH) {
+                if (known == NULL) {
+                    continue;
+                }
+                depth--;
+                Py_DECREF(s->codes[depth]); /* not its last reference: the frame holds the code */
+            }
+        } else if (depth == STACK_DEPTH) {
+            break;
+        }
+        s->frames[depth] = f;
+        s->codes[depth] = code;
+        s->lastis[depth] = pyframe_lasti(f);
+        if (gil) {
+            Py_INCREF(code); /* with the GIL: no allocation, no lock */
+        } else {
+            code_life_note(code, head); /* alive now: followed to the drain */
+        }
+        depth++;
+        if (depth == STACK_DEPTH && known != NULL) {
+            break; /* the last slot holds a reported frame: the nearest one past the cut */
+        }
+    }
+    s->depth = depth;
+}
+
 /* The sample function: runs on the allocating thread, from inside malloc or a
  * Python allocator, with this thread's counting suspended by the library.  It
  * calls nothing in CPython that may allocate or take a lock (pymalloc may be in
@@ -435,48 +484,7 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
     s->t_ns = now;
     s->footprint = footprint;
     s->holds_refs = gil;
-    int depth = 0;
-    int walked = 0;
-    for (pyframe f = pyframe_innermost(ts); f != NULL && walked < QUEUED_WALK; f = pyframe_caller(f), walked++) {
-        PyCodeObject *code = pyframe_code(f);
-        const code_info *known = NULL;
-        if (gil) {
-            /* With the GIL the code table can be read (codes_find, no call into
-             * CPython): a frame known to be of a file not reported (importlib's
-             * frames, a library's) is left out, so that the STACK_DEPTH kept
-             * reach the program's own frames through a deep import (numpy's
-             * import nests some 60 frames: most of its 20-30 MB were
-             * unattributed);
-             * once they are full, only a frame known reported is still looked
-             * for, into the last slot: the nearest the sample has. */
-            known = codes_find(code);
-            if (known != NULL && !known->reported) {
-                continue;
-            }
-            if (depth == STACK_DEPTH) {
-                if (known == NULL) {
-                    continue;
-                }
-                depth--;
-                Py_DECREF(s->codes[depth]); /* not its last reference: the frame holds the code */
-            }
-        } else if (depth == STACK_DEPTH) {
-            break;
-        }
-        s->frames[depth] = f;
-        s->codes[depth] = code;
-        s->lastis[depth] = pyframe_lasti(f);
-        if (gil) {
-            Py_INCREF(code); /* with the GIL: no allocation, no lock */
-        } else {
-            code_life_note(code, head); /* alive now: followed to the drain */
-        }
-        depth++;
-        if (depth == STACK_DEPTH && known != NULL) {
-            break; /* the last slot holds a reported frame: the nearest one past the cut */
-        }
-    }
-    s->depth = depth;
+    walk_into_slot(s, ts, gil, head);
     atomic_store_explicit(&s->ready, 1, memory_order_release);
     /* The sampler thread asks for a drain at its next wake (mem_profile_poll). */
     atomic_store(&M.drain_requested, 1);
@@ -606,7 +614,7 @@ void mem_profile_drain(void)
     if (!M.initialised) {
         return;
     }
-    /* No garbage collection meanwhile (see sampler.c, snapshot): a code object
+    /* No garbage collection meanwhile (see csrc/sampler/snapshot.c, snapshot_in): a code object
      * known alive only by code_life may be a cycle's, and registering it
      * allocates. */
     int collecting = PyGC_Disable();

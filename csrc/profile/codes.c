@@ -59,7 +59,7 @@ static int names_a_call(const char *name)
  * operands' type slots do the work, in C as a rule (a numpy or bytes operator,
  * an extension type's); 3.11 runs the generic form as *_ADAPTIVE.  A thread
  * found at one that has left its frame by the time it answers was in native
- * code there (sampler.c, locate): the interpreter's own forms (BINARY_OP_ADD_INT
+ * code there (csrc/sampler/locate.c): the interpreter's own forms (BINARY_OP_ADD_INT
  * and the like) are the specialised ones.  Of BINARY_OP, only the operations
  * the specialiser takes for the interpreter's own types (+, -, *, their
  * in-place forms, 3.14's subscript, and @, which none of them has): int % 7

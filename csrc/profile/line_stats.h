@@ -28,7 +28,7 @@ typedef struct {
     double busy_core_ns;  /* attributed time weighted by the fraction of cores busy */
     uint64_t samples;
     /* Estimated time, in units of the main thread's mean time between requests
-     * (known only when the profile is collected; see sampler.c). */
+     * (known only when the profile is collected; see sampler_get_totals). */
     double est_python, est_native, est_system, est_gil_wait, est_cpu_wait, est_loop_idle, est_busy;
 } cpu_sums;
 
@@ -72,7 +72,7 @@ void cpu_sums_resolve(const cpu_sums *s, double unit_ns, cpu_totals *out);
 void cpu_sums_add(cpu_sums *into, const cpu_window *w, int count_off_cpu, double core_fraction);
 /* CPU time alone, not a sample of its own: native time of threads without Python
  * state, charged to the main thread's location; a thread's Python time charged
- * where it was last seen running (sampler.c). */
+ * where it was last seen running (csrc/sampler/charge.c). */
 void cpu_sums_add_cpu(cpu_sums *into, uint64_t ns, int native, double core_fraction);
 
 #endif
