@@ -12,13 +12,14 @@
 #include "profile/codes.h"
 #include "profile/filter.h"
 #include "profile/line_stats.h"
-#include "profile/periodic.h"
+#include "periodic/periodic.h"
 #include "profile/stacks.h"
 #include "common/table.h"
 #include "ending/ending.h"
 #include "gpu/gpu.h"
 #include "memory/mem_profile.h"
 #include "memory/memhooks_api.h"
+#include "memory/pyalloc.h"
 #include "cpython/pyframe.h"
 #include "sampler/sampler.h"
 
@@ -88,6 +89,47 @@ static const void **code_list(PyObject *seq)
     return out;
 }
 
+/* The memory and GPU collectors' part in the sampler's work (sampler.h),
+ * wired here, the one place that knows every collector.  The memory side's
+ * state for each piece of the sampler's own work is kept per thread, pieces
+ * ending in reverse order; deeper than OWN_WORK_DEPTH (never met: two at
+ * most), a piece is left counted as the program's. */
+#define OWN_WORK_DEPTH 8
+static _Thread_local pyalloc_own_work own_work[OWN_WORK_DEPTH];
+static _Thread_local int own_work_depth;
+
+static void memory_own_work_begin(void)
+{
+    if (own_work_depth < OWN_WORK_DEPTH) {
+        pyalloc_own_work_begin(&own_work[own_work_depth]);
+    }
+    own_work_depth++;
+}
+
+static void memory_own_work_end(void)
+{
+    own_work_depth--;
+    if (own_work_depth < OWN_WORK_DEPTH) {
+        pyalloc_own_work_end(&own_work[own_work_depth]);
+    }
+}
+
+static int register_sampler_clients(void)
+{
+    static int registered;
+    if (registered) {
+        return 0;
+    }
+    const sampler_client memory = {mem_profile_poll, mem_profile_drain, memory_own_work_begin, memory_own_work_end};
+    const sampler_client gpu = {NULL, gpu_kernels_drain, NULL, NULL};
+    if (sampler_add_client(&memory) != 0 || sampler_add_client(&gpu) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "the CPU sampler has no room for its clients");
+        return -1;
+    }
+    registered = 1;
+    return 0;
+}
+
 static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     (void)module;
@@ -151,6 +193,9 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     sampler_options options = {(uint64_t)(interval * 1e9), virtual_time};
+    if (register_sampler_clients() != 0) {
+        return NULL;
+    }
     if (control_begin(start_off, control_file) != 0) {
         PyErr_SetFromErrno(PyExc_OSError);
         return NULL;

@@ -1,5 +1,5 @@
 #include "control.h"
-#include "../sampler/clock.h"
+#include "../common/clock.h"
 #include "../common/wake.h"
 
 #include <errno.h>

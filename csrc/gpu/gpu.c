@@ -5,8 +5,7 @@
 #include "../memory/memhooks_api.h"
 #include "../profile/line_timeline.h"
 #include "../profile/sites.h"
-#include "../sampler/clock.h"
-#include "../sampler/sampler.h"
+#include "../common/clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -484,7 +483,7 @@ static void report_own_cpu(void)
 {
     uint64_t cpu = clock_self_cpu_ns();
     if (cpu != CLOCK_UNAVAILABLE && cpu > own_cpu_reported_ns) {
-        sampler_add_helper_cpu(cpu - own_cpu_reported_ns);
+        clock_helpers_cpu_add(cpu - own_cpu_reported_ns);
         own_cpu_reported_ns = cpu;
     }
 }

@@ -8,7 +8,7 @@
 #include "../common/table.h"
 #include "../profile/codes.h"
 #include "../profile/stacks.h"
-#include "../sampler/clock.h"
+#include "../common/clock.h"
 #include "../cpython/pyframe.h"
 
 #include <pthread.h>

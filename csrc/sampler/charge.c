@@ -2,7 +2,7 @@
  * thread's answer to a request and its time away, another thread's window by
  * its peek, and CPU held until a thread is seen running (state.h: the rooms). */
 #include "state.h"
-#include "clock.h"
+#include "../common/clock.h"
 #include "../profile/codes.h"
 #include "../profile/stacks.h"
 

@@ -2,7 +2,7 @@
  * main thread's standing and the other threads' peeks at a request, and the
  * second looks while the request waits (state.h: the rooms). */
 #include "state.h"
-#include "clock.h"
+#include "../common/clock.h"
 #include "../profile/codes.h"
 
 /* Keeps a look (the sampler thread's). */

@@ -3,7 +3,7 @@
  * (state.h: the rooms). */
 #include "state.h"
 #include "../common/quiet_thread.h"
-#include "clock.h"
+#include "../common/clock.h"
 #include "../control/control.h"
 #include "../ending/ending.h"
 #include "../forks/forks.h"
@@ -11,9 +11,7 @@
 #include "../common/wake.h"
 #include "../profile/codes.h"
 #include "../profile/stacks.h"
-#include "../profile/periodic.h"
-#include "../memory/mem_profile.h"
-#include "../memory/pyalloc.h"
+#include "../periodic/periodic.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -35,14 +33,57 @@
 sampler_state sampler = {.main_schedstat_fd = -1};
 _Thread_local int sampler_taking_over;
 
-void sampler_add_helper_cpu(uint64_t ns)
+static sampler_client clients[SAMPLER_CLIENTS];
+static int n_clients;
+
+int sampler_add_client(const sampler_client *client)
 {
-    atomic_fetch_add(&sampler.helper_cpu_total_ns, ns);
+    if (n_clients == SAMPLER_CLIENTS) {
+        return -1;
+    }
+    clients[n_clients++] = *client;
+    return 0;
+}
+
+void clients_on_wake(void)
+{
+    for (int i = 0; i < n_clients; i++) {
+        if (clients[i].on_wake != NULL) {
+            clients[i].on_wake();
+        }
+    }
+}
+
+void clients_on_snapshot(void)
+{
+    for (int i = 0; i < n_clients; i++) {
+        if (clients[i].on_snapshot != NULL) {
+            clients[i].on_snapshot();
+        }
+    }
+}
+
+void own_work_begin(void)
+{
+    for (int i = 0; i < n_clients; i++) {
+        if (clients[i].own_work_begin != NULL) {
+            clients[i].own_work_begin();
+        }
+    }
+}
+
+void own_work_end(void)
+{
+    for (int i = n_clients - 1; i >= 0; i--) {
+        if (clients[i].own_work_end != NULL) {
+            clients[i].own_work_end();
+        }
+    }
 }
 
 static uint64_t helper_cpu_since_start(void)
 {
-    return delta(atomic_load(&sampler.helper_cpu_total_ns), sampler.helper_cpu_at_start_ns);
+    return delta(clock_helpers_cpu_ns(), sampler.helper_cpu_at_start_ns);
 }
 
 /* A periodic report made on the main thread right after its snapshot is the
@@ -329,7 +370,7 @@ static void *sampler_main(void *unused)
         }
         ending = ending_signal() != 0;
         if (!ending) {
-            mem_profile_poll();
+            clients_on_wake();
         } else if (!ending_pending()) {
             continue; /* the main thread writes it */
         }
@@ -463,10 +504,9 @@ static void start_after_fork(void)
     if (!(sampler.suspended_for_fork && sampler.active)) {
         return;
     }
-    pyalloc_own_work work; /* it registers code objects, as a snapshot does */
-    pyalloc_own_work_begin(&work);
+    own_work_begin(); /* it registers code objects, as a snapshot does */
     start_after_fork_unsuspended();
-    pyalloc_own_work_end(&work);
+    own_work_end();
 }
 
 static void start_after_fork_unsuspended(void)
@@ -526,10 +566,9 @@ static void start_after_fork_unsuspended(void)
  * and the wake-up pipe; 0, or -1 with an exception set. */
 static int prepare_stores(void)
 {
-    pyalloc_own_work work; /* codes_init imports `opcode`: not the program's memory */
-    pyalloc_own_work_begin(&work);
+    own_work_begin(); /* codes_init imports `opcode`: not the program's memory */
     int codes_ready = codes_init();
-    pyalloc_own_work_end(&work);
+    own_work_end();
     if (codes_ready != 0) {
         return -1;
     }
@@ -605,7 +644,7 @@ int sampler_start(const sampler_options *options)
     sampler.last_process_cpu_ns = sampler.totals.process_cpu_ns = clock_process_cpu_ns();
     sampler.last_sampler_cpu_ns = 0;
     sampler.earlier_samplers_cpu_ns = 0;
-    sampler.helper_cpu_at_start_ns = sampler.last_helper_cpu_ns = atomic_load(&sampler.helper_cpu_total_ns);
+    sampler.helper_cpu_at_start_ns = sampler.last_helper_cpu_ns = clock_helpers_cpu_ns();
     sampler.untracked_carry = 0;
     sampler.main_tid = pyframe_thread_tid(sampler.main_ts);
     control_set_main_thread(sampler.main_tid);

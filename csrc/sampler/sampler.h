@@ -63,8 +63,27 @@ void sampler_apply_control(void);
 void sampler_get_totals(sampler_totals *out);
 /* Per-thread bookkeeping and counters; the line records stay in line_stats. */
 void sampler_release(void);
-/* From the profiler's other threads (no Python state; any thread, no GIL):
- * ns more of their CPU, which is the profiler's, not the program's. */
-void sampler_add_helper_cpu(uint64_t ns);
+
+/* What the sampler does for the other collectors, which the Python boundary
+ * (module.c) registers once, so that the sampler includes none of their
+ * headers and they none of its.  Any function may be NULL. */
+typedef struct {
+    /* On the sampler thread at each wake, without the GIL (memory: asks for a
+     * drain when samples were queued). */
+    void (*on_wake)(void);
+    /* GIL held, at each snapshot, before its threads are charged: work the
+     * client queued where it could not be done (memory samples of threads
+     * without the GIL, GPU launches whose line was not read). */
+    void (*on_snapshot)(void);
+    /* Around the sampler's own work on the calling thread, GIL held (a
+     * snapshot registers code objects, which allocates): nothing allocated
+     * between them is the program's.  Nested pieces end in reverse order. */
+    void (*own_work_begin)(void);
+    void (*own_work_end)(void);
+} sampler_client;
+#define SAMPLER_CLIENTS 4
+/* 0, or -1 when SAMPLER_CLIENTS are registered already.  Before the first
+ * sampler_start; never removed. */
+int sampler_add_client(const sampler_client *client);
 
 #endif

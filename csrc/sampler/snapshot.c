@@ -2,14 +2,11 @@
  * since the last one, each thread's share of it and the rule that charges it,
  * the threads to peek at next (state.h: the rooms). */
 #include "state.h"
-#include "clock.h"
+#include "../common/clock.h"
 #include "../asyncio/awaits.h"
 #include "../profile/codes.h"
 #include "../profile/line_timeline.h"
 #include "../profile/stacks.h"
-#include "../memory/mem_profile.h"
-#include "../memory/pyalloc.h"
-#include "../gpu/gpu.h"
 
 static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode mode,
                                  const command_time *at);
@@ -21,8 +18,7 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
  * stood on: 1 MB over 100 large functions in the test. */
 void snapshot_in(enum snapshot_source source, enum snapshot_mode mode, const command_time *at)
 {
-    pyalloc_own_work work;
-    pyalloc_own_work_begin(&work);
+    own_work_begin();
     /* No garbage collection inside a snapshot: registering a code object
      * allocates tracked objects (a weak reference, its callback, a site's key),
      * and on 3.10 and 3.11 such an allocation may collect right there, running
@@ -34,7 +30,7 @@ void snapshot_in(enum snapshot_source source, enum snapshot_mode mode, const com
     if (collecting) {
         PyGC_Enable();
     }
-    pyalloc_own_work_end(&work);
+    own_work_end();
 }
 
 void snapshot(enum snapshot_source source)
@@ -130,7 +126,7 @@ static void measure_window(snapshot_walk *w)
     w->window = delta(w->now, sampler.last_wall_ns);
     uint64_t process_used = delta(w->process_cpu, sampler.last_process_cpu_ns);
     uint64_t sampler_used = delta(w->sampler_cpu, sampler.last_sampler_cpu_ns);
-    uint64_t helper_cpu = atomic_load(&sampler.helper_cpu_total_ns);
+    uint64_t helper_cpu = clock_helpers_cpu_ns();
     w->program_used = delta(process_used, sampler_used + delta(helper_cpu, sampler.last_helper_cpu_ns));
     sampler.last_helper_cpu_ns = helper_cpu;
     w->core_fraction = 0.0;
@@ -318,8 +314,7 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
 {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback); /* the snapshot must not disturb a pending error */
-    mem_profile_drain(); /* memory samples queued by threads that did not hold the GIL */
-    gpu_kernels_drain(); /* GPU launches whose line could not be read at the launch */
+    clients_on_snapshot(); /* memory samples and GPU launches queued without the GIL */
     int asyncio_used = awaits_begin();
 
     snapshot_walk w = {.source = source, .mode = mode, .at = at,

@@ -209,11 +209,8 @@ typedef struct {
     uint64_t paused_since_ns;
     uint64_t process_cpu_at_pause_ns; /* the process CPU clock when the pause began */
     sampler_totals totals;
-    /* CPU used by the profiler's other threads (the GPU thread), which have no
-     * Python state: each adds its own as it goes (sampler_add_helper_cpu), so
-     * that it is the profiler's, not the program's native time of threads
-     * without Python state.  The total from any thread; the two marks, GIL held. */
-    _Atomic uint64_t helper_cpu_total_ns;
+    /* The profiler's helper threads' CPU (clock_helpers_cpu_ns) at start and
+     * at the last snapshot. */
     uint64_t helper_cpu_at_start_ns, last_helper_cpu_ns;
 } sampler_state;
 
@@ -257,6 +254,12 @@ int load_look(stored_look *from, pyframe_peeked *at);
 int main_standing(pyframe_peeked *at);
 void peek_threads(thread_peek *out);
 void second_look(void);
+
+/* sampler.c: the registered clients (sampler.h), each called in turn */
+void clients_on_wake(void);
+void clients_on_snapshot(void);
+void own_work_begin(void);
+void own_work_end(void);
 
 /* snapshot.c */
 void snapshot_in(enum snapshot_source source, enum snapshot_mode mode, const command_time *at);

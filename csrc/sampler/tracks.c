@@ -1,7 +1,7 @@
 /* Each thread's track between snapshots: its run-queue wait (schedstat), and
  * forgetting the tracks of threads that are gone (state.h: the rooms). */
 #include "state.h"
-#include "clock.h"
+#include "../common/clock.h"
 
 #include <fcntl.h>
 #include <stdio.h>

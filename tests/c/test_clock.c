@@ -3,7 +3,7 @@
  * another thread and unavailable once the thread is gone; intervals are exponential
  * with the requested mean and capped at 10x. */
 #include "unit.h"
-#include "sampler/clock.h"
+#include "common/clock.h"
 
 #include <math.h>
 #include <pthread.h>

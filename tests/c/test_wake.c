@@ -5,7 +5,7 @@
 #include "unit.h"
 #include "common/wake.h"
 #include "control/control.h"
-#include "sampler/clock.h"
+#include "common/clock.h"
 
 #include <pthread.h>
 #include <signal.h>

@@ -1,6 +1,7 @@
 #include "clock.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <time.h>
 
 static uint64_t read_clock(clockid_t id)
@@ -48,4 +49,16 @@ uint64_t clock_random_interval_ns(uint64_t mean_ns, uint64_t *rng_state)
         interval = 10.0 * (double)mean_ns;
     }
     return interval < 1000.0 ? 1000 : (uint64_t)interval;
+}
+
+static _Atomic uint64_t helpers_cpu_ns;
+
+void clock_helpers_cpu_add(uint64_t ns)
+{
+    atomic_fetch_add_explicit(&helpers_cpu_ns, ns, memory_order_relaxed);
+}
+
+uint64_t clock_helpers_cpu_ns(void)
+{
+    return atomic_load_explicit(&helpers_cpu_ns, memory_order_relaxed);
 }

@@ -1,6 +1,6 @@
 #include "periodic.h"
 #include "../memory/mem_profile.h"
-#include "../sampler/clock.h"
+#include "../common/clock.h"
 
 #include <errno.h>
 #include <poll.h>
