@@ -124,8 +124,8 @@ def _serve(cmd: list[str], cwd: Path, port: int) -> tuple[int, str, str]:
                     r.read()
                 break
             except OSError:
-                assert proc.poll() is None, f"the server ended ({proc.returncode}):\n{err.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, f"the server never answered:\n{err.read_text()[-3000:]}"
+                assert proc.poll() is None, f"{cmd[:4]}: the server ended ({proc.returncode}):\n{err.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"{cmd[:4]}: the server never answered:\n{err.read_text()[-3000:]}"
                 time.sleep(0.2)
         for _ in range(REQUESTS - 1):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as r:
@@ -137,7 +137,37 @@ def _serve(cmd: list[str], cwd: Path, port: int) -> tuple[int, str, str]:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        _wait_port_free(port, proc.pid)
     return status, out.read_text(), err.read_text()
+
+
+def _wait_port_free(port: int, group: int) -> None:
+    """Returns once the port can be listened on again.  The command's process
+    can end before the process that serves: Django's autoreloader, on Ctrl-C,
+    waits a quarter second for its child (subprocess.run) and leaves, while
+    the child, the server, still listens as it ends (under pyrometer, writing
+    its profile); the next run of the same test, on the same port, then ended
+    with "That port is already in use" (the whole suite, 1 run in several).
+    After 30 s the group is killed; after 30 more the test fails."""
+    start = time.monotonic()
+    killed = False
+    while True:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+                return
+            except OSError:
+                pass
+        waited = time.monotonic() - start
+        if waited > 30 and not killed:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            killed = True
+        assert waited < 60, f"port {port} still in use 60 s after the server's command ended"
+        time.sleep(0.05)
 
 
 def _check(profile: dict, app: Path, processes: int) -> str:
