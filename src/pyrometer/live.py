@@ -1,7 +1,7 @@
 """pyrometer top (--live): a terminal view, redrawn every second, of the lines
 and functions taking time and memory now, while the program runs.
 
-It is a consumer of the periodic reports (periodic.py, csrc/profile/periodic.c):
+It is a consumer of the periodic reports (periodic.py, csrc/periodic/periodic.c):
 the C core hands the aggregates every REFRESH_S to a separate, niced process,
 the view, which builds the profile with the model, takes what changed since
 the previous one (model.since) and draws it (render/live.py) on the terminal's

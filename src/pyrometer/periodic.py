@@ -1,7 +1,7 @@
 """--profile-interval: the report, rewritten every N seconds while the program runs.
 
 The work that needs the GIL is done by the thread that already holds it for a CPU
-sample (csrc/profile/periodic.h says why a thread of our own does not work): it
+sample (csrc/periodic/periodic.h says why a thread of our own does not work): it
 takes the C core's aggregates (`collect`), serialises them with `marshal`, and
 sends them over a socket to a writer process (a separate, low-priority
 interpreter started once with `posix_spawn`, without the memory hooks), which
@@ -12,7 +12,7 @@ a new report only once the previous one is answered.  Only the writer process
 runs the standard library's json or tokenize, so no line of them shows up in the
 report, even with --profile-all.
 
-The writer never holds the program up: the send is bounded (csrc/profile/periodic.c),
+The writer never holds the program up: the send is bounded (csrc/periodic/periodic.c),
 the last answer is awaited for a bounded time, and a writer that is stopped, hung
 or dead costs one line (`error`), then is ended.  It runs in a process group of its
 own, so that the terminal's Ctrl-C (sent to the foreground group) is the program's
