@@ -209,7 +209,7 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
     }
     /* gpu: 0 off, 1 when a GPU is found, 2 asked for (--gpu); plus
      * 4 for the kernel tier (--gpu-kernels). */
-    if ((gpu & 3) > 0 && gpu_start((gpu & 3) > 1, (gpu & 4) != 0) != 0) {
+    if ((gpu & 3) > 0 && gpu_start((gpu & 3) > 1, (gpu & 4) != 0, pyalloc_own_thread) != 0) {
         sampler_stop();
         mem_profile_stop();
         return NULL;

@@ -214,6 +214,17 @@ def _assert_no_gpu_columns(profile) -> None:
     assert "GPU" not in report.replace("GPU not profiled", ""), report
 
 
+def test_the_gpu_threads_allocations_are_the_profilers(profile_program, gpu_env):
+    """What the vendor library allocates on pyrometer's GPU thread (NVML's
+    init: 64 MiB here) is the profiler's, never the program's: not in the
+    memory of threads without Python state, nor anywhere else in the profile."""
+    run = profile_program("import time\ntime.sleep(0.5)\n", env=gpu_env(init_alloc=64 << 20))
+    p = run.profile
+    assert p["gpu"] is True and p["memory"] is True, p["notices"]
+    assert p["native_threads"]["malloc_mb"] < 8, p["native_threads"]
+    assert p["allocated_mb"] < 8, p["allocated_mb"]
+
+
 @pytest.mark.skipif(_real_nvml_present(), reason="NVIDIA's library is installed here")
 @pytest.mark.parametrize("asked", [True, False])
 def test_no_library(profile_program, asked):

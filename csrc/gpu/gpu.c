@@ -2,7 +2,6 @@
 #include "../forks/forks.h"
 #include "../common/quiet_thread.h"
 #include "../common/table.h"
-#include "../memory/memhooks_api.h"
 #include "../profile/line_timeline.h"
 #include "../profile/sites.h"
 #include "../common/clock.h"
@@ -104,6 +103,7 @@ static struct {
     atomic_int running;   /* the thread keeps polling while set */
     atomic_int abandoned; /* gpu_stop gave up waiting: the thread must touch nothing */
     int explicit_request;
+    void (*own_thread)(int own); /* gpu_start */
     int started;          /* by gpu_start, until gpu_stop */
     int thread_started;   /* the thread is to be joined */
     pthread_t thread;
@@ -508,12 +508,8 @@ static int wait_for_next_poll(uint64_t ns)
 static void *gpu_main(void *unused)
 {
     (void)unused;
-    /* What the vendor library allocates on this thread is the profiler's, not
-     * the program's: the memory library counts nothing while busy is raised. */
-    memhooks_api api;
-    memhooks_thread *self = memhooks_api_find(&api) == 0 ? api.thread() : NULL;
-    if (self != NULL) {
-        self->busy++;
+    if (G.own_thread != NULL) {
+        G.own_thread(1); /* what the vendor library allocates here is the profiler's */
     }
     own_cpu_reported_ns = 0; /* a new thread's clock starts at 0 */
     G.tid = gettid();
@@ -559,8 +555,8 @@ static void *gpu_main(void *unused)
         }
         atomic_store(&G.phase, PHASE_ENDED);
     }
-    if (self != NULL) {
-        self->busy--;
+    if (G.own_thread != NULL) {
+        G.own_thread(0);
     }
     return NULL;
 }
@@ -689,7 +685,7 @@ static void resume_after_fork(void)
     }
 }
 
-int gpu_start(int explicit_request, int kernels)
+int gpu_start(int explicit_request, int kernels, void (*own_thread)(int own))
 {
     static int atfork_registered;
     if (G.started || G.thread_started) {
@@ -710,6 +706,7 @@ int gpu_start(int explicit_request, int kernels)
     }
     G.backend = &gpu_nvml_backend;
     G.explicit_request = explicit_request;
+    G.own_thread = own_thread;
     atomic_store(&G.kernel_status, KERNELS_OFF);
     G.pid = getpid();
     G.start_ns = line_timeline_now_ns();

@@ -48,8 +48,11 @@
  * threads).  explicit: the user asked for --gpu (a missing library is then a
  * notice, not a silent absence).  kernels: also the kernel tier
  * (--gpu-kernels), whose library is loaded and subscribed here, before the
- * program launches anything. */
-int gpu_start(int explicit_request, int kernels);
+ * program launches anything.  own_thread: called with 1 first on the GPU
+ * thread, so that what the vendor library allocates there is counted as the
+ * profiler's, not the program's, and with 0 as it ends (the memory side's,
+ * given by module.c); NULL: nothing. */
+int gpu_start(int explicit_request, int kernels, void (*own_thread)(int own));
 /* Stops and joins the GPU thread (GIL released while waiting; at most a few
  * seconds: a backend call that never returns leaves its thread behind). */
 void gpu_stop(void);

@@ -665,3 +665,12 @@ void pyalloc_own_work_end(const pyalloc_own_work *work)
     pyalloc_restore_counts(&work->counts);
     work->thread->busy--;
 }
+
+void pyalloc_own_thread(int own)
+{
+    memhooks_api api;
+    memhooks_thread *self = memhooks_api_find(&api) == 0 ? api.thread() : NULL;
+    if (self != NULL) {
+        self->busy += own ? 1 : -1; /* the library counts nothing on a thread while busy is raised */
+    }
+}

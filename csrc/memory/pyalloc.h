@@ -62,4 +62,10 @@ typedef struct {
 void pyalloc_own_work_begin(pyalloc_own_work *work);
 void pyalloc_own_work_end(const pyalloc_own_work *work);
 
+/* own 1: everything the calling thread allocates from now on is the
+ * profiler's (a thread of its own, without Python state, that calls a vendor
+ * library): the memory library's counting is suspended on it, until a call
+ * with own 0.  Nothing when the library is not loaded. */
+void pyalloc_own_thread(int own);
+
 #endif

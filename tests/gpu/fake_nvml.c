@@ -20,7 +20,9 @@
  * busy that percent of every window on device 0), FAKE_NVML_CALL_US (each
  * sample call costs that long: 1700 is NVML's), FAKE_NVML_FAIL_AFTER (sample
  * calls fail with NVML_ERROR_UNKNOWN after that many), FAKE_NVML_NO_PROCESS_UTIL
- * (nvmlDeviceGetProcessUtilization is NOT_SUPPORTED).
+ * (nvmlDeviceGetProcessUtilization is NOT_SUPPORTED), FAKE_NVML_INIT_ALLOC
+ * (the first nvmlInit_v2 mallocs and touches that many bytes, held until the
+ * last nvmlShutdown: what a vendor library allocates on pyrometer's GPU thread).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -81,6 +83,7 @@ typedef struct {
 static struct {
     pthread_mutex_t lock;
     int inits;
+    void *held; /* FAKE_NVML_INIT_ALLOC bytes, from the first init to the last shutdown */
     uint64_t origin_us; /* the windows' grid */
     unsigned devices;
     device dev[DEVICES_MAX];
@@ -188,6 +191,10 @@ EXPORT nvmlReturn_t nvmlInit_v2(void)
     if (F.inits++ == 0 && F.origin_us == 0) {
         configure();
     }
+    long held = env_long("FAKE_NVML_INIT_ALLOC", 0);
+    if (held > 0 && F.held == NULL && (F.held = malloc((size_t)held)) != NULL) {
+        memset(F.held, 1, (size_t)held);
+    }
     pthread_mutex_unlock(&F.lock);
     return NVML_SUCCESS;
 }
@@ -197,6 +204,10 @@ EXPORT nvmlReturn_t nvmlShutdown(void)
     pthread_mutex_lock(&F.lock);
     int ok = F.inits > 0;
     F.inits -= ok;
+    if (F.inits == 0) {
+        free(F.held);
+        F.held = NULL;
+    }
     pthread_mutex_unlock(&F.lock);
     return ok ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
 }
