@@ -92,8 +92,9 @@ static const void **code_list(PyObject *seq)
 /* The memory and GPU collectors' part in the sampler's work (sampler.h),
  * wired here, the one place that knows every collector.  The memory side's
  * state for each piece of the sampler's own work is kept per thread, pieces
- * ending in reverse order; deeper than OWN_WORK_DEPTH (never met: two at
- * most), a piece is left counted as the program's. */
+ * ending in reverse order.  The sampler's three pieces (a snapshot, its start,
+ * its restart after a fork) do not nest today; deeper than OWN_WORK_DEPTH, a
+ * piece would be left counted as the program's. */
 #define OWN_WORK_DEPTH 8
 static _Thread_local pyalloc_own_work own_work[OWN_WORK_DEPTH];
 static _Thread_local int own_work_depth;
