@@ -611,6 +611,64 @@ def test_the_stated_interval_holds_the_truth(profile_program):
     assert inside_alloc >= 8, (truth, seen)
 
 
+# Structures real libraries build, kept to the end; run with the argument
+# "truth", the program measures itself with tracemalloc (every block, exact),
+# each block counted in the allocator's size for it, as the profiler counts:
+# pymalloc's size class up to 512 bytes, malloc's chunk above.
+REAL_STRUCTURES = """
+import json, sys
+if sys.argv[1:] == ["truth"]:
+    import tracemalloc
+    tracemalloc.start(30)
+text = json.dumps([{"id": i, "name": f"user{i}", "score": i * 0.5, "tags": ["a", "b"]} for i in range(60_000)])
+records = json.loads(text)  # @json
+table = {f"key{i}": i * 3 for i in range(150_000)}  # @dict
+buffer = bytearray(30 << 20)  # @bytearray
+parts = [str(i) for i in range(300_000)]
+joined = "-".join(parts)  # @join
+if sys.argv[1:] == ["truth"]:
+    kept = {}
+    for trace in tracemalloc.take_snapshot().traces:
+        line = next((f.lineno for f in trace.traceback if f.filename == __file__), None)
+        size = trace.size + 15 & ~15 if trace.size <= 512 else max(trace.size + 8 + 15 & ~15, 32)
+        kept[line] = kept.get(line, 0) + size
+    print(json.dumps(kept))
+"""
+
+
+def test_kept_memory_of_real_structures_against_tracemalloc(profile_program, run_bare):
+    """Item 4 of issue 30: memory kept per line by structures real libraries
+    build, against tracemalloc's exact live bytes of the same program run bare.
+    A line of Python's small objects (parsed JSON: 24 MiB; a 150,000-entry
+    dict: 17 MiB) is estimated from the count of its samples: at the 1 MiB of
+    before some 20 of them, 18-37 MB read for 24; Python's blocks are now
+    sampled every 64 KiB (about 380 samples: 5% of deviation), so each reads
+    within 10% in at least 8 of 10 runs (a run misses with probability
+    about 0.1 on the dict, 0.05 on the JSON), and its stated 95% interval
+    holds the truth in at least 9 of 10 runs.  The big blocks (a bytearray, a
+    joined string) are their own samples: exact to 1%."""
+    bare = run_bare(REAL_STRUCTURES, args=["truth"])
+    assert bare.returncode == 0, bare.stderr
+    kept = {int(k): v / MB for k, v in json.loads(bare.stdout).items() if k != "null"}
+    within = {"json": 0, "dict": 0}
+    inside = {"json": 0, "dict": 0}
+    seen = []
+    for _ in range(10):
+        run = profile_program(REAL_STRUCTURES)
+        for tag in ("json", "dict", "bytearray", "join"):
+            line = run.line(f"# @{tag}")
+            truth = kept[line["lineno"]]
+            growth, error = line["n_growth_mb"], line["n_growth_mb_error"]
+            seen.append(f"{tag} {growth:.1f} ± {error:.1f} (truth {truth:.1f})")
+            if tag in within:
+                within[tag] += abs(growth - truth) <= 0.10 * truth
+                inside[tag] += abs(growth - truth) <= error
+            else:
+                assert abs(growth - truth) <= 0.01 * truth, seen
+    assert min(within.values()) >= 8, (within, seen)
+    assert min(inside.values()) >= 9, (inside, seen)
+
+
 SMALL_KEEP_AND_TEMP = """
 import sys
 kept = []

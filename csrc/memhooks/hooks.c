@@ -191,8 +191,8 @@ static _Atomic int64_t watch_weight[WATCH_SLOTS]; /* changes with the token, und
  * birth on the owner's clock, 0 for any other block), handed back at the free. */
 static _Atomic uint64_t watch_born[WATCH_SLOTS];
 /* One bit per slot, set while the slot holds a block (memhooks.h): a free tests
- * its slot's bit in this 2 KiB map, which stays in the first-level cache, and
- * reads the 128 KiB address table only when the bit is set.  A bit changes only
+ * its slot's bit in this 4 KiB map, which stays in the first-level cache, and
+ * reads the 256 KiB address table only when the bit is set.  A bit changes only
  * under its slot's lock, before the lock is given back (set before the address
  * is stored, cleared before 0 is), so a thread freeing a watched block (which
  * it can only do after the allocation that watched it returned) sees the bit

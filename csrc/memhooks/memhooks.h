@@ -84,10 +84,14 @@ memhooks_thread *pyrometer_memhooks_thread(void);
 /* The watch table of sampled allocations, for callers that count Python blocks
  * themselves: a free of p needs pyrometer_memhooks_unwatch(p) only when
  * memhooks_is_watched(occupied, table, p), which keeps the common free to one
- * load from a 2 KiB map of the occupied slots.  An address hashes to a bucket
+ * load from a 4 KiB map of the occupied slots.  An address hashes to a bucket
  * of two slots side by side (their bits are in one word of the map): it may be
  * watched in either. */
-#define MEMHOOKS_WATCH_BITS 14
+/* 32,768 slots: Python's blocks are sampled every 64 KiB (mem_profile.c), so a
+ * program keeping 1 GiB of small objects has some 16,000 samples live, which
+ * filled the 16,384 slots of before (a full bucket evicts: the evicted block's
+ * bytes stay live, whatever becomes of it). */
+#define MEMHOOKS_WATCH_BITS 15
 #define MEMHOOKS_WATCH_SLOTS (1u << MEMHOOKS_WATCH_BITS)
 /* The first slot of address's bucket (even). */
 static inline size_t memhooks_watch_slot(uintptr_t address)

@@ -12,6 +12,10 @@ struct leak_site {
     _Atomic uint64_t watched, freed, evicted;
     _Atomic uint64_t freed_bytes; /* weights of the sampled blocks freed */
     _Atomic uint64_t churn_bytes; /* of those, the small Python blocks freed at once (memhooks.h) */
+    /* Of freed_bytes, the samples of a whole number of windows (mem_line's
+     * window_bytes and python_window_bytes): what is left of those is the
+     * part of the growth with a sampling error. */
+    _Atomic uint64_t freed_window_bytes, freed_python_window_bytes;
     /* Told too, of every free told here (NULL: none): a call stack's site
      * passes its frees on to its line's (mem_profile.c).  Set before any token
      * points here, never changed after. */

@@ -32,13 +32,15 @@ typedef struct {
 
 typedef struct {
     uint64_t alloc_bytes, python_bytes, copy_bytes;
-    /* Of alloc_bytes, the samples that stand for a whole number of windows
-     * (the countdown's crossings inside a smaller block), whose count is
-     * Poisson: the part of the estimate that has a sampling error.  The others
-     * are blocks of a window or more, each its own exact sample (a block whose
-     * size is itself a whole number of windows is taken for the first kind:
-     * its error is overstated, never understated). */
-    uint64_t window_bytes;
+    /* Of alloc_bytes, the samples that stand for a whole number of sampling
+     * windows (the countdown's crossings inside a smaller block), whose count
+     * is Poisson: the part of the estimate that has a sampling error; native
+     * (window_bytes, at M.window) and Python's (python_window_bytes, at
+     * M.python_window) apart, their windows differing.  The others are blocks
+     * of a window or more, each its own exact sample (a block whose size is
+     * itself a whole number of windows is taken for the first kind: its error
+     * is overstated, never understated). */
+    uint64_t window_bytes, python_window_bytes;
     uint64_t alloc_samples, copy_samples;
     int64_t peak;     /* the largest live (allocated - freed) seen at an allocation */
     leak_site *fate;  /* its sampled blocks followed to their frees; arena memory, stable while the table grows */
@@ -85,7 +87,8 @@ static struct {
     pyalloc_sizing python_sizing; /* how Python's blocks are sized; NOT_SIZED: not profiled */
     int leak_detector; /* report leaks (sampled blocks are followed to their frees either way) */
     memhooks_api api;
-    int64_t window;
+    int64_t window;        /* native blocks' sampling window, and the footprint's */
+    int64_t python_window; /* Python's blocks' sampling window (python_window_for) */
     uint64_t start_ns;
     table lines; /* (code, lineno) -> mem_line */
     table stacks; /* (call stack id, 0) -> mem_stack */
@@ -231,6 +234,17 @@ static leak_site *charge_stack(mem_line *m, uint32_t stack, int kind, uint64_t b
     return m->other_fate != NULL ? m->other_fate : m->fate;
 }
 
+/* Which kind of sample a weight is, by the rule charge_line keeps its bytes
+ * apart by: 1 for native samples of whole windows, 2 for Python's, 0 for a
+ * block that was its own exact sample. */
+static int windowed_kind(int python, uint64_t bytes)
+{
+    if (python) {
+        return bytes % (uint64_t)M.python_window == 0 ? 2 : 0;
+    }
+    return bytes % (uint64_t)M.window == 0 ? 1 : 0;
+}
+
 static int64_t live_bytes(const mem_line *m)
 {
     return (int64_t)m->alloc_bytes - (int64_t)atomic_load_explicit(&m->fate->freed_bytes, memory_order_relaxed);
@@ -302,8 +316,15 @@ static uintptr_t charge_line(PyCodeObject *code, int lasti, uint32_t stack, int 
     }
     m->alloc_bytes += b;
     m->python_bytes += (uint64_t)python_bytes;
-    if (M.window > 0 && b % (uint64_t)M.window == 0) {
+    switch (windowed_kind(python_bytes > 0, b)) {
+    case 1:
         m->window_bytes += b;
+        break;
+    case 2:
+        m->python_window_bytes += b;
+        break;
+    default:
+        break;
     }
     m->alloc_samples++;
     int64_t live = live_bytes(m);
@@ -522,7 +543,7 @@ void mem_profile_poll(void)
 /* The library saw a watched block freed (or gave its slot to a newer one, after
  * which its fate is unknown and its bytes stay live).  Runs on the freeing
  * thread, inside free(): atomics only. */
-static void tell_freed(uintptr_t token, int evicted, int64_t bytes, int churn)
+static void tell_freed(uintptr_t token, int evicted, int64_t bytes, int churn, int windowed)
 {
     for (leak_site *site = (leak_site *)token; site != NULL; site = site->also) {
         if (evicted) {
@@ -534,18 +555,23 @@ static void tell_freed(uintptr_t token, int evicted, int64_t bytes, int churn)
         if (churn) {
             atomic_fetch_add(&site->churn_bytes, (uint64_t)bytes);
         }
+        if (windowed != 0) {
+            atomic_fetch_add(windowed == 1 ? &site->freed_window_bytes : &site->freed_python_window_bytes,
+                             (uint64_t)bytes);
+        }
     }
 }
 
 static void on_freed(uintptr_t token, int evicted, int64_t bytes, uint64_t born)
 {
     int churn = !evicted && pyalloc_is_churn(born);
+    int windowed = windowed_kind(pyalloc_born_python(born), (uint64_t)bytes);
     leak_site *site = (leak_site *)token;
     if (!evicted && site >= pending && site < pending + RING_SLOTS) {
         atomic_store_explicit(&pending_freed_ns[site - pending], clock_wall_ns(), memory_order_relaxed);
     }
     if (callback_enter()) {
-        tell_freed(token, evicted, bytes, churn);
+        tell_freed(token, evicted, bytes, churn, windowed);
         callback_leave();
     }
 }
@@ -649,26 +675,27 @@ typedef struct {
     uintptr_t token;
     int64_t bytes;
     int churn;
+    int windowed; /* windowed_kind */
 } deferred_free;
 
 static deferred_free deferred[RING_SLOTS];
 static size_t deferred_count;
 
-static void defer_free(uint64_t ns, uintptr_t token, int64_t bytes, int churn)
+static void defer_free(uint64_t ns, uintptr_t token, int64_t bytes, int churn, int windowed)
 {
     size_t i = deferred_count++;
     while (i > 0 && deferred[(i - 1) / 2].ns > ns) {
         deferred[i] = deferred[(i - 1) / 2];
         i = (i - 1) / 2;
     }
-    deferred[i] = (deferred_free){ns, token, bytes, churn};
+    deferred[i] = (deferred_free){ns, token, bytes, churn, windowed};
 }
 
 /* Tells the deferred frees made up to `until` (all of them: UINT64_MAX). */
 static void tell_deferred(uint64_t until)
 {
     while (deferred_count > 0 && deferred[0].ns <= until) {
-        tell_freed(deferred[0].token, 0, deferred[0].bytes, deferred[0].churn);
+        tell_freed(deferred[0].token, 0, deferred[0].bytes, deferred[0].churn, deferred[0].windowed);
         deferred_free last = deferred[--deferred_count];
         size_t i = 0;
         for (;;) {
@@ -730,10 +757,11 @@ static void drain_queue(void)
             int evicted = atomic_load(&mark->evicted) != 0 && !freed;
             uint64_t freed_ns = atomic_load_explicit(&pending_freed_ns[tail % RING_SLOTS], memory_order_relaxed);
             int churn = atomic_load(&mark->churn_bytes) != 0;
+            int windowed = windowed_kind(s->python_bytes > 0, (uint64_t)s->bytes);
             if (freed && freed_ns != 0 && deferred_count < RING_SLOTS) {
-                defer_free(freed_ns, token, s->bytes, churn);
+                defer_free(freed_ns, token, s->bytes, churn, windowed);
             } else if (!final_drain || freed || evicted) {
-                tell_freed(token, evicted, s->bytes, churn);
+                tell_freed(token, evicted, s->bytes, churn, windowed);
             }
         }
         if (s->holds_refs) {
@@ -783,6 +811,23 @@ static void discard_queue(void)
     atomic_store(&M.ring_tail, head);
 }
 
+/* Python's blocks are sampled every 64 KiB on average (or at the window, when
+ * that is smaller), native blocks at the window (1 MiB by default).  A line of
+ * Python's small objects (a dict, parsed JSON) is estimated from the count of
+ * its samples, whose error is sqrt(bytes x window): at 1 MiB, 20 MiB of them
+ * read 18-37 MB in five runs of the same program (about 20 samples, 22% of
+ * deviation); at 64 KiB, some 320 samples, 5.6%.  Native lines are mostly
+ * large blocks, each its own exact sample, and their samples cost more (a
+ * thread-local countdown, any thread, often without the GIL: queued). */
+#ifndef PYTHON_WINDOW_MAX /* overridden only to measure its cost */
+#define PYTHON_WINDOW_MAX (64 * 1024)
+#endif
+
+static int64_t python_window_for(int64_t window_bytes)
+{
+    return window_bytes < PYTHON_WINDOW_MAX ? window_bytes : PYTHON_WINDOW_MAX;
+}
+
 int mem_profile_start(int64_t window_bytes, int leak_detector)
 {
     static int atfork_registered;
@@ -824,11 +869,12 @@ int mem_profile_start(int64_t window_bytes, int leak_detector)
     }
     M.api = api;
     M.window = window_bytes;
+    M.python_window = python_window_for(window_bytes);
     M.leak_detector = leak_detector;
     M.start_ns = clock_wall_ns();
     M.ring_start = atomic_load(&M.ring_head);
     atomic_store(&M.accepting, 1);
-    M.python_sizing = pyalloc_install(&api, window_bytes);
+    M.python_sizing = pyalloc_install(&api, window_bytes, M.python_window);
     if (M.python_sizing != PYALLOC_NOT_SIZED) {
         code_life_start(&api); /* code objects' frees are seen: see code_life.h */
     }
@@ -922,13 +968,17 @@ PyObject *mem_profile_collect(void)
         uint64_t evicted = atomic_load(&m->fate->evicted);
         PyObject *timeline = series_list(m->timeline);
         PyObject *item = timeline == NULL ? NULL : Py_BuildValue(
-            "{s:O,s:i,s:O,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L,s:L,s:K,s:K,s:K,s:N}",
+            "{s:O,s:i,s:O,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L,s:L,s:K,s:K,s:K,s:N}",
             "filename", where->filename, "lineno", (int)(int64_t)key.k2, "function",
             where->qualname, "function_lineno", where->firstlineno, "alloc_bytes",
             (unsigned long long)m->alloc_bytes, "python_bytes", (unsigned long long)m->python_bytes,
             "free_bytes", (unsigned long long)atomic_load(&m->fate->freed_bytes), "churn_bytes",
             (unsigned long long)atomic_load(&m->fate->churn_bytes), "copy_bytes",
             (unsigned long long)m->copy_bytes, "window_sampled_bytes", (unsigned long long)m->window_bytes,
+            "python_window_sampled_bytes", (unsigned long long)m->python_window_bytes,
+            "freed_window_sampled_bytes", (unsigned long long)atomic_load(&m->fate->freed_window_bytes),
+            "freed_python_window_sampled_bytes",
+            (unsigned long long)atomic_load(&m->fate->freed_python_window_bytes),
             "alloc_samples", (unsigned long long)m->alloc_samples,
             "free_samples", (unsigned long long)freed, "copy_samples",
             (unsigned long long)m->copy_samples, "net_bytes", (long long)live_bytes(m), "peak_bytes",
@@ -964,15 +1014,16 @@ PyObject *mem_profile_collect(void)
     PyObject *peak_where = peak_site != NULL ? Py_BuildValue("(Oi)", peak_site->filename, M.max_lineno)
                                              : (Py_INCREF(Py_None), Py_None);
     return Py_BuildValue(
-        "{s:N,s:N,s:(KKKKK),s:N,s:L,s:N,s:d,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:s,s:s,s:O}", "lines", lines,
+        "{s:N,s:N,s:(KKKKK),s:N,s:L,s:N,s:d,s:L,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:s,s:s,s:O}", "lines", lines,
         "stacks", stacks, "other_stacks", (unsigned long long)M.other_alloc, (unsigned long long)M.other_python,
         (unsigned long long)other_freed, (unsigned long long)M.other_copy, (unsigned long long)other_churn,
         "footprint", series_list(M.footprint), "max_footprint_bytes", (long long)M.max_footprint,
         "max_footprint_where", peak_where, "max_footprint_time_sec", (double)M.max_t_ns * 1e-9,
         "footprint_bytes", (long long)(M.api.footprint ? M.api.footprint() - M.footprint_base : 0), "window_bytes",
-        (long long)M.window, "unattributed_alloc_bytes", (unsigned long long)M.unattributed_alloc,
+        (long long)M.window, "python_window_bytes", (long long)M.python_window, "unattributed_alloc_bytes", (unsigned long long)M.unattributed_alloc,
         "unattributed_python_bytes", (unsigned long long)M.unattributed_python,
         "unattributed_free_bytes", (unsigned long long)atomic_load(&M.unattributed_site.freed_bytes),
+        "unattributed_churn_bytes", (unsigned long long)atomic_load(&M.unattributed_site.churn_bytes),
         "unattributed_copy_bytes", (unsigned long long)M.unattributed_copy,
         "native_thread_alloc_bytes", (unsigned long long)atomic_load(&M.native_thread_alloc),
         "native_thread_free_bytes", (unsigned long long)atomic_load(&M.native_thread_site.freed_bytes),
@@ -1022,7 +1073,7 @@ void mem_profile_release(void)
     M.unattributed_alloc = M.unattributed_python = M.unattributed_copy = 0;
     M.other_alloc = M.other_python = M.other_copy = 0;
     atomic_store(&M.native_thread_alloc, 0);
-    leak_site none = {0, 0, 0, 0, 0, NULL};
+    leak_site none = {0};
     M.unattributed_site = none; /* not active: no free reaches them now */
     M.native_thread_site = none;
     atomic_store(&M.native_thread_copy, 0);

@@ -20,8 +20,11 @@ typedef enum {
 } pyalloc_sizing;
 
 /* GIL held.  Chooses the sizing for the running allocator, checks it on blocks
- * of known sizes, and wraps the domains unless it is PYALLOC_NOT_SIZED. */
-pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes);
+ * of known sizes, and wraps the domains unless it is PYALLOC_NOT_SIZED.
+ * window_bytes: the footprint's window (net bytes reported at once);
+ * python_window_bytes: the mean distance between samples of Python's blocks
+ * (mem_profile.c says why it is smaller). */
+pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes, int64_t python_window_bytes);
 /* CPython's name of the Python allocator met by pyalloc_install ("pymalloc",
  * "malloc", "pymalloc_debug", "mimalloc", ...; "unknown" for a replaced one). */
 const char *pyalloc_allocator_name(void);
@@ -33,8 +36,11 @@ void pyalloc_uninstall(void);
 /* Whether a small Python block whose sample was given `born` (the library
  * hands it back at the free, memhooks.h) and freed now is churn: freed before
  * the Python domains allocated a pymalloc pool's worth (16 KiB) more.  0 for
- * born 0 (not a small Python block).  GIL held (the free of a Python block). */
+ * any other block.  GIL held (the free of a Python block). */
 int pyalloc_is_churn(uint64_t born);
+/* Whether a sample given `born` was of Python's blocks (else: native).  Any
+ * thread. */
+int pyalloc_born_python(uint64_t born);
 /* Python's sampling state (GIL held), saved and put back around the profiler's
  * own work (mem_profile_pause), so that nothing it allocates is sampled.  The
  * footprint's count goes on: what the work frees of the program's (its garbage

@@ -299,9 +299,16 @@ static size_t edges_offset(int n_units)
     return ((size_t)n_units + 1 + 3) & ~(size_t)3;
 }
 
-static size_t map_bytes(const code_info *info)
+/* The block of a code's facts: python_parked, back_edges, then, for a reported
+ * code, its lines (codes_line_known). */
+static size_t lines_offset(const code_info *info)
 {
     return edges_offset(info->n_units) + (size_t)info->n_back_edges * 2 * sizeof(int32_t);
+}
+
+static size_t map_bytes(const code_info *info)
+{
+    return lines_offset(info) + (info->reported ? (size_t)info->n_units * sizeof(int32_t) : 0);
 }
 
 /* The target unit of the jump at unit i when it goes backward (or to itself),
@@ -357,6 +364,7 @@ static int map_instructions(PyCodeObject *code, code_info *info)
     Py_DECREF(bytes);
     info->python_parked = map;
     info->back_edges = edges > 0 ? pairs : NULL;
+    info->lines = info->reported ? (int32_t *)(map + lines_offset(info)) : NULL; /* zeroed: none known */
     return 0;
 }
 
@@ -427,6 +435,7 @@ const code_info *codes_lookup(PyCodeObject *code)
         fresh.n_back_edges = 0;
         fresh.back_edges = NULL;
         fresh.python_parked = NULL;
+        fresh.lines = NULL;
     }
     fresh.watch = watch_code(code);
     if (fresh.watch == NULL || (fresh.reported && fresh.site == SITE_NONE)) {
@@ -562,14 +571,21 @@ int codes_line(PyCodeObject *code, int lasti)
 
 int codes_line_known(const code_info *info, PyCodeObject *code, int lasti)
 {
-    /* The entry is the table's, not const: only its memo is written here. */
+    /* The entry is the table's, not const: only its memo and its lines are
+     * written here. */
     code_info *memo = (code_info *)info;
     int unit = (lasti < 0 ? -1 : lasti) + 2;
-    if (memo->memo_unit != unit) {
-        memo->memo_line = line_of(info, code, lasti);
-        memo->memo_unit = unit;
+    if (memo->memo_unit == unit) {
+        return memo->memo_line;
     }
-    return memo->memo_line;
+    int known = info->lines != NULL && lasti >= 0 && lasti < info->n_units;
+    int line = known && info->lines[lasti] != 0 ? info->lines[lasti] - 1 : line_of(info, code, lasti);
+    if (known) {
+        memo->lines[lasti] = line + 1;
+    }
+    memo->memo_unit = unit;
+    memo->memo_line = line;
+    return line;
 }
 
 int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported)

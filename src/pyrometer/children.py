@@ -608,9 +608,12 @@ def after_fork_in_child() -> None:
 _SCALARS_SUMMED = ("snapshots", "main_snapshots", "threads_seen", "process_cpu_ns", "sampler_cpu_ns",
                    "untracked_native_ns", "periodic_cpu_ns", "code_objects_seen", "functions_overflowed")
 _MEMORY_SUMMED = ("unattributed_alloc_bytes", "unattributed_python_bytes", "unattributed_free_bytes",
+                  "unattributed_churn_bytes",
                   "unattributed_copy_bytes", "native_thread_alloc_bytes", "native_thread_free_bytes",
                   "native_thread_copy_bytes", "dropped_samples", "queued_samples")
-_LINE_SUMMED = ("alloc_bytes", "python_bytes", "free_bytes", "churn_bytes", "window_sampled_bytes", "copy_bytes",
+_LINE_SUMMED = ("alloc_bytes", "python_bytes", "free_bytes", "churn_bytes", "window_sampled_bytes",
+                "python_window_sampled_bytes", "freed_window_sampled_bytes",
+                "freed_python_window_sampled_bytes", "copy_bytes",
                 "alloc_samples",
                 "free_samples",
                 "copy_samples", "net_bytes", "watched", "watched_freed", "watched_evicted")

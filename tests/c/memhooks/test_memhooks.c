@@ -129,7 +129,7 @@ static void *(*volatile copy_memmove)(void *, const void *, size_t) = memmove;
 
 /* ---- the recording sample and freed functions --------------------------------- */
 
-#define MAX_TOKENS (1 << 16)
+#define MAX_TOKENS (1 << 18) /* above 3 x MEMHOOKS_WATCH_SLOTS */
 
 static struct {
     atomic_long count[4]; /* by memhooks_kind */
@@ -1415,8 +1415,10 @@ static void memhooks_failed_realloc_keeps_watch(void)
 }
 
 /* Watched Python-like addresses in one static field: sample_python takes any
- * address, so a test can choose addresses and find ones that share a slot. */
-static char field[1 << 20];
+ * address, so a test can choose addresses and find ones that share a slot
+ * (some 32 of its 16-byte steps hash to each bucket of the table; never
+ * touched but at those few addresses). */
+static char field[(size_t)MEMHOOKS_WATCH_SLOTS * 256];
 
 /* Addresses of field in the bucket of field[0] (memhooks.h's hash, the
  * library's): a filler, taken second, the slot after field[0]'s; y, which
