@@ -372,7 +372,7 @@ def test_framed_report_draws_in_a_browser_with_no_network(tmp_path):
 
 def test_cell_names_of_either_shell():
     pytest.importorskip("IPython")
-    from pyrometer.jupyter import cell_prefixes
+    from pyrometer.cells import cell_prefixes
 
     class Compiler:
         def __init__(self, name):

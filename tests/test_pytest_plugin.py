@@ -227,7 +227,8 @@ def test_off_without_the_option(tmp_path):
     run = run_suite(tmp_path, "--strict-markers")
     session = run.read("session")
     assert session["plugin_loaded"] is True
-    assert session["modules"] == ["pyrometer", "pyrometer.control", "pyrometer.focus", "pyrometer.pytest_plugin"]
+    assert session["modules"] == ["pyrometer", "pyrometer._version", "pyrometer.control", "pyrometer.focus",
+                                  "pyrometer.pytest_plugin"]
     assert session["threads"] == 1
     assert run.read("threads_during_test") == 1
     assert run.status == 0, run.out

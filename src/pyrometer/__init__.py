@@ -3,7 +3,7 @@
 from .focus import profile  # @profile: a no-op decorator unless pyrometer runs the program
 from .control import profiling, start, stop  # regions: docs/how-it-works.md, "Pause and resume"
 
-__version__ = "0.1.0"
+from ._version import __version__
 __all__ = ["profile", "profile_this", "load_ipython_extension", "start", "stop", "profiling"]
 
 

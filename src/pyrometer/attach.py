@@ -211,8 +211,8 @@ def refusal(pid: int) -> str | None:
         v = sys.version_info
         return (f"pyrometer attach needs CPython 3.14 or later (sys.remote_exec, PEP 768), for itself and "
                 f"the program; this pyrometer runs on CPython {v.major}.{v.minor}.{v.micro}")
-    from .cli import _interpreter_problem
-    problem = _interpreter_problem(force_version=False)
+    from .messages import interpreter_problem
+    problem = interpreter_problem(force_version=False)
     if problem is not None:
         return problem
     if pid == os.getpid():
@@ -297,7 +297,8 @@ def _interrupted(signum, frame):
 
 
 def command(argv: list[str]) -> int:
-    from .cli import _error, _unwritable, export_paths, report_path, say, where_written, write_exports, write_report
+    from .messages import error, say, unwritable
+    from .output import export_paths, report_path, where_written, write_exports, write_report
     try:
         pid, duration, options = parse(argv)
         if options is None:
@@ -305,19 +306,19 @@ def command(argv: list[str]) -> int:
             return 0
         exports, problem = export_paths(options.exports())
     except UsageError as e:
-        return _error(str(e))
+        return error(str(e))
     if problem is not None:
-        return _error(problem)
+        return error(problem)
     problem = refusal(pid)
     if problem is not None:
-        return _error(problem)
+        return error(problem)
     fmt = options.format
     path = report_path(fmt, options.outfile, stdout_shared=False)
     shown = path
     if path is not None:
-        problem = _unwritable(path)
+        problem = unwritable(path)
         if problem is not None:
-            return _error(problem)
+            return error(problem)
         path = os.path.abspath(path)
     import sysconfig
     from . import __file__ as package_init
@@ -349,21 +350,21 @@ def command(argv: list[str]) -> int:
             sys.remote_exec(pid, script)
         except (OSError, RuntimeError, ValueError) as e:
             v = sys.version_info
-            return _error(f"cannot attach to process {pid}: {e} (attaching needs a CPython "
+            return error(f"cannot attach to process {pid}: {e} (attaching needs a CPython "
                           f"{v.major}.{v.minor} process, as this pyrometer's)", 1)
         # 1. The program's main thread runs the script.
         started, why = False, None
         deadline = time.monotonic() + ATTACH_TIMEOUT
         try:
             while time.monotonic() < deadline:
-                error = _read(os.path.join(out, ERROR))
-                if error is not None:
-                    return _error(f"cannot profile process {pid}: {error.decode('utf-8', 'replace').strip()}", 1)
+                written = _read(os.path.join(out, ERROR))
+                if written is not None:
+                    return error(f"cannot profile process {pid}: {written.decode('utf-8', 'replace').strip()}", 1)
                 if _read(os.path.join(out, STARTED)) is not None:
                     started = True
                     break
                 if not _alive(pid):
-                    return _error(f"process {pid} ended before pyrometer could attach", 1)
+                    return error(f"process {pid} ended before pyrometer could attach", 1)
                 time.sleep(0.02)
             else:
                 why = (f"process {pid} did not run pyrometer's attach script within {ATTACH_TIMEOUT:g} s: "
@@ -375,12 +376,12 @@ def command(argv: list[str]) -> int:
             # It may still run it later: then it only removes the run directory.
             _write_script(script, CLEANUP.format(run_dir=run_dir))
             keep_run_dir = True
-            return _error(why, 1)
+            return error(why, 1)
         try:
             control = os.open(os.path.join(run_dir, CONTROL), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             os.write(control, b"go\n")
         except OSError:
-            return _error(f"process {pid} stopped waiting for pyrometer before the window began "
+            return error(f"process {pid} stopped waiting for pyrometer before the window began "
                           f"(the command was held up): nothing was profiled", 1)
         if not options.quiet:
             say(f"pyrometer: attached to process {pid}; profiling "
@@ -411,29 +412,29 @@ def command(argv: list[str]) -> int:
                 data = _read(os.path.join(out, PROFILE))
                 if data is not None:
                     break
-                error = _read(os.path.join(out, ERROR))
-                if error is not None:
-                    return _error(f"process {pid}: {error.decode('utf-8', 'replace').strip()}", 1)
+                written = _read(os.path.join(out, ERROR))
+                if written is not None:
+                    return error(f"process {pid}: {written.decode('utf-8', 'replace').strip()}", 1)
                 if not _alive(pid) and _read(os.path.join(out, PROFILE)) is None:
-                    return _error(f"process {pid} ended during the window without writing its profile "
+                    return error(f"process {pid} ended during the window without writing its profile "
                                   f"(killed by a signal?)", 1)
                 time.sleep(0.02)
         except _Interrupted:
-            return _error(f"interrupted while process {pid} wrote its profile (it is profiled no more)", 1)
+            return error(f"interrupted while process {pid} wrote its profile (it is profiled no more)", 1)
         if data is None:
-            return _error(f"process {pid} did not write its profile within {PROFILE_TIMEOUT:g} s", 1)
+            return error(f"process {pid} did not write its profile within {PROFILE_TIMEOUT:g} s", 1)
         from . import model
         try:
             profile = model.loads(data, f"process {pid}'s profile")
         except model.ProfileError as e:
-            return _error(str(e), 1)
+            return error(str(e), 1)
         if exports and not write_exports(profile, exports, options.collapsed_metric, options.quiet,
                                          f"process {pid}'s profile"):
             return 1
         try:
             opened = write_report(profile, fmt, path, web=options.web)
         except OSError as e:
-            return _error(f"cannot write the report: {e}", 1)
+            return error(f"cannot write the report: {e}", 1)
         if path is not None and not options.quiet:
             say(where_written(fmt, shown, path, opened=opened))
         return 0

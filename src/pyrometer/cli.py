@@ -14,197 +14,9 @@ import sys
 import threading
 import time
 
+from .messages import error, interpreter_problem, say, unwritable
 from .options import Options, UsageError, add_export_options, exports_of, parse
-
-
-def _error(message: str, status: int = 2) -> int:
-    from .render.visible import visible  # a message may quote a file name: nothing raw to the terminal
-    print(f"pyrometer: error: {visible(message)}", file=sys.stderr)
-    return status
-
-
-def _report_stream():
-    """The program may have replaced or closed sys.stdout, or closed its
-    descriptor (os.close(1)); report to the real one, else to stderr."""
-    for stream in (sys.stdout, sys.__stdout__, sys.stderr):
-        if stream is not None and not getattr(stream, "closed", False) and _descriptor_open(stream):
-            return stream
-    return None
-
-
-def _descriptor_open(stream) -> bool:
-    """Whether the stream's descriptor is still open (one without a descriptor,
-    an io.StringIO the program put there: yes)."""
-    try:
-        fd = stream.fileno()
-    except (AttributeError, OSError, ValueError):
-        return True
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True
-
-
-def report_path(fmt: str, outfile: str | None, periodic: bool = False,
-                stdout_shared: bool = True) -> str | None:
-    """Where the report goes: --outfile; else a default file for the web page,
-    for periodic reports (which need a file to replace) and for JSON while a
-    program runs (stdout_shared): the program's own standard output is no place
-    for a file that json.load must read, and whether the program writes to it
-    cannot be known before it has run; else (the text report, and JSON from
-    pyrometer view) standard output."""
-    if outfile is not None:
-        return outfile
-    if fmt == "html" or periodic or (fmt == "json" and stdout_shared):
-        from .render.json_out import chosen_name
-        return chosen_name(DEFAULT_FILES[fmt])
-    return None
-
-
-DEFAULT_FILES = {"html": "pyrometer-profile.html", "json": "pyrometer-profile.json", "text": "pyrometer-profile.txt"}
-
-
-def write_report(profile: dict, fmt: str, path: str | None, web: bool = False) -> bool | None:
-    """The report, rendered and written to path (None: standard output).  For
-    --web, whether a browser was opened; None otherwise."""
-    from .render import json_out, report
-    if path is None:
-        from .render import text
-        stream = _report_stream()
-        to_terminal = (stream or sys.stderr).isatty()
-        # A terminal's width is respected; a file or a pipe gets the lines whole
-        # (a pager or an editor shows them as wide as it likes).
-        rendered = report(profile, fmt, color=to_terminal and "NO_COLOR" not in os.environ,
-                          width=text.terminal_width() if to_terminal else 1 << 20)
-        if stream is not None:
-            stream.write(rendered)
-            stream.flush()
-        return None
-    json_out.write_report(path, report(profile, fmt))
-    return _open_page(path) if web else None
-
-
-def where_written(fmt: str, shown: str, path: str, *, opened: bool | None = None,
-                  interval: float | None = None) -> str:
-    """The one line that says where a report written to a file went and how to
-    look at it.  shown: the path as the user gave it (relative to the directory
-    pyrometer was started in, which is the shell's, whatever the program did
-    with its own); path: the same, absolute."""
-    import shlex
-    from .render.json_out import written_in_place
-    from .render.visible import visible
-    what = {"json": "profile", "html": "web report", "text": "report"}[fmt]
-    line = f"pyrometer: {what} written to {visible(shown)}"
-    if interval is not None:
-        line += f", also every {interval:g} s while the program ran"
-    if written_in_place(path):
-        return line  # a FIFO or a device (/dev/stdout, /dev/null): nothing to look at again
-    quoted = visible(shlex.quote(shown))
-    if fmt == "json":
-        return line + f" (view: pyrometer view {quoted})"
-    if fmt == "text":
-        return line + f" (view: less -S {quoted})"
-    if opened:
-        return line + " and opened in a browser"
-    if opened is False:
-        return line + f" (no browser to open it here: the page is {visible(path)})"
-    return line + " (view: open it in a browser)"
-
-
-# ---- exports of the call stacks (docs/exports.md) ----
-
-# How to look at each export, for the line that says where it went.
-EXPORT_VIEWERS = {"pprof": ("pprof profile", "go tool pprof -http=: {}"),
-                  "speedscope": ("speedscope profile", "open it at https://www.speedscope.app"),
-                  "collapsed": ("folded stacks", "flamegraph.pl {} > flame.svg"),
-                  "firefox": ("Firefox Profiler profile", "load it at https://profiler.firefox.com")}
-
-
-def export_paths(exports: dict[str, str]) -> tuple[dict[str, tuple[str, str]] | None, str | None]:
-    """The exports' files as (shown, absolute), or why one cannot be written."""
-    out = {}
-    for fmt, path in exports.items():
-        problem = _unwritable(path)
-        if problem is not None:
-            return None, problem.replace("the report", f"the --{fmt} export", 1)
-        out[fmt] = (path, os.path.abspath(path))
-    return out, None
-
-
-def write_exports(profile: dict, exports: dict[str, tuple[str, str]], metric: str, quiet: bool,
-                  name: str = "the profile") -> bool:
-    """Each export asked for, written to its file; False (having said why) when
-    one could not be.  name: the profile, for the messages."""
-    import shlex
-    from .render import export
-    from .render.json_out import write_report as write_file, written_in_place
-    from .render.stacks import ExportError
-    from .render.visible import visible
-    ok = True
-    for fmt, (shown, path) in exports.items():
-        try:
-            write_file(path, export(profile, fmt, metric=metric, path=name))
-        except ExportError as e:
-            _error(f"--{fmt}: {e}", 1)
-            ok = False
-            continue
-        except OSError as e:
-            _error(f"cannot write the --{fmt} export: {e}", 1)
-            ok = False
-            continue
-        if not quiet:
-            what, how = EXPORT_VIEWERS[fmt]
-            line = f"pyrometer: {what} written to {visible(shown)}"
-            say(line if written_in_place(path) else f"{line} (view: {how.format(visible(shlex.quote(shown)))})")
-    return ok
-
-
-# ---- end of exports ----
-
-
-def _open_page(path: str) -> bool:
-    """--web: whether a browser was opened; never an error."""
-    from .preload import environment_without_memhooks
-    from .render import html
-    # The browser must not inherit the memory library.
-    clean = environment_without_memhooks()
-    os.environ.pop("LD_PRELOAD", None)
-    if "pyrometer.children" in sys.modules:  # nor is it one of the program's children
-        sys.modules["pyrometer.children"].restore_environment(os.environ)
-    os.environ.update(clean)
-    return bool(html.open_in_browser(path))
-
-
-def say(line: str) -> None:
-    """One line for the user on the real standard error: the program may have
-    replaced sys.stderr with an object of its own (which must not get
-    pyrometer's words), or closed it."""
-    for stream in (sys.__stderr__, sys.stderr):
-        if stream is None or getattr(stream, "closed", False):
-            continue
-        try:
-            stream.write(line + "\n")
-            stream.flush()
-            return
-        except (OSError, ValueError):
-            continue
-
-
-def _interpreter_problem(force_version: bool) -> str | None:
-    """Why this interpreter cannot be profiled, in one line, or None.  The
-    measuring core says it: for a free-threaded build or a version without a
-    frame layout it is built as a module that refuses to load, with the reason."""
-    try:
-        from . import _core
-    except ImportError as e:
-        return str(e).splitlines()[0] if str(e) else "pyrometer's measuring core cannot be loaded"
-    if not _core.VERSION_TESTED and not force_version:
-        v = sys.version_info
-        return (f"pyrometer supports CPython {_core.TESTED_VERSIONS}; this is CPython "
-                f"{v.major}.{v.minor}.{v.micro}, untested (this build reads its frames with the "
-                f"{_core.FRAME_LAYOUT} layout): add --force-version to try anyway")
-    return None
+from .output import export_paths, report_path, where_written, write_exports, write_report
 
 
 def _profile(options: Options) -> int:
@@ -212,14 +24,14 @@ def _profile(options: Options) -> int:
         # pyrometer started by a program that pyrometer profiles: this run is
         # its own, not a child of the outer one.
         sys.modules["pyrometer.children"].detach()
-    problem = _interpreter_problem(options.force_version)
+    problem = interpreter_problem(options.force_version)
     if problem is not None:
-        return _error(problem)
+        return error(problem)
     if options.memory:
         from .preload import ensure_memhooks_loaded
         problem = ensure_memhooks_loaded()  # returns only when the library is in
         if problem is not None:
-            return _error(problem, 1)
+            return error(problem, 1)
     from . import _core, launcher, model
     from .endings import Endings
     from .periodic import PeriodicWriter
@@ -237,18 +49,18 @@ def _profile(options: Options) -> int:
         from .live import terminal_problem
         problem = terminal_problem()
         if problem is not None:
-            return _error(problem)
+            return error(problem)
     fmt = options.format
     path = report_path(fmt, options.outfile, periodic=options.profile_interval is not None)
     shown = path  # as the user gave it, for the line that says where it went
     if path is not None:
-        problem = _unwritable(path)
+        problem = unwritable(path)
         if problem is not None:
-            return _error(problem)
+            return error(problem)
         path = os.path.abspath(path)  # the program may change directory
     exports, problem = export_paths(options.exports())
     if problem is not None:
-        return _error(problem)
+        return error(problem)
     session = Session(options, target.directory, target.program_prefixes, target.codes)
     run = None
     if options.children:
@@ -256,7 +68,7 @@ def _profile(options: Options) -> int:
         try:
             run = _RunDirectory.run = children.RunDirectory(session.core_settings())
         except OSError as e:
-            return _error(f"cannot make a private directory for the child processes' profiles: "
+            return error(f"cannot make a private directory for the child processes' profiles: "
                           f"{e.strerror or e} (or use --no-children)", 1)
         session.control_file = os.path.join(run.path, children.CONTROL_FILE)
     writer = None
@@ -328,7 +140,7 @@ def _profile(options: Options) -> int:
             # replaced or to die of a signal.
             opened = write_report(profile, fmt, path, web=options.web and ended_by == "exit")
         except OSError as e:
-            _error(f"cannot write the report: {e}", 1)
+            error(f"cannot write the report: {e}", 1)
             return False
         if path is not None and not options.quiet:
             say(where_written(fmt, shown, path, opened=opened, interval=options.profile_interval))
@@ -427,23 +239,6 @@ class _RunDirectory:
     run = None
 
 
-def _unwritable(path: str) -> str | None:
-    """Why the report could not be written to path, checked before the program
-    runs rather than after it."""
-    from .render.json_out import written_in_place
-    if os.path.isdir(path):
-        return f"cannot write the report to {path}: it is a directory"
-    if written_in_place(path):  # a FIFO or a device: written into, not replaced
-        return None if os.access(path, os.W_OK) else f"cannot write the report to {path}: it is not writable"
-    # A regular file, new or replaced, is made in its directory (a link's: its target's)
-    directory = os.path.dirname(os.path.abspath(os.path.realpath(path) if os.path.islink(path) else path))
-    if not os.path.isdir(directory):
-        return f"cannot write the report to {path}: no directory {directory}"
-    if not os.access(directory, os.W_OK):
-        return f"cannot write the report to {path}: {directory} is not writable"
-    return None
-
-
 class _ViewParser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit status 2
         raise UsageError(message)
@@ -475,9 +270,9 @@ def _view(argv: list[str]) -> int:
         ns = parser.parse_args(argv)
         exports, problem = export_paths(exports_of(ns))
     except UsageError as e:
-        return _error(str(e))
+        return error(str(e))
     if problem is not None:
-        return _error(problem)
+        return error(problem)
     fmt = "json" if ns.json else "html" if (ns.html or ns.web) else "text"
     # Only the exports when only they are asked for; the report too when its
     # format is named.
@@ -485,9 +280,9 @@ def _view(argv: list[str]) -> int:
     # No program shares the standard output here: JSON may go there.
     path = report_path(fmt, ns.outfile, stdout_shared=False)
     if path is not None and report_too:
-        problem = _unwritable(path)
+        problem = unwritable(path)
         if problem is not None:
-            return _error(problem)
+            return error(problem)
     try:
         # "-": standard input, like /dev/stdin (both are read to their end,
         # never seeked: a pipe works).
@@ -502,12 +297,12 @@ def _view(argv: list[str]) -> int:
             return 0
         opened = write_report(profile, fmt, path, web=ns.web)
     except model.ProfileError as e:
-        return _error(str(e))
+        return error(str(e))
     except OSError as e:
-        return _error(f"cannot write the report: {e}", 1)
+        return error(f"cannot write the report: {e}", 1)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         # check() let through something a renderer cannot use: still one line.
-        return _error(f"{ns.profile} is damaged: {type(e).__name__}: {e}")
+        return error(f"{ns.profile} is damaged: {type(e).__name__}: {e}")
     if path is not None and not ns.quiet:
         say(where_written(fmt, path, os.path.abspath(path), opened=opened))
     return 0
@@ -543,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = parse(argv)
     except UsageError as e:
-        return _error(str(e))
+        return error(str(e))
     if options.pid is not None and options.live:
         from . import live  # pyrometer top --pid N
         return live.attach(options.pid)

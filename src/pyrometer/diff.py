@@ -805,7 +805,8 @@ def command(argv: list[str]) -> int:
     text report on standard output, the web page and the JSON to their files;
     the exit status."""
     from . import model
-    from .cli import _error, _report_stream, _unwritable, say
+    from .messages import error, say, unwritable
+    from .output import report_stream
     from .options import UsageError
     from .render import diff_text, json_out, text
     parser = _Parser(prog="pyrometer diff",
@@ -820,22 +821,22 @@ def command(argv: list[str]) -> int:
     try:
         ns = parser.parse_args(argv)
     except UsageError as e:
-        return _error(str(e))
+        return error(str(e))
     for path in (ns.html, ns.json):
-        problem = _unwritable(path) if path is not None else None
+        problem = unwritable(path) if path is not None else None
         if problem is not None:
-            return _error(problem)
+            return error(problem)
     try:
         before, after = load_pair(ns.before, ns.after, model.load)
         result = compare(before, after, ns.before, ns.after)
     except (model.ProfileError, DiffError) as e:
-        return _error(str(e))
+        return error(str(e))
     except OverflowError:
         result = None
     if result is None or not _finite(result):
         # Each figure of a checked profile is finite, but sums of figures near
         # the largest float are not.
-        return _error(f"{ns.before} and {ns.after} cannot be compared: their figures add up beyond any number")
+        return error(f"{ns.before} and {ns.after} cannot be compared: their figures add up beyond any number")
     try:
         written = []
         if ns.json is not None:
@@ -846,8 +847,8 @@ def command(argv: list[str]) -> int:
             json_out.write_report(ns.html, diff_html.render(result))
             written.append(("web page of the diff", ns.html))
     except OSError as e:
-        return _error(f"cannot write the diff: {e}", 1)
-    stream = _report_stream()
+        return error(f"cannot write the diff: {e}", 1)
+    stream = report_stream()
     if stream is not None:
         tty = stream.isatty()
         stream.write(diff_text.render(result, color=tty and "NO_COLOR" not in os.environ,

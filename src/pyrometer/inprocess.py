@@ -20,7 +20,6 @@ from __future__ import annotations
 import linecache
 import os
 import sys
-import time
 import types
 from typing import Any, Callable, NamedTuple
 
@@ -92,8 +91,8 @@ class InProcessRun:
     def __init__(self, options: Options, program: str, *, program_prefixes: list[str] = (),
                  program_codes: list[types.CodeType] = (), notices: list[str] = (),
                  no_memory_notice: str = NO_MEMORY_LIBRARY, program_directory: str | None = None):
-        from .cli import _interpreter_problem  # the command's own words
-        problem = _interpreter_problem(force_version=False)
+        from .messages import interpreter_problem  # the command's own words
+        problem = interpreter_problem(force_version=False)
         if problem is not None:
             raise CannotProfile(problem)
         from .profiler import Session
@@ -178,7 +177,7 @@ def profile_this(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Profile
             prefixes.append(code.co_filename)  # the function's file is the program's, wherever it is
     shell = _ipython_shell()
     if shell is not None:  # in a notebook or IPython, every cell run so far is the program's too
-        from .jupyter import program_cells
+        from .cells import program_cells
         prefixes += program_cells(shell)
     name = getattr(func, "__qualname__", None) or repr(func)
     run = InProcessRun(default_options(), f"profile_this({name})", program_prefixes=prefixes, program_codes=codes)

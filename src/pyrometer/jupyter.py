@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import ast
 import html
-import linecache
 import os
 import re
 import sys
@@ -37,6 +36,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
 from . import inprocess
+from .cells import cell_prefixes, program_cells
 from .options import UsageError as CommandUsageError, _Parser, option_actions
 
 NO_MEMORY_IN_KERNEL = ("memory was not profiled: {}; for CPU and memory, use a kernel installed with "
@@ -105,31 +105,6 @@ def _first_word(text: str) -> tuple[str, str]:
     """The first whitespace-separated word of text, and what follows it."""
     parts = text.split(None, 1)
     return (parts[0], parts[1].lstrip() if len(parts) > 1 else "") if parts else ("", "")
-
-
-def cell_prefixes(shell) -> list[str]:
-    """The start of the names under which the shell compiles cells: ipykernel
-    names them /tmp/ipykernel_<pid>/<hash>.py, terminal IPython
-    <ipython-input-<n>-<hash>>."""
-    try:
-        name = shell.compile.get_code_name("", "", 0)
-    except (AttributeError, TypeError):
-        return ["<ipython-input-"]
-    if os.path.isabs(name):
-        return [os.path.dirname(name).rstrip(os.sep) + os.sep]
-    match = re.fullmatch(r"(<.*-)0-[^>]*>", name)  # <ipython-input-0-abc> -> <ipython-input-
-    return [match.group(1) if match else name]
-
-
-def program_cells(shell, body: str | None = None, magic_cell: str | None = None) -> list[str]:
-    """The program of a profiled cell: its body, and every cell run before it (its
-    functions may be called), by name.  A %%pyrometer cell is all magic: its own
-    name (magic_cell) is left out, or the magic's call would show as a line of
-    the program, charged with the profiler's start and stop.  A %pyrometer line
-    shares its cell with the user's code, which stays."""
-    prefixes = cell_prefixes(shell)
-    names = [n for n in list(linecache.cache) if any(n.startswith(p) for p in prefixes) and n != magic_cell]
-    return sorted({*names, *([body] if body else [])})
 
 
 def _calling_cell(prefixes: list[str]) -> str | None:

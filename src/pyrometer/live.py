@@ -408,19 +408,19 @@ def snapshots_of(pid: int) -> tuple[str, str] | None:
 
 def attach(pid: int) -> int:
     from . import model
-    from .cli import _error, say
+    from .messages import error, say
     from .remote import why_not_profiled
     try:
         from . import _core
         signum = _core.CONTROL_SIGNAL
     except (ImportError, AttributeError) as e:  # an interpreter pyrometer cannot run on
-        return _error(str(e).splitlines()[0] if str(e) else "no measuring core")
+        return error(str(e).splitlines()[0] if str(e) else "no measuring core")
     problem = terminal_problem() or why_not_profiled(pid, signum)
     if problem is not None:
-        return _error(problem)
+        return error(problem)
     found = snapshots_of(pid)
     if found is None or found[0] != "json":
-        return _error(f"process {pid} writes no JSON snapshots to show: start the program with "
+        return error(f"process {pid} writes no JSON snapshots to show: start the program with "
                       "pyrometer --profile-interval 1 --json PROG (or run it with pyrometer top PROG)")
     from .render.visible import visible
     path = found[1]

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from . import contract
+from .units import MB, display_name
 from .stacks import MEMORY_FIGURES, TIME_FIGURES, call_stacks
 
 SCHEMA_VERSION = 1
@@ -111,7 +112,6 @@ class _Sums:
         }
 
 
-MB = 1048576.0
 # A line is reported as leaking when the chance that its next sampled allocation
 # is never freed (Laplace's rule of succession over its watched samples) is at
 # least this, while the run's footprint grew.
@@ -767,14 +767,6 @@ def thresholds(profile: dict[str, Any]) -> tuple[float, float | None]:
 def _limits(options: dict[str, Any], memory: bool) -> tuple[float, float | None]:
     malloc = options.get("malloc_threshold", _OPTIONS.fields["malloc_threshold"][1])
     return options["cpu_percent_threshold"], malloc if memory else None
-
-
-def display_name(filename: str) -> str:
-    try:
-        rel = os.path.relpath(filename)
-    except ValueError:
-        return filename
-    return filename if rel.startswith("..") else rel
 
 
 # The seconds of an entry that make up its share of the run's time (time_share).

@@ -228,7 +228,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from ._version import __version__
     p = _Parser(
         prog="pyrometer",
         usage="pyrometer [run] [options] (prog.py | dir | app.pyz | -m module | -c code | -) [args...]",

@@ -95,8 +95,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     summary)."""
     ns = early_config.known_args_namespace
     if getattr(ns, "pyrometer", False) and not getattr(ns, "pyrometer_no_memory", False):
-        from .cli import _interpreter_problem
-        if _interpreter_problem(force_version=False) is not None:
+        from .messages import interpreter_problem
+        if interpreter_problem(force_version=False) is not None:
             pass  # pytest_configure says why, as a usage error
         else:
             from .preload import attach, ensure_memhooks_loaded
@@ -153,8 +153,8 @@ class Profiling:
     """--pyrometer's hooks, registered only then."""
 
     def __init__(self, config: pytest.Config):
-        from .cli import _interpreter_problem, _unwritable
-        problem = _interpreter_problem(force_version=False)  # before the core is imported: it may refuse to load
+        from .messages import interpreter_problem, unwritable
+        problem = interpreter_problem(force_version=False)  # before the core is imported: it may refuse to load
         if problem is not None:
             raise pytest.UsageError(f"pytest --pyrometer: {problem}")
         from . import _core
@@ -177,7 +177,7 @@ class Profiling:
         if not config.getoption("pyrometer_json"):
             chosen_name(self.profile_path)
         for path in () if self.worker else (self.summary_path, self.profile_path):
-            problem = _unwritable(path)  # said before the tests run, not after
+            problem = unwritable(path)  # said before the tests run, not after
             if problem is not None:
                 raise pytest.UsageError(f"pytest --pyrometer: {problem}")
         self.options = default_options()
@@ -371,7 +371,7 @@ def _top(profile: dict[str, Any], key, n: int = TOP_LINES) -> list[tuple[float, 
 
 
 def _where(filename: str, lineno: int) -> str:
-    from .model import display_name
+    from .units import display_name
     return f"{display_name(filename)}:{lineno}"
 
 

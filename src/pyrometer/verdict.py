@@ -11,7 +11,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterable
 
-from .model import MB, display_name
+from .units import MB, display_name
 
 # What can bound a run, in the words of the JSON's `bound` field.
 BOUNDS = ("python_cpu", "native_cpu", "system", "gil_wait", "cpu_wait", "allocation_churn", "copying",

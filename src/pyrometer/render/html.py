@@ -24,7 +24,8 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..model import display_name, mark, significant, thresholds
+from ..model import mark, significant, thresholds
+from ..units import display_name
 
 DEFAULT_OUTFILE = "pyrometer-profile.html"
 

@@ -11,7 +11,8 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..model import display_name, mark, significant, thresholds, time_share
+from ..model import mark, significant, thresholds, time_share
+from ..units import display_name
 from ..options import terminal_columns
 from .visible import visible
 
