@@ -21,6 +21,7 @@
 #include "memory/memhooks_api.h"
 #include "memory/pyalloc.h"
 #include "cpython/pyframe.h"
+#include "records.h"
 #include "sampler/sampler.h"
 
 #include <errno.h>
@@ -399,7 +400,7 @@ static PyObject *collect_all(void)
         Py_DECREF(records);
         return NULL;
     }
-    PyObject *memory = mem_profile_collect();
+    PyObject *memory = records_memory();
     if (memory == NULL) {
         Py_DECREF(records);
         Py_DECREF(unattributed);
@@ -801,7 +802,8 @@ static int core_exec(PyObject *module)
     if (PyModule_AddStringConstant(module, "TESTED_VERSIONS", PYROMETER_TESTED_VERSIONS) != 0 ||
         PyModule_AddStringConstant(module, "FRAME_LAYOUT", pyframe_layout) != 0 ||
         PyModule_AddIntConstant(module, "VERSION_TESTED", tested) != 0 ||
-        PyModule_AddIntConstant(module, "CONTROL_SIGNAL", control_signal_number()) != 0) {
+        PyModule_AddIntConstant(module, "CONTROL_SIGNAL", control_signal_number()) != 0 ||
+        records_add_names(module) != 0) {
         return -1;
     }
     Py_ssize_t n = 0;

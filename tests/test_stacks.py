@@ -95,6 +95,7 @@ main()                      # MODULE CALLS MAIN
 """
 
 
+@pytest.mark.accuracy  # a share of sampled time against the program's clock: run again once
 def test_call_tree_splits_a_shared_function_by_caller(profile_program):
     p = profile_program(CALL_TREE, options=["--cpu-only"])
     check_invariants(p.profile)
@@ -144,6 +145,7 @@ with open("truth.json", "w") as f:
 """
 
 
+@pytest.mark.accuracy  # a share of sampled time against the program's clock: run again once
 def test_recursion_past_the_depth_cap_is_cut_and_sums_right(profile_program):
     p = profile_program(RECURSION, options=["--cpu-only"])
     check_invariants(p.profile)

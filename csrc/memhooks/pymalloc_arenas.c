@@ -199,7 +199,7 @@ int pymalloc_region_reserve(pymalloc_arena_map *m, size_t slots, size_t slot_byt
     if (bits == NULL) {
         return -1;
     }
-    /* 2 bytes a span: 4 MiB of address space for the 32 GiB region, of which
+    /* 2 bytes a span: 64 MiB of address space for the 32 GiB region, of which
      * only the pages of spans ever watched are touched.  (A region is at
      * least 64 pages, so it has spans.) */
     size_t watches_bytes = (bytes >> PYMALLOC_SPAN_SHIFT) * sizeof(uint16_t);

@@ -21,7 +21,7 @@
 
 /* A timeline that keeps at most `cap` points by dropping every other point and
  * halving its rate when full: its size is fixed, whatever the run length. */
-typedef struct {
+typedef struct mem_series {
     uint32_t cap, count, stride, skipped;
     uint64_t *t_ns;
     double *mb;
@@ -910,128 +910,117 @@ int mem_profile_active(void)
     return M.active;
 }
 
-static PyObject *series_list(const series *s)
+uint32_t mem_series_count(const mem_series *s)
 {
-    PyObject *out = PyList_New(0);
-    for (uint32_t i = 0; out != NULL && s != NULL && i < s->count; i++) {
-        PyObject *point = Py_BuildValue("(dd)", (double)s->t_ns[i] * 1e-9, s->mb[i]);
-        if (point == NULL || PyList_Append(out, point) != 0) {
-            Py_XDECREF(point);
-            Py_CLEAR(out);
-            break;
-        }
-        Py_DECREF(point);
-    }
-    return out;
+    return s != NULL ? s->count : 0;
 }
 
-static PyObject *stacks_list(void)
+void mem_series_point(const mem_series *s, uint32_t i, double *t_sec, double *mb)
 {
-    PyObject *out = PyList_New(0);
-    size_t cursor = 0;
-    table_key key;
-    mem_stack *ms;
-    while (out != NULL && (ms = table_next(&M.stacks, &cursor, &key)) != NULL) {
-        PyObject *item = Py_BuildValue("(KKKKKK)", (unsigned long long)key.k1, (unsigned long long)ms->alloc_bytes,
-                                       (unsigned long long)ms->python_bytes,
-                                       (unsigned long long)atomic_load(&ms->fate->freed_bytes),
-                                       (unsigned long long)ms->copy_bytes,
-                                       (unsigned long long)atomic_load(&ms->fate->churn_bytes));
-        if (item == NULL || PyList_Append(out, item) != 0) {
-            Py_CLEAR(out);
-        }
-        Py_XDECREF(item);
-    }
-    return out;
+    *t_sec = (double)s->t_ns[i] * 1e-9;
+    *mb = s->mb[i];
 }
 
-PyObject *mem_profile_collect(void)
+int mem_profile_collect_begin(void)
 {
     if (!M.initialised) {
-        Py_RETURN_NONE;
+        return 0;
     }
     mem_profile_drain();
-    PyObject *lines = PyList_New(0);
-    if (lines == NULL) {
-        return NULL;
+    return 1;
+}
+
+int mem_profile_next_line(size_t *cursor, mem_line_record *out)
+{
+    table_key key;
+    mem_line *m;
+    while ((m = table_next(&M.lines, cursor, &key)) != NULL) {
+        if (m->fate == NULL || sites_get((uint32_t)key.k1) == NULL) {
+            continue; /* out of memory when the line was made: nothing was charged */
+        }
+        const leak_site *fate = m->fate;
+        *out = (mem_line_record){
+            .site = (uint32_t)key.k1,
+            .lineno = (int)(int64_t)key.k2,
+            .alloc_bytes = m->alloc_bytes,
+            .python_bytes = m->python_bytes,
+            .free_bytes = atomic_load(&fate->freed_bytes),
+            .churn_bytes = atomic_load(&fate->churn_bytes),
+            .copy_bytes = m->copy_bytes,
+            .window_sampled_bytes = m->window_bytes,
+            .python_window_sampled_bytes = m->python_window_bytes,
+            .freed_window_sampled_bytes = atomic_load(&fate->freed_window_bytes),
+            .freed_python_window_sampled_bytes = atomic_load(&fate->freed_python_window_bytes),
+            .alloc_samples = m->alloc_samples,
+            .free_samples = atomic_load(&fate->freed),
+            .copy_samples = m->copy_samples,
+            .net_bytes = live_bytes(m),
+            /* An estimate from samples: never above the process's measured peak. */
+            .peak_bytes = M.max_footprint > 0 && m->peak > M.max_footprint ? M.max_footprint : m->peak,
+            .watched = atomic_load(&fate->watched),
+            .watched_freed = atomic_load(&fate->freed),
+            .watched_evicted = atomic_load(&fate->evicted),
+            .timeline = m->timeline,
+        };
+        return 1;
     }
+    return 0;
+}
+
+int mem_profile_next_stack(size_t *cursor, mem_stack_record *out)
+{
+    table_key key;
+    mem_stack *ms = table_next(&M.stacks, cursor, &key);
+    if (ms == NULL) {
+        return 0;
+    }
+    *out = (mem_stack_record){key.k1, ms->alloc_bytes, ms->python_bytes, atomic_load(&ms->fate->freed_bytes),
+                              ms->copy_bytes, atomic_load(&ms->fate->churn_bytes)};
+    return 1;
+}
+
+void mem_profile_other_stacks(mem_stack_record *out)
+{
+    /* Their frees and churn were told to each line's other_fate. */
+    uint64_t freed = 0, churn = 0;
     size_t cursor = 0;
     table_key key;
     mem_line *m;
     while ((m = table_next(&M.lines, &cursor, &key)) != NULL) {
-        const site *where = sites_get((uint32_t)key.k1);
-        if (m->fate == NULL || where == NULL) {
-            continue; /* out of memory when the line was made: nothing was charged */
-        }
-        uint64_t watched = atomic_load(&m->fate->watched);
-        uint64_t freed = atomic_load(&m->fate->freed);
-        uint64_t evicted = atomic_load(&m->fate->evicted);
-        PyObject *timeline = series_list(m->timeline);
-        PyObject *item = timeline == NULL ? NULL : Py_BuildValue(
-            "{s:O,s:i,s:O,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:L,s:L,s:K,s:K,s:K,s:N}",
-            "filename", where->filename, "lineno", (int)(int64_t)key.k2, "function",
-            where->qualname, "function_lineno", where->firstlineno, "alloc_bytes",
-            (unsigned long long)m->alloc_bytes, "python_bytes", (unsigned long long)m->python_bytes,
-            "free_bytes", (unsigned long long)atomic_load(&m->fate->freed_bytes), "churn_bytes",
-            (unsigned long long)atomic_load(&m->fate->churn_bytes), "copy_bytes",
-            (unsigned long long)m->copy_bytes, "window_sampled_bytes", (unsigned long long)m->window_bytes,
-            "python_window_sampled_bytes", (unsigned long long)m->python_window_bytes,
-            "freed_window_sampled_bytes", (unsigned long long)atomic_load(&m->fate->freed_window_bytes),
-            "freed_python_window_sampled_bytes",
-            (unsigned long long)atomic_load(&m->fate->freed_python_window_bytes),
-            "alloc_samples", (unsigned long long)m->alloc_samples,
-            "free_samples", (unsigned long long)freed, "copy_samples",
-            (unsigned long long)m->copy_samples, "net_bytes", (long long)live_bytes(m), "peak_bytes",
-            /* An estimate from samples: never above the process's measured peak. */
-            (long long)(M.max_footprint > 0 && m->peak > M.max_footprint ? M.max_footprint : m->peak),
-            "watched", (unsigned long long)watched, "watched_freed",
-            (unsigned long long)freed, "watched_evicted", (unsigned long long)evicted, "timeline",
-            timeline);
-        if (item == NULL || PyList_Append(lines, item) != 0) {
-            Py_XDECREF(item);
-            Py_DECREF(lines);
-            return NULL;
-        }
-        Py_DECREF(item);
-    }
-    /* The call stacks' sums: (stack id, allocated, of which Python, freed,
-     * copied), the ids of the collection's "stacks" (module.c); the bucket of
-     * the stacks past the cap as (allocated, of which Python, freed, copied). */
-    PyObject *stacks = stacks_list();
-    if (stacks == NULL) {
-        Py_DECREF(lines);
-        return NULL;
-    }
-    uint64_t other_freed = 0, other_churn = 0;
-    cursor = 0;
-    while ((m = table_next(&M.lines, &cursor, &key)) != NULL) {
         if (m->other_fate != NULL) {
-            other_freed += atomic_load(&m->other_fate->freed_bytes);
-            other_churn += atomic_load(&m->other_fate->churn_bytes);
+            freed += atomic_load(&m->other_fate->freed_bytes);
+            churn += atomic_load(&m->other_fate->churn_bytes);
         }
     }
-    const site *peak_site = sites_get(M.max_site);
-    PyObject *peak_where = peak_site != NULL ? Py_BuildValue("(Oi)", peak_site->filename, M.max_lineno)
-                                             : (Py_INCREF(Py_None), Py_None);
-    return Py_BuildValue(
-        "{s:N,s:N,s:(KKKKK),s:N,s:L,s:N,s:d,s:L,s:L,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:s,s:s,s:O}", "lines", lines,
-        "stacks", stacks, "other_stacks", (unsigned long long)M.other_alloc, (unsigned long long)M.other_python,
-        (unsigned long long)other_freed, (unsigned long long)M.other_copy, (unsigned long long)other_churn,
-        "footprint", series_list(M.footprint), "max_footprint_bytes", (long long)M.max_footprint,
-        "max_footprint_where", peak_where, "max_footprint_time_sec", (double)M.max_t_ns * 1e-9,
-        "footprint_bytes", (long long)(M.api.footprint ? M.api.footprint() - M.footprint_base : 0), "window_bytes",
-        (long long)M.window, "python_window_bytes", (long long)M.python_window, "unattributed_alloc_bytes", (unsigned long long)M.unattributed_alloc,
-        "unattributed_python_bytes", (unsigned long long)M.unattributed_python,
-        "unattributed_free_bytes", (unsigned long long)atomic_load(&M.unattributed_site.freed_bytes),
-        "unattributed_churn_bytes", (unsigned long long)atomic_load(&M.unattributed_site.churn_bytes),
-        "unattributed_copy_bytes", (unsigned long long)M.unattributed_copy,
-        "native_thread_alloc_bytes", (unsigned long long)atomic_load(&M.native_thread_alloc),
-        "native_thread_free_bytes", (unsigned long long)atomic_load(&M.native_thread_site.freed_bytes),
-        "native_thread_copy_bytes", (unsigned long long)atomic_load(&M.native_thread_copy),
-        "dropped_samples", (unsigned long long)atomic_load(&M.dropped), "queued_samples",
-        (unsigned long long)atomic_load(&M.queued), "python_memory_profiled",
-        M.python_sizing != PYALLOC_NOT_SIZED ? Py_True : Py_False, "python_allocator",
-        pyalloc_allocator_name(), "python_memory_why", pyalloc_not_sized_why(), "leak_detector", M.leak_detector ? Py_True : Py_False);
+    *out = (mem_stack_record){0, M.other_alloc, M.other_python, freed, M.other_copy, churn};
+}
+
+void mem_profile_run(mem_run_record *out)
+{
+    *out = (mem_run_record){
+        .max_footprint_bytes = M.max_footprint,
+        .footprint_bytes = M.api.footprint ? M.api.footprint() - M.footprint_base : 0,
+        .window_bytes = M.window,
+        .python_window_bytes = M.python_window,
+        .max_footprint_time_sec = (double)M.max_t_ns * 1e-9,
+        .max_footprint_site = M.max_site,
+        .max_footprint_lineno = M.max_lineno,
+        .unattributed_alloc_bytes = M.unattributed_alloc,
+        .unattributed_python_bytes = M.unattributed_python,
+        .unattributed_free_bytes = atomic_load(&M.unattributed_site.freed_bytes),
+        .unattributed_churn_bytes = atomic_load(&M.unattributed_site.churn_bytes),
+        .unattributed_copy_bytes = M.unattributed_copy,
+        .native_thread_alloc_bytes = atomic_load(&M.native_thread_alloc),
+        .native_thread_free_bytes = atomic_load(&M.native_thread_site.freed_bytes),
+        .native_thread_copy_bytes = atomic_load(&M.native_thread_copy),
+        .dropped_samples = atomic_load(&M.dropped),
+        .queued_samples = atomic_load(&M.queued),
+        .python_memory_profiled = M.python_sizing != PYALLOC_NOT_SIZED,
+        .leak_detector = M.leak_detector,
+        .python_allocator = pyalloc_allocator_name(),
+        .python_memory_why = pyalloc_not_sized_why(),
+        .footprint = M.footprint,
+    };
 }
 
 size_t mem_profile_memory_bytes(void)

@@ -1,8 +1,11 @@
 """What the measuring core hands over, named once: the order of each record's
 CPU sums (csrc/module.c, sums_tuple, builds them in this order and names them
-in `_core.CPU_SUMS`; tests/test_contract.py checks that the two agree).  The
-model, the merge of processes and the call stacks read the sums through these
-positions, never by their own unpacking."""
+in `_core.CPU_SUMS`) and of each call stack's memory sums (csrc/records.c,
+`_core.MEMORY_STACK_SUMS`); tests/test_contract.py checks that each pair
+agrees, and that the memory records' fields are those csrc/records.c names
+(`_core.MEMORY_LINE_FIELDS`, `_core.MEMORY_RUN_FIELDS`), which the model reads
+by name.  The model, the merge of processes and the call stacks read the sums
+through these positions, never by their own unpacking."""
 
 from __future__ import annotations
 
@@ -14,3 +17,9 @@ PYTHON, NATIVE, SYSTEM, BUSY, SAMPLES, GIL_WAIT, CPU_WAIT, LOOP_IDLE, AWAIT = ra
 def no_cpu() -> list[float]:
     """Zero CPU sums, to add into."""
     return [0.0] * len(CPU_SUMS)
+
+
+# A call stack's memory sums, after its id in the memory record's "stacks",
+# alone in its "other_stacks" (the stacks past the cap).
+MEMORY_STACK_SUMS = ("alloc_bytes", "python_bytes", "free_bytes", "copy_bytes", "churn_bytes")
+ALLOC, PYTHON_ALLOC, FREED, COPIED, CHURN = range(len(MEMORY_STACK_SUMS))

@@ -27,12 +27,14 @@ _SAMPLES, _MEMORY, _GPU = 5, 6, 10
 _WIDTH = 11
 
 
-def _without_churn(figures) -> tuple:
-    """A stack's (allocated, Python, freed, copied[, churn]) bytes from the core
-    as the memory part of a sums vector: churn out of the first three."""
-    alloc, python, freed, copy, *churn = figures
-    c = churn[0] if churn else 0
-    return alloc - c, python - c, freed - c, copy
+def _without_churn(sums) -> tuple:
+    """A stack's memory sums from the core (contract.MEMORY_STACK_SUMS) as the
+    memory part of a sums vector (MEMORY_FIGURES): churn out of the allocated,
+    Python and freed bytes.  A child's record written back by to_raw has the
+    four figures only, churn taken out already."""
+    churn = sums[contract.CHURN] if len(sums) > contract.CHURN else 0
+    return (sums[contract.ALLOC] - churn, sums[contract.PYTHON_ALLOC] - churn, sums[contract.FREED] - churn,
+            sums[contract.COPIED])
 
 
 def _cpu_vector(cpu) -> list[float]:

@@ -141,14 +141,16 @@ static void region_hands_out_and_takes_back_arenas(void)
     CHECK_EQ(found(&m, BASE + 5 * GiB + 10), 1);
     CHECK_EQ(found(&m, m.region_base - 1), 0);
     CHECK_EQ(found(&m, m.region_base + m.region_size), 0);
-    /* Each 16 KiB span of the reservation has its watch count, zero at first;
-     * addresses outside it have none. */
+    /* Each span of the reservation (1 KiB) has its watch count, zero at
+     * first; addresses outside it have none. */
+    const uintptr_t span = (uintptr_t)1 << PYMALLOC_SPAN_SHIFT;
     _Atomic uint16_t *first = pymalloc_span_watches(&m, m.region_base);
     _Atomic uint16_t *last = pymalloc_span_watches(&m, m.region_base + m.region_size - 1);
     REQUIRE(first != NULL && last != NULL);
-    CHECK_EQ(last - first, (long)(64 * MiB / (16 * KiB)) - 1);
-    CHECK(pymalloc_span_watches(&m, m.region_base + 16 * KiB - 1) == first);
-    CHECK(pymalloc_span_watches(&m, m.region_base + 16 * KiB) == first + 1);
+    CHECK_EQ(span, KiB);
+    CHECK_EQ(last - first, (long)(64 * MiB / span) - 1);
+    CHECK(pymalloc_span_watches(&m, m.region_base + span - 1) == first);
+    CHECK(pymalloc_span_watches(&m, m.region_base + span) == first + 1);
     CHECK_EQ(atomic_load(first), 0);
     CHECK_EQ(atomic_load(last), 0);
     CHECK(pymalloc_span_watches(&m, m.region_base - 1) == NULL);

@@ -1,0 +1,254 @@
+#include "records.h"
+
+#include "memory/mem_profile.h"
+#include "profile/sites.h"
+
+#include <stddef.h>
+
+typedef enum { FIELD_U64, FIELD_I64, FIELD_INT, FIELD_DOUBLE, FIELD_BOOL, FIELD_STR } field_kind;
+
+/* One field of a C record: its name in the Python record, and where and what
+ * it is in the struct. */
+typedef struct {
+    const char *name;
+    field_kind kind;
+    size_t offset;
+} record_field;
+
+#define FIELD(type, member, kind) {#member, kind, offsetof(type, member)}
+#define COUNT(table) (sizeof(table) / sizeof((table)[0]))
+
+/* A line's memory record: these, and its place (filename, lineno, function,
+ * function_lineno) and timeline (a list of (seconds, MB)). */
+static const record_field LINE_FIELDS[] = {
+    FIELD(mem_line_record, alloc_bytes, FIELD_U64),
+    FIELD(mem_line_record, python_bytes, FIELD_U64),
+    FIELD(mem_line_record, free_bytes, FIELD_U64),
+    FIELD(mem_line_record, churn_bytes, FIELD_U64),
+    FIELD(mem_line_record, copy_bytes, FIELD_U64),
+    FIELD(mem_line_record, window_sampled_bytes, FIELD_U64),
+    FIELD(mem_line_record, python_window_sampled_bytes, FIELD_U64),
+    FIELD(mem_line_record, freed_window_sampled_bytes, FIELD_U64),
+    FIELD(mem_line_record, freed_python_window_sampled_bytes, FIELD_U64),
+    FIELD(mem_line_record, alloc_samples, FIELD_U64),
+    FIELD(mem_line_record, free_samples, FIELD_U64),
+    FIELD(mem_line_record, copy_samples, FIELD_U64),
+    FIELD(mem_line_record, net_bytes, FIELD_I64),
+    FIELD(mem_line_record, peak_bytes, FIELD_I64),
+    FIELD(mem_line_record, watched, FIELD_U64),
+    FIELD(mem_line_record, watched_freed, FIELD_U64),
+    FIELD(mem_line_record, watched_evicted, FIELD_U64),
+};
+static const char *const LINE_PLACE[] = {"filename", "lineno", "function", "function_lineno", "timeline"};
+
+/* A call stack's memory sums, in this order after its id ("stacks"), and
+ * alone for the bucket of the stacks past the cap ("other_stacks"). */
+static const record_field STACK_SUMS[] = {
+    FIELD(mem_stack_record, alloc_bytes, FIELD_U64),
+    FIELD(mem_stack_record, python_bytes, FIELD_U64),
+    FIELD(mem_stack_record, free_bytes, FIELD_U64),
+    FIELD(mem_stack_record, copy_bytes, FIELD_U64),
+    FIELD(mem_stack_record, churn_bytes, FIELD_U64),
+};
+
+/* The run's memory record: these, and lines, stacks, other_stacks, footprint
+ * (a timeline) and max_footprint_where ((filename, lineno) or None). */
+static const record_field RUN_FIELDS[] = {
+    FIELD(mem_run_record, max_footprint_bytes, FIELD_I64),
+    FIELD(mem_run_record, max_footprint_time_sec, FIELD_DOUBLE),
+    FIELD(mem_run_record, footprint_bytes, FIELD_I64),
+    FIELD(mem_run_record, window_bytes, FIELD_I64),
+    FIELD(mem_run_record, python_window_bytes, FIELD_I64),
+    FIELD(mem_run_record, unattributed_alloc_bytes, FIELD_U64),
+    FIELD(mem_run_record, unattributed_python_bytes, FIELD_U64),
+    FIELD(mem_run_record, unattributed_free_bytes, FIELD_U64),
+    FIELD(mem_run_record, unattributed_churn_bytes, FIELD_U64),
+    FIELD(mem_run_record, unattributed_copy_bytes, FIELD_U64),
+    FIELD(mem_run_record, native_thread_alloc_bytes, FIELD_U64),
+    FIELD(mem_run_record, native_thread_free_bytes, FIELD_U64),
+    FIELD(mem_run_record, native_thread_copy_bytes, FIELD_U64),
+    FIELD(mem_run_record, dropped_samples, FIELD_U64),
+    FIELD(mem_run_record, queued_samples, FIELD_U64),
+    FIELD(mem_run_record, python_memory_profiled, FIELD_BOOL),
+    FIELD(mem_run_record, leak_detector, FIELD_BOOL),
+    FIELD(mem_run_record, python_allocator, FIELD_STR),
+    FIELD(mem_run_record, python_memory_why, FIELD_STR),
+};
+static const char *const RUN_PARTS[] = {"lines", "stacks", "other_stacks", "footprint", "max_footprint_where"};
+
+static PyObject *field_value(const record_field *f, const void *record)
+{
+    const char *at = (const char *)record + f->offset;
+    switch (f->kind) {
+    case FIELD_U64:
+        return PyLong_FromUnsignedLongLong(*(const uint64_t *)(const void *)at);
+    case FIELD_I64:
+        return PyLong_FromLongLong(*(const int64_t *)(const void *)at);
+    case FIELD_INT:
+        return PyLong_FromLong(*(const int *)(const void *)at);
+    case FIELD_DOUBLE:
+        return PyFloat_FromDouble(*(const double *)(const void *)at);
+    case FIELD_BOOL:
+        return PyBool_FromLong(*(const int *)(const void *)at);
+    default: /* FIELD_STR */
+        return PyUnicode_FromString(*(const char *const *)(const void *)at);
+    }
+}
+
+/* dict[name] = value for each field; 0, or -1 with an exception set. */
+static int put_fields(PyObject *dict, const record_field *fields, size_t n, const void *record)
+{
+    for (size_t i = 0; i < n; i++) {
+        PyObject *value = field_value(&fields[i], record);
+        if (value == NULL || PyDict_SetItemString(dict, fields[i].name, value) != 0) {
+            Py_XDECREF(value);
+            return -1;
+        }
+        Py_DECREF(value);
+    }
+    return 0;
+}
+
+/* dict[name] = value, taking the reference to value (NULL: an error already
+ * set); 0, or -1. */
+static int put(PyObject *dict, const char *name, PyObject *value)
+{
+    int rc = value != NULL ? PyDict_SetItemString(dict, name, value) : -1;
+    Py_XDECREF(value);
+    return rc;
+}
+
+/* The fields' values in order, after `first` values given (stolen). */
+static PyObject *fields_tuple(const record_field *fields, size_t n, const void *record, PyObject *first)
+{
+    Py_ssize_t lead = first != NULL ? 1 : 0;
+    PyObject *t = PyTuple_New(lead + (Py_ssize_t)n);
+    if (t == NULL) {
+        Py_XDECREF(first);
+        return NULL;
+    }
+    if (first != NULL) {
+        PyTuple_SET_ITEM(t, 0, first);
+    }
+    for (size_t i = 0; i < n; i++) {
+        PyObject *value = field_value(&fields[i], record);
+        if (value == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, lead + (Py_ssize_t)i, value);
+    }
+    return t;
+}
+
+static PyObject *timeline_list(const mem_series *s)
+{
+    uint32_t n = mem_series_count(s);
+    PyObject *out = PyList_New(n);
+    for (uint32_t i = 0; out != NULL && i < n; i++) {
+        double t_sec, mb;
+        mem_series_point(s, i, &t_sec, &mb);
+        PyObject *point = Py_BuildValue("(dd)", t_sec, mb);
+        if (point == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, point);
+    }
+    return out;
+}
+
+static PyObject *line_record(const mem_line_record *r)
+{
+    const site *where = sites_get(r->site);
+    PyObject *d = PyDict_New();
+    if (d == NULL || put(d, "filename", Py_NewRef(where->filename)) != 0 ||
+        put(d, "lineno", PyLong_FromLong(r->lineno)) != 0 || put(d, "function", Py_NewRef(where->qualname)) != 0 ||
+        put(d, "function_lineno", PyLong_FromLong(where->firstlineno)) != 0 ||
+        put_fields(d, LINE_FIELDS, COUNT(LINE_FIELDS), r) != 0 || put(d, "timeline", timeline_list(r->timeline)) != 0) {
+        Py_XDECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* Appends each record of a collector's (next(cursor, record) -> 0 at the end)
+ * made Python's by make. */
+#define APPEND_ALL(list, record_type, next, make)                                                                  \
+    do {                                                                                                           \
+        size_t cursor_ = 0;                                                                                        \
+        record_type record_;                                                                                       \
+        while ((list) != NULL && next(&cursor_, &record_)) {                                                       \
+            PyObject *item_ = make;                                                                                \
+            if (item_ == NULL || PyList_Append((list), item_) != 0) {                                              \
+                Py_CLEAR(list);                                                                                    \
+            }                                                                                                      \
+            Py_XDECREF(item_);                                                                                     \
+        }                                                                                                          \
+    } while (0)
+
+static PyObject *peak_place(const mem_run_record *run)
+{
+    const site *where = sites_get(run->max_footprint_site);
+    return where != NULL ? Py_BuildValue("(Oi)", where->filename, run->max_footprint_lineno) : Py_NewRef(Py_None);
+}
+
+PyObject *records_memory(void)
+{
+    if (!mem_profile_collect_begin()) {
+        Py_RETURN_NONE;
+    }
+    PyObject *lines = PyList_New(0);
+    APPEND_ALL(lines, mem_line_record, mem_profile_next_line, line_record(&record_));
+    PyObject *stacks = PyList_New(0);
+    APPEND_ALL(stacks, mem_stack_record, mem_profile_next_stack,
+               fields_tuple(STACK_SUMS, COUNT(STACK_SUMS), &record_, PyLong_FromUnsignedLongLong(record_.stack)));
+    mem_stack_record other;
+    mem_profile_other_stacks(&other);
+    mem_run_record run;
+    mem_profile_run(&run);
+    PyObject *d = PyDict_New();
+    if (d == NULL || put(d, "lines", lines) != 0 || put(d, "stacks", stacks) != 0 ||
+        put(d, "other_stacks", fields_tuple(STACK_SUMS, COUNT(STACK_SUMS), &other, NULL)) != 0 ||
+        put(d, "footprint", timeline_list(run.footprint)) != 0 ||
+        put(d, "max_footprint_where", peak_place(&run)) != 0 || put_fields(d, RUN_FIELDS, COUNT(RUN_FIELDS), &run) != 0) {
+        Py_XDECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* A tuple of the names of `lead` and then of fields. */
+static PyObject *names(const char *const *lead, size_t n_lead, const record_field *fields, size_t n)
+{
+    PyObject *t = PyTuple_New((Py_ssize_t)(n_lead + n));
+    for (size_t i = 0; t != NULL && i < n_lead + n; i++) {
+        PyObject *name = PyUnicode_FromString(i < n_lead ? lead[i] : fields[i - n_lead].name);
+        if (name == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, (Py_ssize_t)i, name);
+    }
+    return t;
+}
+
+int records_add_names(PyObject *module)
+{
+    struct {
+        const char *name;
+        PyObject *value;
+    } all[] = {
+        {"MEMORY_LINE_FIELDS", names(LINE_PLACE, COUNT(LINE_PLACE), LINE_FIELDS, COUNT(LINE_FIELDS))},
+        {"MEMORY_STACK_SUMS", names(NULL, 0, STACK_SUMS, COUNT(STACK_SUMS))},
+        {"MEMORY_RUN_FIELDS", names(RUN_PARTS, COUNT(RUN_PARTS), RUN_FIELDS, COUNT(RUN_FIELDS))},
+    };
+    int rc = 0;
+    for (size_t i = 0; i < COUNT(all); i++) {
+        if (rc == 0 && (all[i].value == NULL || PyModule_AddObjectRef(module, all[i].name, all[i].value) != 0)) {
+            rc = -1;
+        }
+        Py_XDECREF(all[i].value);
+    }
+    return rc;
+}
