@@ -364,7 +364,7 @@ static PyObject *with_gpu(PyObject *all)
     if (all == NULL) {
         return NULL;
     }
-    PyObject *gpu = gpu_collect();
+    PyObject *gpu = records_gpu();
     if (gpu == NULL || PyDict_SetItemString(all, "gpu", gpu) != 0) {
         Py_XDECREF(gpu);
         Py_DECREF(all);

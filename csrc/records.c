@@ -1,9 +1,11 @@
 #include "records.h"
 
+#include "gpu/gpu.h"
 #include "memory/mem_profile.h"
 #include "profile/sites.h"
 
 #include <stddef.h>
+#include <string.h>
 
 typedef enum { FIELD_U64, FIELD_I64, FIELD_INT, FIELD_DOUBLE, FIELD_BOOL, FIELD_STR } field_kind;
 
@@ -75,6 +77,63 @@ static const record_field RUN_FIELDS[] = {
     FIELD(mem_run_record, python_memory_why, FIELD_STR),
 };
 static const char *const RUN_PARTS[] = {"lines", "stacks", "other_stacks", "footprint", "max_footprint_where"};
+
+/* A line's GPU sums, in this order after its place (filename, lineno,
+ * function, function_lineno) in the GPU record's "lines". */
+static const record_field GPU_LINE_SUMS[] = {
+    FIELD(gpu_line_record, busy_ns, FIELD_DOUBLE),
+    FIELD(gpu_line_record, memory_sum_bytes, FIELD_DOUBLE),
+    FIELD(gpu_line_record, memory_samples, FIELD_U64),
+    FIELD(gpu_line_record, memory_peak_bytes, FIELD_U64),
+    FIELD(gpu_line_record, kernel_ns, FIELD_U64),
+    FIELD(gpu_line_record, kernels, FIELD_U64),
+    FIELD(gpu_line_record, copy_htod_bytes, FIELD_U64),
+    FIELD(gpu_line_record, copy_dtoh_bytes, FIELD_U64),
+    FIELD(gpu_line_record, copy_dtod_bytes, FIELD_U64),
+    FIELD(gpu_line_record, copy_other_bytes, FIELD_U64),
+    FIELD(gpu_line_record, memset_bytes, FIELD_U64),
+    FIELD(gpu_line_record, alloc_bytes, FIELD_U64),
+};
+
+static const record_field GPU_DEVICE_FIELDS[] = {
+    FIELD(gpu_device_record, name, FIELD_STR),
+    FIELD(gpu_device_record, busy_ns, FIELD_DOUBLE),
+    FIELD(gpu_device_record, peak_memory_bytes, FIELD_U64),
+    FIELD(gpu_device_record, samples, FIELD_U64),
+    FIELD(gpu_device_record, source, FIELD_STR),
+    FIELD(gpu_device_record, shared, FIELD_BOOL),
+};
+
+/* The run's GPU record: these, and devices, lines, stacks ((id, busy ns)),
+ * notices and kernels (the kernel tier's record, or None). */
+static const record_field GPU_RUN_FIELDS[] = {
+    FIELD(gpu_run_record, backend, FIELD_STR),
+    FIELD(gpu_run_record, status, FIELD_STR),
+    FIELD(gpu_run_record, why, FIELD_STR),
+    {"explicit", FIELD_BOOL, offsetof(gpu_run_record, explicit_request)},
+    FIELD(gpu_run_record, unattributed_busy_ns, FIELD_DOUBLE),
+    FIELD(gpu_run_record, peak_memory_bytes, FIELD_U64),
+};
+static const char *const GPU_RUN_PARTS[] = {"devices", "lines", "stacks", "notices", "kernels"};
+
+static const record_field GPU_KERNELS_FIELDS[] = {
+    FIELD(gpu_kernels_record, backend, FIELD_STR),
+    FIELD(gpu_kernels_record, status, FIELD_STR),
+    FIELD(gpu_kernels_record, why, FIELD_STR),
+    FIELD(gpu_kernels_record, kernels, FIELD_U64),
+    FIELD(gpu_kernels_record, copies, FIELD_U64),
+    FIELD(gpu_kernels_record, memsets, FIELD_U64),
+    FIELD(gpu_kernels_record, allocations, FIELD_U64),
+    FIELD(gpu_kernels_record, kernel_ns, FIELD_U64),
+    FIELD(gpu_kernels_record, copy_htod_bytes, FIELD_U64),
+    FIELD(gpu_kernels_record, copy_dtoh_bytes, FIELD_U64),
+    FIELD(gpu_kernels_record, copy_dtod_bytes, FIELD_U64),
+    FIELD(gpu_kernels_record, unattributed_kernel_ns, FIELD_U64),
+    FIELD(gpu_kernels_record, unattributed_copy_bytes, FIELD_U64),
+    FIELD(gpu_kernels_record, lost_launches, FIELD_U64),
+    FIELD(gpu_kernels_record, lost_records, FIELD_U64),
+    FIELD(gpu_kernels_record, dropped_records, FIELD_U64),
+};
 
 static PyObject *field_value(const record_field *f, const void *record)
 {
@@ -218,6 +277,69 @@ PyObject *records_memory(void)
     return d;
 }
 
+static PyObject *fields_dict(const record_field *fields, size_t n, const void *record)
+{
+    PyObject *d = PyDict_New();
+    if (d != NULL && put_fields(d, fields, n, record) != 0) {
+        Py_CLEAR(d);
+    }
+    return d;
+}
+
+static PyObject *gpu_line(const gpu_line_record *r)
+{
+    const site *where = sites_get(r->site);
+    PyObject *place = Py_BuildValue("(OiOi)", where->filename, r->lineno, where->qualname, where->firstlineno);
+    PyObject *sums = place != NULL ? fields_tuple(GPU_LINE_SUMS, COUNT(GPU_LINE_SUMS), r, NULL) : NULL;
+    PyObject *line = sums != NULL ? PySequence_Concat(place, sums) : NULL;
+    Py_XDECREF(place);
+    Py_XDECREF(sums);
+    return line;
+}
+
+static int next_notice(size_t *cursor, PyObject **out)
+{
+    char text[512];
+    if (!gpu_next_notice(cursor, text, sizeof text)) {
+        return 0;
+    }
+    *out = PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace");
+    return 1;
+}
+
+static PyObject *gpu_kernels(void)
+{
+    gpu_kernels_record k;
+    return gpu_records_kernels(&k) ? fields_dict(GPU_KERNELS_FIELDS, COUNT(GPU_KERNELS_FIELDS), &k)
+                                   : Py_NewRef(Py_None);
+}
+
+PyObject *records_gpu(void)
+{
+    gpu_run_record run;
+    if (!gpu_records_begin(&run)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *devices = PyList_New(0);
+    APPEND_ALL(devices, gpu_device_record, gpu_next_device,
+               fields_dict(GPU_DEVICE_FIELDS, COUNT(GPU_DEVICE_FIELDS), &record_));
+    PyObject *lines = PyList_New(0);
+    APPEND_ALL(lines, gpu_line_record, gpu_next_line, gpu_line(&record_));
+    PyObject *stacks = PyList_New(0);
+    APPEND_ALL(stacks, gpu_stack_record, gpu_next_stack,
+               Py_BuildValue("(Kd)", (unsigned long long)record_.stack, record_.busy_ns));
+    PyObject *notices = PyList_New(0);
+    APPEND_ALL(notices, PyObject *, next_notice, record_);
+    PyObject *d = PyDict_New();
+    if (d == NULL || put(d, "devices", devices) != 0 || put(d, "lines", lines) != 0 ||
+        put(d, "stacks", stacks) != 0 || put(d, "notices", notices) != 0 || put(d, "kernels", gpu_kernels()) != 0 ||
+        put_fields(d, GPU_RUN_FIELDS, COUNT(GPU_RUN_FIELDS), &run) != 0) {
+        Py_CLEAR(d);
+    }
+    gpu_records_end();
+    return d;
+}
+
 /* A tuple of the names of `lead` and then of fields. */
 static PyObject *names(const char *const *lead, size_t n_lead, const record_field *fields, size_t n)
 {
@@ -242,6 +364,10 @@ int records_add_names(PyObject *module)
         {"MEMORY_LINE_FIELDS", names(LINE_PLACE, COUNT(LINE_PLACE), LINE_FIELDS, COUNT(LINE_FIELDS))},
         {"MEMORY_STACK_SUMS", names(NULL, 0, STACK_SUMS, COUNT(STACK_SUMS))},
         {"MEMORY_RUN_FIELDS", names(RUN_PARTS, COUNT(RUN_PARTS), RUN_FIELDS, COUNT(RUN_FIELDS))},
+        {"GPU_LINE_SUMS", names(NULL, 0, GPU_LINE_SUMS, COUNT(GPU_LINE_SUMS))},
+        {"GPU_DEVICE_FIELDS", names(NULL, 0, GPU_DEVICE_FIELDS, COUNT(GPU_DEVICE_FIELDS))},
+        {"GPU_RUN_FIELDS", names(GPU_RUN_PARTS, COUNT(GPU_RUN_PARTS), GPU_RUN_FIELDS, COUNT(GPU_RUN_FIELDS))},
+        {"GPU_KERNELS_FIELDS", names(NULL, 0, GPU_KERNELS_FIELDS, COUNT(GPU_KERNELS_FIELDS))},
     };
     int rc = 0;
     for (size_t i = 0; i < COUNT(all); i++) {

@@ -83,3 +83,50 @@ def test_memory_records_hold_the_fields_the_core_names(tmp_path):
     assert seen["stack_lengths"] == [1 + len(contract.MEMORY_STACK_SUMS)]
     assert seen["other"] == len(contract.MEMORY_STACK_SUMS)
     assert seen["kept"] and 8 << 20 <= seen["kept"][0] <= 9 << 20, seen["kept"]
+
+
+def test_the_core_names_its_gpu_line_sums_as_the_contract_does():
+    assert _core.GPU_LINE_SUMS == contract.GPU_LINE_SUMS
+    assert contract.GPU_LINE_SUMS[contract.GPU_PEAK] == "memory_peak_bytes"
+    assert contract.GPU_LINE_SUMS[contract.GPU_KERNEL_NS] == "kernel_ns"
+
+
+# Profiles a program with both GPU tiers on the test doubles, in a process of
+# its own, and prints what the core's GPU record holds.
+GPU_RECORDS = """
+import json, os, time
+from pyrometer import _core
+from pyrometer.inprocess import InProcessRun, default_options
+run = InProcessRun(default_options(memory=False, gpu=True, gpu_kernels=True), "t",
+                   program_directory=os.path.dirname(os.path.abspath(__file__)))
+run.start()
+end = time.monotonic() + 0.6
+while time.monotonic() < end:
+    pass
+gpu = run.collect()["gpu"]
+print(json.dumps({"run": sorted(gpu), "status": gpu["status"], "devices": [sorted(d) for d in gpu["devices"]],
+                  "kernels": sorted(gpu["kernels"] or {}), "line_lengths": sorted({len(l) for l in gpu["lines"]}),
+                  "run_fields": _core.GPU_RUN_FIELDS, "device_fields": _core.GPU_DEVICE_FIELDS,
+                  "kernels_fields": _core.GPU_KERNELS_FIELDS}))
+"""
+
+
+def test_gpu_records_hold_the_fields_the_core_names(tmp_path, fake_nvml_dir, fake_cupti_dir):
+    """The GPU record of a real run on the test doubles (both tiers): its keys,
+    each device's and the kernel tier's, are those the core's tables name, and
+    each line is its place and the contract's sums."""
+    import json
+    import subprocess
+    import sys
+    program = tmp_path / "gpu_records.py"
+    program.write_text(GPU_RECORDS)
+    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(
+        [str(fake_nvml_dir), str(fake_cupti_dir), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]))
+    proc = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert seen["status"] == "ok", seen
+    assert seen["run"] == sorted(seen["run_fields"])
+    assert seen["devices"] and all(keys == sorted(seen["device_fields"]) for keys in seen["devices"])
+    assert seen["kernels"] == sorted(seen["kernels_fields"])
+    assert seen["line_lengths"] == [4 + len(contract.GPU_LINE_SUMS)], seen

@@ -115,7 +115,7 @@ static struct {
     pid_t pid;
     uint64_t start_ns; /* CLOCK_REALTIME at gpu_start */
 
-    /* Written by the GPU thread under lock; read under it by gpu_collect. */
+    /* Written by the GPU thread under lock; read under it by the records (gpu_records_begin). */
     pthread_mutex_t lock;
     table lines; /* (site, line) -> gpu_line */
     table stacks; /* (call stack id, 0) -> busy ns (double): the stacks the lines ran on (stacks.h) */
@@ -133,6 +133,9 @@ static struct {
     atomic_int kernel_status;
     char kernel_why[NOTICE_SIZE];
     kernel_totals kernel_totals;
+    /* The launches and records lost (launches_lost), read as the records are
+     * (gpu_records_begin). */
+    uint64_t lost_launches, lost_records;
 } G = {.wake_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* ---- the GPU thread (no GIL, no CPython) ------------------------------------ */
@@ -786,142 +789,137 @@ void gpu_stop(void)
     line_timeline_enable(0);
 }
 
-static PyObject *device_dict(const gpu_device *dev)
-{
-    const char *source = dev->used_process ? "process" : "device";
-    return Py_BuildValue("{s:s,s:d,s:K,s:K,s:s,s:O}", "name", dev->name, "busy_ns", dev->busy_ns,
-                         "peak_memory_bytes", (unsigned long long)dev->memory_peak_bytes, "samples",
-                         (unsigned long long)dev->samples, "source", source, "shared",
-                         dev->shared ? Py_True : Py_False);
-}
-
-/* The kernel tier's status and totals; None when it was not asked for.
- * Caller holds G.lock. */
-static PyObject *kernels_dict(uint64_t lost_launches, uint64_t lost_records)
-{
-    int status = atomic_load(&G.kernel_status);
-    if (status == KERNELS_OFF) {
-        Py_RETURN_NONE;
-    }
-    static const char *const names[] = {"off", "on", "absent", "busy", "failed"};
-    const kernel_totals *t = &G.kernel_totals;
-    uint64_t dropped = G.kernel_backend != NULL ? G.kernel_backend->dropped() : 0;
-    return Py_BuildValue("{s:s,s:s,s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "backend",
-                         G.kernel_backend != NULL ? G.kernel_backend->name : "", "status", names[status], "why",
-                         G.kernel_why, "kernels", (unsigned long long)t->kernels, "copies",
-                         (unsigned long long)t->copies, "memsets", (unsigned long long)t->memsets, "allocations",
-                         (unsigned long long)t->allocations, "kernel_ns", (unsigned long long)t->kernel_ns,
-                         "copy_htod_bytes", (unsigned long long)t->copy_bytes[GPU_COPY_HTOD], "copy_dtoh_bytes",
-                         (unsigned long long)t->copy_bytes[GPU_COPY_DTOH], "copy_dtod_bytes",
-                         (unsigned long long)t->copy_bytes[GPU_COPY_DTOD], "unattributed_kernel_ns",
-                         (unsigned long long)t->unattributed_kernel_ns, "unattributed_copy_bytes",
-                         (unsigned long long)t->unattributed_copy_bytes, "lost_launches",
-                         (unsigned long long)lost_launches, "lost_records", (unsigned long long)lost_records,
-                         "dropped_records", (unsigned long long)dropped);
-}
-
-static PyObject *collect_unlocked(uint64_t lost_launches, uint64_t lost_records)
+int gpu_records_begin(gpu_run_record *run)
 {
     int phase = atomic_load(&G.phase);
     if (phase == PHASE_OFF) {
-        Py_RETURN_NONE;
+        return 0;
     }
-    const char *status = phase == PHASE_STARTING ? "starting"
-                         : phase == PHASE_ABSENT   ? "absent"
-                         : phase == PHASE_FAILED   ? "failed"
-                                                   : "ok";
-    PyObject *devices = PyList_New(0), *lines = PyList_New(0), *stacks = PyList_New(0), *notices = PyList_New(0);
-    if (devices == NULL || lines == NULL || stacks == NULL || notices == NULL) {
-        goto fail;
-    }
-    for (int i = 0; i < G.device_count; i++) {
-        PyObject *d = device_dict(&G.devices[i]);
-        if (d == NULL || PyList_Append(devices, d) != 0) {
-            Py_XDECREF(d);
-            goto fail;
-        }
-        Py_DECREF(d);
-        if (G.devices[i].shared && !G.devices[i].self_listed && G.devices[i].used_process) {
-            char text[NOTICE_SIZE];
-            snprintf(text, sizeof text,
-                     "GPU %s: other processes use it and this one never appeared in its process list "
-                     "(a PID namespace?): this process's share may read as 0", G.devices[i].name);
-            PyObject *s = PyUnicode_FromString(text);
-            if (s == NULL || PyList_Append(notices, s) != 0) {
-                Py_XDECREF(s);
-                goto fail;
-            }
-            Py_DECREF(s);
-        }
-    }
-    for (int i = 0; i < G.notice_count; i++) {
-        PyObject *s = PyUnicode_DecodeUTF8(G.notices[i], (Py_ssize_t)strlen(G.notices[i]), "replace");
-        if (s == NULL || PyList_Append(notices, s) != 0) {
-            Py_XDECREF(s);
-            goto fail;
-        }
-        Py_DECREF(s);
-    }
-    size_t cursor = 0;
-    table_key key;
-    gpu_line *line;
-    while (G.lines.slots != NULL && (line = table_next(&G.lines, &cursor, &key)) != NULL) {
-        const site *where = sites_get((uint32_t)key.k1);
-        if (where == NULL) {
-            continue;
-        }
-        PyObject *item = Py_BuildValue(
-            "(OiOiddKKKKKKKKKK)", where->filename, (int)(int32_t)(uint32_t)key.k2, where->qualname,
-            where->firstlineno, line->busy_ns, line->memory_sum_bytes, (unsigned long long)line->memory_samples,
-            (unsigned long long)line->memory_peak_bytes, (unsigned long long)line->kernel_ns,
-            (unsigned long long)line->kernels, (unsigned long long)line->copy_bytes[GPU_COPY_HTOD],
-            (unsigned long long)line->copy_bytes[GPU_COPY_DTOH], (unsigned long long)line->copy_bytes[GPU_COPY_DTOD],
-            (unsigned long long)line->copy_bytes[GPU_COPY_OTHER], (unsigned long long)line->memset_bytes,
-            (unsigned long long)line->alloc_bytes);
-        if (item == NULL || PyList_Append(lines, item) != 0) {
-            Py_XDECREF(item);
-            goto fail;
-        }
-        Py_DECREF(item);
-    }
-    cursor = 0;
-    double *busy;
-    while (G.stacks.slots != NULL && (busy = table_next(&G.stacks, &cursor, &key)) != NULL) {
-        /* (stack id, busy ns): the ids of the collection's "stacks" (module.c) */
-        PyObject *item = Py_BuildValue("(Kd)", (unsigned long long)key.k1, *busy);
-        if (item == NULL || PyList_Append(stacks, item) != 0) {
-            Py_XDECREF(item);
-            goto fail;
-        }
-        Py_DECREF(item);
-    }
-    PyObject *kernels = kernels_dict(lost_launches, lost_records);
-    if (kernels == NULL) {
-        goto fail;
-    }
-    return Py_BuildValue("{s:s,s:s,s:s,s:O,s:N,s:N,s:N,s:N,s:d,s:K,s:N}", "backend", G.backend->name, "status", status,
-                         "why", G.why, "explicit", G.explicit_request ? Py_True : Py_False, "devices", devices,
-                         "lines", lines, "stacks", stacks, "notices", notices, "unattributed_busy_ns",
-                         G.unattributed_busy_ns, "peak_memory_bytes", (unsigned long long)G.memory_peak_bytes,
-                         "kernels", kernels);
-fail:
-    Py_XDECREF(devices);
-    Py_XDECREF(lines);
-    Py_XDECREF(stacks);
-    Py_XDECREF(notices);
-    return NULL;
+    launches_lost(&G.lost_launches, &G.lost_records); /* its lock is never taken inside G.lock */
+    pthread_mutex_lock(&G.lock);
+    *run = (gpu_run_record){
+        .backend = G.backend->name,
+        .status = phase == PHASE_STARTING ? "starting"
+                  : phase == PHASE_ABSENT ? "absent"
+                  : phase == PHASE_FAILED ? "failed"
+                                          : "ok",
+        .why = G.why,
+        .explicit_request = G.explicit_request,
+        .unattributed_busy_ns = G.unattributed_busy_ns,
+        .peak_memory_bytes = G.memory_peak_bytes,
+    };
+    return 1;
 }
 
-PyObject *gpu_collect(void)
+void gpu_records_end(void)
 {
-    /* The lock is held while Python objects are made: the GPU thread only
-     * waits (it never needs the GIL), so this cannot deadlock. */
-    uint64_t lost_launches = 0, lost_records = 0;
-    launches_lost(&lost_launches, &lost_records); /* its lock is never taken inside G.lock */
-    pthread_mutex_lock(&G.lock);
-    PyObject *result = collect_unlocked(lost_launches, lost_records);
     pthread_mutex_unlock(&G.lock);
-    return result;
+}
+
+int gpu_records_kernels(gpu_kernels_record *out)
+{
+    int status = atomic_load(&G.kernel_status);
+    if (status == KERNELS_OFF) {
+        return 0;
+    }
+    static const char *const names[] = {"off", "on", "absent", "busy", "failed"};
+    const kernel_totals *t = &G.kernel_totals;
+    *out = (gpu_kernels_record){
+        .backend = G.kernel_backend != NULL ? G.kernel_backend->name : "",
+        .status = names[status],
+        .why = G.kernel_why,
+        .kernels = t->kernels,
+        .copies = t->copies,
+        .memsets = t->memsets,
+        .allocations = t->allocations,
+        .kernel_ns = t->kernel_ns,
+        .copy_htod_bytes = t->copy_bytes[GPU_COPY_HTOD],
+        .copy_dtoh_bytes = t->copy_bytes[GPU_COPY_DTOH],
+        .copy_dtod_bytes = t->copy_bytes[GPU_COPY_DTOD],
+        .unattributed_kernel_ns = t->unattributed_kernel_ns,
+        .unattributed_copy_bytes = t->unattributed_copy_bytes,
+        .lost_launches = G.lost_launches,
+        .lost_records = G.lost_records,
+        .dropped_records = G.kernel_backend != NULL ? G.kernel_backend->dropped() : 0,
+    };
+    return 1;
+}
+
+int gpu_next_device(size_t *cursor, gpu_device_record *out)
+{
+    if (*cursor >= (size_t)G.device_count) {
+        return 0;
+    }
+    const gpu_device *dev = &G.devices[(*cursor)++];
+    *out = (gpu_device_record){dev->name, dev->used_process ? "process" : "device", dev->busy_ns,
+                               dev->memory_peak_bytes, dev->samples, dev->shared};
+    return 1;
+}
+
+/* A device whose share reads this process's though it never saw it listed. */
+static int unlisted(const gpu_device *dev)
+{
+    return dev->shared && !dev->self_listed && dev->used_process;
+}
+
+int gpu_next_notice(size_t *cursor, char *text, size_t size)
+{
+    while (*cursor < (size_t)G.device_count) {
+        const gpu_device *dev = &G.devices[(*cursor)++];
+        if (unlisted(dev)) {
+            snprintf(text, size,
+                     "GPU %s: other processes use it and this one never appeared in its process list "
+                     "(a PID namespace?): this process's share may read as 0", dev->name);
+            return 1;
+        }
+    }
+    size_t i = *cursor - (size_t)G.device_count;
+    if (i >= (size_t)G.notice_count) {
+        return 0;
+    }
+    (*cursor)++;
+    snprintf(text, size, "%s", G.notices[i]);
+    return 1;
+}
+
+int gpu_next_line(size_t *cursor, gpu_line_record *out)
+{
+    table_key key;
+    gpu_line *line;
+    while (G.lines.slots != NULL && (line = table_next(&G.lines, cursor, &key)) != NULL) {
+        if (sites_get((uint32_t)key.k1) == NULL) {
+            continue;
+        }
+        *out = (gpu_line_record){
+            .site = (uint32_t)key.k1,
+            .lineno = (int)(int32_t)(uint32_t)key.k2,
+            .busy_ns = line->busy_ns,
+            .memory_sum_bytes = line->memory_sum_bytes,
+            .memory_samples = line->memory_samples,
+            .memory_peak_bytes = line->memory_peak_bytes,
+            .kernel_ns = line->kernel_ns,
+            .kernels = line->kernels,
+            .copy_htod_bytes = line->copy_bytes[GPU_COPY_HTOD],
+            .copy_dtoh_bytes = line->copy_bytes[GPU_COPY_DTOH],
+            .copy_dtod_bytes = line->copy_bytes[GPU_COPY_DTOD],
+            .copy_other_bytes = line->copy_bytes[GPU_COPY_OTHER],
+            .memset_bytes = line->memset_bytes,
+            .alloc_bytes = line->alloc_bytes,
+        };
+        return 1;
+    }
+    return 0;
+}
+
+int gpu_next_stack(size_t *cursor, gpu_stack_record *out)
+{
+    table_key key;
+    double *busy;
+    if (G.stacks.slots == NULL || (busy = table_next(&G.stacks, cursor, &key)) == NULL) {
+        return 0;
+    }
+    *out = (gpu_stack_record){key.k1, *busy};
+    return 1;
 }
 
 void gpu_release(void)

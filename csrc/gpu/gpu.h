@@ -24,7 +24,7 @@
  * the two measure different things and are not merged.
  *
  * Nothing here is fatal: no library, no device, a failed call each end in "no
- * GPU data" with a reason (gpu_collect's "why"), never an exception mid-run.
+ * GPU data" with a reason (the run record's "why"), never an exception mid-run.
  */
 #ifndef PYROMETER_GPU_H
 #define PYROMETER_GPU_H
@@ -56,9 +56,58 @@ int gpu_start(int explicit_request, int kernels, void (*own_thread)(int own));
 /* Stops and joins the GPU thread (GIL released while waiting; at most a few
  * seconds: a backend call that never returns leaves its thread behind). */
 void gpu_stop(void);
-/* None when GPU profiling was not started; else a dict (see module.c's
- * collect docs and model.py: devices, per-line records, notices). */
-PyObject *gpu_collect(void);
+/* ---- the records (records.c makes them Python's, naming their fields) ---- */
+
+typedef struct {
+    const char *backend, *status, *why;
+    int explicit_request;         /* --gpu was given */
+    double unattributed_busy_ns;  /* busy time charged to no line */
+    uint64_t peak_memory_bytes;
+} gpu_run_record;
+
+typedef struct {
+    const char *name, *source; /* source: "process" (its share) or "device" */
+    double busy_ns;
+    uint64_t peak_memory_bytes, samples;
+    int shared;
+} gpu_device_record;
+
+typedef struct {
+    uint32_t site; /* sites.h */
+    int lineno;
+    double busy_ns, memory_sum_bytes;
+    uint64_t memory_samples, memory_peak_bytes;
+    /* The kernel tier's: what the line launched. */
+    uint64_t kernel_ns, kernels, copy_htod_bytes, copy_dtoh_bytes, copy_dtod_bytes, copy_other_bytes,
+        memset_bytes, alloc_bytes;
+} gpu_line_record;
+
+typedef struct {
+    uint64_t stack; /* the id of the collection's "stacks" (module.c) */
+    double busy_ns;
+} gpu_stack_record;
+
+typedef struct {
+    const char *backend, *status, *why;
+    uint64_t kernels, copies, memsets, allocations, kernel_ns;
+    uint64_t copy_htod_bytes, copy_dtoh_bytes, copy_dtod_bytes;
+    uint64_t unattributed_kernel_ns, unattributed_copy_bytes;
+    uint64_t lost_launches, lost_records, dropped_records;
+} gpu_kernels_record;
+
+/* 0 when GPU profiling was never started (no records).  Else the records may
+ * be read until gpu_records_end, the GPU side's lock held meanwhile: the GPU
+ * thread only waits (it never needs the GIL), so Python objects may be made
+ * in between. */
+int gpu_records_begin(gpu_run_record *run);
+/* 0 when the kernel tier was not asked for. */
+int gpu_records_kernels(gpu_kernels_record *out);
+/* Each returns 0 past the last; *cursor starts at 0. */
+int gpu_next_device(size_t *cursor, gpu_device_record *out);
+int gpu_next_notice(size_t *cursor, char *text, size_t size);
+int gpu_next_line(size_t *cursor, gpu_line_record *out);
+int gpu_next_stack(size_t *cursor, gpu_stack_record *out);
+void gpu_records_end(void);
 /* Forgets every aggregate (the GPU thread is stopped). */
 void gpu_release(void);
 /* At each CPU snapshot: places the launches the kernel tier noted without

@@ -103,7 +103,7 @@ static size_t small_limit;
 static pyalloc_sizing sizing;
 static char allocator_name[32];
 /* Why Python's memory is not profiled, when it is not (pyalloc_not_sized_why). */
-static char not_sized_why[160];
+static char not_sized_why[256];
 
 /* Python's allocations are counted here, not in the library's per-thread
  * counters: the "mem" and "object" domains are called only with the GIL held, so
@@ -522,8 +522,10 @@ static void wrapped_free_unpooled(void *ctx, void *ptr)
 }
 
 /* Blocks of known sizes must read back as expected under the chosen sizing: the
- * layout facts each one relies on, checked on this interpreter. */
-static int sizes_read_back(void)
+ * layout facts each one relies on, checked on this interpreter.  What went
+ * wrong is said in `why` (size bytes), so that a failure seen once in a
+ * thousand runs (CI) tells its cause. */
+static int sizes_read_back(char *why, size_t size)
 {
     static const size_t asked[] = {1, 17, 40, 500, 3000};
     static const size_t pooled_class[] = {16, 32, 48, 512, 0};
@@ -533,20 +535,30 @@ static int sizes_read_back(void)
             return 0;
         }
         int ok;
+        size_t got = 0;
+        int known = sizing == PYALLOC_POOLS && pymalloc_arenas_find(arenas, (uintptr_t)p);
         if (sizing == PYALLOC_DEBUG_HEADER) {
-            ok = debug_header_intact(p) && debug_header_size(p) == asked[i];
+            got = debug_header_size(p);
+            ok = debug_header_intact(p) && got == asked[i];
         } else if (sizing == PYALLOC_POOLS && pooled_class[i] != 0) {
             /* Only pymalloc blocks: a pointer of another allocator must never reach
              * malloc_usable_size (it may crash there). */
-            ok = pymalloc_arenas_find(arenas, (uintptr_t)p) &&
-                 pymalloc_pool_block_size((uintptr_t)p) == pooled_class[i];
+            got = known ? pymalloc_pool_block_size((uintptr_t)p) : 0;
+            ok = known && got == pooled_class[i];
         } else {
             /* malloc's usable size: the request rounded up to the allocator's
              * size class (glibc: 16 bytes; jemalloc and tcmalloc, preloaded
              * by many services: up to a quarter more, 3072 for 3000). */
             int pooled;
-            size_t got = block_size(p, &pooled);
+            got = block_size(p, &pooled);
             ok = got >= asked[i] && got <= asked[i] + asked[i] / 4 + 64;
+        }
+        if (!ok) {
+            snprintf(why, size, "a block of %zu bytes read back as %zu%s%s", asked[i], got,
+                     sizing != PYALLOC_POOLS ? ""
+                     : known                 ? " in a known arena"
+                                             : " outside the known arenas",
+                     sizing == PYALLOC_POOLS && !arenas->tracking ? ", not every arena followed" : "");
         }
         PyObject_Free(p);
         if (!ok) {
@@ -611,11 +623,14 @@ pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes, in
                  name == NULL ? "was replaced by another tool"
                  : strcmp(name, "pymalloc") == 0 ? "(pymalloc) has arenas the memory library could not follow"
                                                  : "does not tell its block sizes");
-    } else if (!sizes_read_back()) {
-        sizing = PYALLOC_NOT_SIZED;
-        snprintf(not_sized_why, sizeof not_sized_why,
-                 "(%s): blocks of known sizes did not read back as asked under this process's malloc",
-                 allocator_name);
+    } else {
+        char what[96];
+        if (!sizes_read_back(what, sizeof what)) {
+            sizing = PYALLOC_NOT_SIZED;
+            snprintf(not_sized_why, sizeof not_sized_why,
+                     "(%s): blocks of known sizes did not read back as asked under this process's malloc (%s)",
+                     allocator_name, what);
+        }
     }
     if (sizing == PYALLOC_NOT_SIZED) {
         /* Counting allocations whose frees cannot be counted would make every

@@ -42,7 +42,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from . import preload, private_files
+from . import contract, preload, private_files
 from .stacks import StackSums
 
 _BOOT = "boot"
@@ -723,12 +723,12 @@ class Merger:
             if sums is None:
                 self.gpu_lines[key] = list(theirs)
                 continue
-            # Sums add up (busy, memory sum and samples, then the kernel
-            # tier's), except the peak (index 3), the largest of any process.
+            # Sums add up (contract.GPU_LINE_SUMS), except the peak, the
+            # largest of any process.
             if len(theirs) > len(sums):
                 sums.extend([0] * (len(theirs) - len(sums)))
             for i, value in enumerate(theirs):
-                sums[i] = max(sums[i], value) if i == 3 else sums[i] + value
+                sums[i] = max(sums[i], value) if i == contract.GPU_PEAK else sums[i] + value
         names = {d["name"]: d for d in mine["devices"]}
         for d in gpu["devices"]:
             have = names.get(d["name"])

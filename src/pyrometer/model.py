@@ -237,7 +237,7 @@ _NO_MEMORY = _Memory()
 # The kernel tier's sums of a line after NVML's four, in the core's order
 # (csrc/gpu/gpu.c, collect_unlocked): kernel ns, kernels, copy bytes HtoD, DtoH,
 # DtoD, other, memset bytes, allocated bytes.
-GPU_KERNEL_SUMS = 8
+GPU_KERNEL_SUMS = len(contract.GPU_LINE_SUMS) - contract.GPU_KERNEL_NS
 
 
 class _Gpu:
@@ -252,12 +252,14 @@ class _Gpu:
         self.memory_samples = self.peak = 0
         self.launched = [0] * GPU_KERNEL_SUMS
 
-    def add(self, busy_ns: float, memory_sum: float, memory_samples: int, peak: int, *launched: int) -> None:
-        self.busy += busy_ns * NS
-        self.memory_sum += memory_sum
-        self.memory_samples += memory_samples
-        self.peak = max(self.peak, peak)
-        for i, value in enumerate(launched[:GPU_KERNEL_SUMS]):
+    def add(self, sums) -> None:
+        """A line's GPU sums from the core (contract.GPU_LINE_SUMS); a child's
+        of an older pyrometer may lack the kernel tier's."""
+        self.busy += sums[contract.GPU_BUSY] * NS
+        self.memory_sum += sums[contract.GPU_MEMORY_SUM]
+        self.memory_samples += sums[contract.GPU_MEMORY_SAMPLES]
+        self.peak = max(self.peak, sums[contract.GPU_PEAK])
+        for i, value in enumerate(sums[contract.GPU_KERNEL_NS:]):
             self.launched[i] += value
 
     def fields(self, total_busy: float, kernels: bool = False) -> dict[str, Any]:
@@ -393,8 +395,8 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     gpu_kernels = gpu_top.get("gpu_kernel_tier") == "on"
     if gpu_used:
         for filename, lineno, qualname, firstlineno, *sums in raw["gpu"]["lines"]:
-            gpu_lines[filename][lineno].add(*sums)
-            gpu_functions[filename][(qualname, firstlineno)].add(*sums)
+            gpu_lines[filename][lineno].add(sums)
+            gpu_functions[filename][(qualname, firstlineno)].add(sums)
             lines[filename]  # a file with GPU samples only is still reported
         # The denominator of GPU percentages: all busy time charged, to lines or not.
         gpu_total = sum(g.busy for per in gpu_lines.values() for g in per.values()) \
