@@ -359,7 +359,7 @@ def _options_words(profile: dict[str, Any]) -> str:
 PROCESS_ROWS = 40
 
 
-def _seconds(value: Any) -> str:
+def _seconds_or_blank(value: Any) -> str:
     return "" if value is None else f"{value:.3f}"
 
 
@@ -379,8 +379,8 @@ def _processes(profile: dict[str, Any], width: int, paint: _Painter) -> list[str
         command = shlex.join(r["command"]) if r["command"] else "?"
         if r.get("note"):
             command += f"  [{r['note']}]"
-        table.append([str(r["pid"]), "" if r["ppid"] is None else str(r["ppid"]), _seconds(r["wall_sec"]),
-                      _seconds(r["cpu_sec"]), "" if r["peak_mb"] is None else f"{r['peak_mb']:.1f}", exit_,
+        table.append([str(r["pid"]), "" if r["ppid"] is None else str(r["ppid"]), _seconds_or_blank(r["wall_sec"]),
+                      _seconds_or_blank(r["cpu_sec"]), "" if r["peak_mb"] is None else f"{r['peak_mb']:.1f}", exit_,
                       how, visible(command)])
     out.extend(_table(table, header, len(header) - 1, width, [()] * len(table), paint))
     hidden = profile["process_count"] - len(shown)
