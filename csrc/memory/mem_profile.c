@@ -239,10 +239,11 @@ static leak_site *charge_stack(mem_line *m, uint32_t stack, int kind, uint64_t b
  * block that was its own exact sample. */
 static int windowed_kind(int python, uint64_t bytes)
 {
-    if (python) {
-        return bytes % (uint64_t)M.python_window == 0 ? 2 : 0;
+    int64_t w = python ? M.python_window : M.window; /* 0 only before the first start */
+    if (w <= 0 || bytes % (uint64_t)w != 0) {
+        return 0;
     }
-    return bytes % (uint64_t)M.window == 0 ? 1 : 0;
+    return python ? 2 : 1;
 }
 
 static int64_t live_bytes(const mem_line *m)
