@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <string.h>
 
-typedef enum { FIELD_U64, FIELD_I64, FIELD_INT, FIELD_DOUBLE, FIELD_BOOL, FIELD_STR } field_kind;
+typedef enum { FIELD_U64, FIELD_I64, FIELD_DOUBLE, FIELD_BOOL, FIELD_STR } field_kind;
 
 /* One field of a C record: its name in the Python record, and where and what
  * it is in the struct. */
@@ -143,8 +143,6 @@ static PyObject *field_value(const record_field *f, const void *record)
         return PyLong_FromUnsignedLongLong(*(const uint64_t *)(const void *)at);
     case FIELD_I64:
         return PyLong_FromLongLong(*(const int64_t *)(const void *)at);
-    case FIELD_INT:
-        return PyLong_FromLong(*(const int *)(const void *)at);
     case FIELD_DOUBLE:
         return PyFloat_FromDouble(*(const double *)(const void *)at);
     case FIELD_BOOL:

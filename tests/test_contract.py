@@ -61,7 +61,7 @@ memory = run.collect()["memory"]
 print(json.dumps({
     "run": sorted(memory), "lines": [sorted(line) for line in memory["lines"]],
     "stack_lengths": sorted({len(s) for s in memory["stacks"]}), "other": len(memory["other_stacks"]),
-    "kept": [line["net_bytes"] for line in memory["lines"] if line["lineno"] == 7],
+    "kept": [line["net_bytes"] for line in memory["lines"] if line["lineno"] == int(sys.argv[1])],
     "line_fields": _core.MEMORY_LINE_FIELDS, "run_fields": _core.MEMORY_RUN_FIELDS}))
 """
 
@@ -75,7 +75,9 @@ def test_memory_records_hold_the_fields_the_core_names(tmp_path):
     import sys
     program = tmp_path / "memory_records.py"
     program.write_text(MEMORY_RECORDS)
-    proc = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=120)
+    kept_line = next(n for n, text in enumerate(MEMORY_RECORDS.splitlines(), 1) if "# a line with memory" in text)
+    proc = subprocess.run([sys.executable, str(program), str(kept_line)], capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout.splitlines()[-1])
     assert seen["run"] == sorted(seen["run_fields"])

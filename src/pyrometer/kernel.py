@@ -22,16 +22,12 @@ import shutil
 import sys
 import tempfile
 
+from .messages import error
 from .options import UsageError
 
 DEFAULT_NAME = "pyrometer"
 # What every kernelspec of ours runs: how list and uninstall tell ours from others.
 LAUNCHER_MODULE = "pyrometer.kernel"
-
-
-def _error(message: str, status: int = 2) -> int:
-    print(f"pyrometer: error: {message}", file=sys.stderr)
-    return status
 
 
 # ---- where kernelspecs live --------------------------------------------------------
@@ -196,7 +192,7 @@ def command(argv: list[str]) -> int:
     try:
         ns = parser.parse_args(argv)
     except UsageError as e:
-        return _error(str(e))
+        return error(str(e))
     if ns.action is None:
         parser.print_help()
         return 2
@@ -207,24 +203,24 @@ def command(argv: list[str]) -> int:
     if ns.action == "uninstall":
         path = installed().get(ns.name.lower())
         if path is None:
-            return _error(f"no pyrometer kernel named {ns.name} (pyrometer kernel list shows them)", 1)
+            return error(f"no pyrometer kernel named {ns.name} (pyrometer kernel list shows them)", 1)
         try:
             shutil.rmtree(path)
         except OSError as e:
-            return _error(f"cannot remove {path}: {e.strerror or e}", 1)
+            return error(f"cannot remove {path}: {e.strerror or e}", 1)
         print(f"pyrometer: removed the kernel {ns.name} from {path}", file=sys.stderr)
         return 0
     import importlib.util
     if importlib.util.find_spec("ipykernel") is None:
-        return _error(f"ipykernel is not installed for {sys.executable}: pip install ipykernel, then "
+        return error(f"ipykernel is not installed for {sys.executable}: pip install ipykernel, then "
                       "install the kernel again", 1)
     prefix = sys.prefix if ns.sys_prefix else ns.prefix
     try:
         path = install(ns.name, ns.display_name, user=not ns.system, prefix=prefix)
     except UsageError as e:
-        return _error(str(e))
+        return error(str(e))
     except OSError as e:
-        return _error(f"cannot install the kernelspec: {e.strerror or e}" +
+        return error(f"cannot install the kernelspec: {e.strerror or e}" +
                       (" (--user installs it for you alone)" if ns.system else ""), 1)
     print(f"pyrometer: installed the kernel {ns.name} in {path}; choose \"{_display(path)}\" in Jupyter, "
           "then %load_ext pyrometer and %%pyrometer over a cell", file=sys.stderr)

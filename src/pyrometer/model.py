@@ -234,9 +234,7 @@ class _Memory:
 _NO_MEMORY = _Memory()
 
 
-# The kernel tier's sums of a line after NVML's four, in the core's order
-# (csrc/gpu/gpu.c, collect_unlocked): kernel ns, kernels, copy bytes HtoD, DtoH,
-# DtoD, other, memset bytes, allocated bytes.
+# The kernel tier's sums of a line, after NVML's (contract.GPU_LINE_SUMS).
 GPU_KERNEL_SUMS = len(contract.GPU_LINE_SUMS) - contract.GPU_KERNEL_NS
 
 
