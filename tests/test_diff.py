@@ -222,8 +222,12 @@ def test_two_runs_of_the_same_program_have_no_finding(tmp_path):
     """The noise rule: two runs of the same program differ only within noise.
     docs/diff.md gives the rate measured (no finding in 40 pairs of runs)."""
     src = BEFORE.format(work=WORK // 2, same=SAME)
-    d = _pair_at_one_speed(tmp_path, src, src,
-                           lambda d: _ratio_of(next(t for t in d["totals"] if t["figure"] == "time_sec")))
+    # The machine's speed is judged per function, not for the run: on CI a
+    # neighbour slowed one function of one run 1.7x (unchanged 0.59 -> 0.34 s)
+    # while the other, and so the run's total, stayed the same.
+    d = _pair_at_one_speed(tmp_path, src, src, lambda d: max(
+        (_ratio_of(_function(d, name)["figures"]["time_sec"]) for name in ("unchanged", "work")),
+        key=lambda r: abs(math.log(r)) if 0 < r < float("inf") else float("inf")))
     assert d["findings"] == [], _describe(d)
     assert all(e["status"] == "same" for f in d["files"] for e in f["lines"])
     # Something did change, only within noise: it is counted as such.
