@@ -8,6 +8,7 @@
 #include <Python.h>
 
 #include "asyncio/awaits.h"
+#include "common/paused.h"
 #include "control/control.h"
 #include "profile/codes.h"
 #include "profile/filter.h"
@@ -128,6 +129,8 @@ static int register_sampler_clients(void)
         PyErr_SetString(PyExc_RuntimeError, "the CPU sampler has no room for its clients");
         return -1;
     }
+    const sampler_awaits asyncio = {awaits_begin, awaits_loop_waiting, awaits_charge};
+    sampler_set_awaits(&asyncio);
     registered = 1;
     return 0;
 }
@@ -230,7 +233,7 @@ static PyObject *core_stop(PyObject *module, PyObject *unused)
 }
 
 /* The CPU sums of a record, in the order sums_tuple builds them: the module's
- * CPU_SUMS, which src/pyrometer/contract.py names once for every reader (a
+ * CPU_SUMS, which src/pyrometer/core/contract.py names once for every reader (a
  * test checks the two agree).  Times in ns; samples a count. */
 static const char *const cpu_sum_names[] = {"python_ns",   "native_ns",   "system_ns",    "busy_ns",  "samples",
                                             "gil_wait_ns", "cpu_wait_ns", "loop_idle_ns", "await_ns", NULL};
@@ -468,7 +471,11 @@ static PyObject *core_periodic_stop(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    return periodic_stop();
+    periodic_outcome outcome = periodic_stop();
+    PyObject *error = outcome.error != NULL
+                          ? PyUnicode_DecodeUTF8(outcome.error, (Py_ssize_t)strlen(outcome.error), "replace")
+                          : Py_NewRef(Py_None);
+    return error == NULL ? NULL : Py_BuildValue("(lNO)", outcome.written, error, outcome.quiet ? Py_True : Py_False);
 }
 
 static PyObject *core_ending_install(PyObject *module, PyObject *args, PyObject *kwargs)
@@ -715,7 +722,7 @@ static PyObject *core_control_paused(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    return PyBool_FromLong(control_paused());
+    return PyBool_FromLong(paused_now());
 }
 
 static PyObject *core_control_send(PyObject *module, PyObject *args)
@@ -768,7 +775,7 @@ static PyMethodDef core_methods[] = {
      "periodic_start(interval, fd, make_payload)\nSend make_payload() over fd every interval "
      "seconds, from the thread that takes a CPU sample (see csrc/profile/periodic.h)."},
     {"periodic_stop", core_periodic_stop, METH_NOARGS,
-     "Wait for the report in flight; (reports written, error or None)."},
+     "Wait for the report in flight; (reports written, error or None, quiet)."},
     {"run_file", core_run_file, METH_VARARGS,
      "run_file(source, filename, globals)\nRun source (a descriptor, or bytes read as from a "
      "pipe) in globals as python runs a script file named filename, with its own errors."},

@@ -37,8 +37,8 @@ def test_a_memory_run_starts_one_interpreter(tmp_path, groundtruth_dir):
 # block: ASan reports it, tests/sanitized.py runs this test).
 BEFORE_AND_AFTER = """
 import gc, json, sys
-from pyrometer import preload
-from pyrometer.inprocess import profile_this
+from pyrometer.core import preload
+from pyrometer.integrations.inprocess import profile_this
 small = [str(i) * 3 for i in range(300_000)]       # about 20 MB in pymalloc's pools
 large = [bytes(600 + i % 300) for i in range(20_000)]  # about 15 MB of malloc blocks
 problem = preload.attach()

@@ -325,7 +325,7 @@ def _partial(directory: Path, n: int, lines: int) -> None:
 
 def _merge(directory: Path) -> int:
     """Merges the partial profiles in directory: the peak of the bytes traced."""
-    from pyrometer import children
+    from pyrometer.run import children
     top_raw = {"records": [], "unattributed": (0, 0, 0, 0, 0, 0, 0), "memory": {
         "lines": [], "max_footprint_bytes": 0, "max_footprint_where": None, "max_footprint_time_sec": 0.0}}
     top = {"pid": 1, "ppid": 0, "command": [], "started_by": "command", "profiled": True, "wall_sec": 1.0,

@@ -342,7 +342,7 @@ def test_runpy_is_pyrometers_own_where_it_is_a_file():
     only pyrometer's frames above it (3.11 and later freeze it: a pseudo-file,
     never reported)."""
     import runpy
-    from pyrometer.profiler import own_prefixes
+    from pyrometer.core.session import own_prefixes
     path = getattr(runpy, "__file__", None)
     if not path or not os.path.isfile(path):
         pytest.skip("runpy is not a file here")

@@ -1,5 +1,5 @@
 """The contract between the measuring core and the Python side: the order of
-each record's CPU sums is named once (src/pyrometer/contract.py) and must be
+each record's CPU sums is named once (src/pyrometer/core/contract.py) and must be
 the order the core builds them in (csrc/module.c, sums_tuple, which names them
 in _core.CPU_SUMS).  Adding a figure on one side only fails here, not as
 numbers read into the wrong figure."""
@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import time
 
-from pyrometer import _core, contract
-from pyrometer.inprocess import InProcessRun, default_options
+from pyrometer import _core
+from pyrometer.core import contract
+from pyrometer.integrations.inprocess import InProcessRun, default_options
 
 
 def test_the_core_names_its_cpu_sums_as_the_contract_does():
@@ -52,7 +53,7 @@ def test_the_core_names_its_memory_stack_sums_as_the_contract_does():
 MEMORY_RECORDS = """
 import json, os, sys
 from pyrometer import _core
-from pyrometer.inprocess import InProcessRun, default_options
+from pyrometer.integrations.inprocess import InProcessRun, default_options
 run = InProcessRun(default_options(), "t", program_directory=os.path.dirname(os.path.abspath(__file__)))
 run.start()
 kept = [bytearray(1 << 20) for _ in range(8)]  # a line with memory
@@ -98,7 +99,7 @@ def test_the_core_names_its_gpu_line_sums_as_the_contract_does():
 GPU_RECORDS = """
 import json, os, time
 from pyrometer import _core
-from pyrometer.inprocess import InProcessRun, default_options
+from pyrometer.integrations.inprocess import InProcessRun, default_options
 run = InProcessRun(default_options(memory=False, gpu=True, gpu_kernels=True), "t",
                    program_directory=os.path.dirname(os.path.abspath(__file__)))
 run.start()

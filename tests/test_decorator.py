@@ -393,7 +393,8 @@ def test_plain_python_import_does_not_load_the_core(groundtruth_dir, tmp_path):
     cheap and harmless: no measuring core, nothing marked."""
     prog = write_program(tmp_path, """
         import sys
-        from pyrometer import profile, focus
+        from pyrometer import profile
+        from pyrometer.core import focus
         @profile
         def f(): pass
         print("pyrometer._core" in sys.modules, focus._sites)

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import PROGRAM_TIMEOUT_S, program_env
 
-from pyrometer import diff as pdiff
+from pyrometer.model import diff as pdiff
 from pyrometer import model
 from pyrometer.render import diff_text
 

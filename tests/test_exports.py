@@ -25,7 +25,7 @@ from synthetic import make_profile
 
 from pyrometer import model
 from pyrometer.render import collapsed, firefox, pprof, speedscope
-from pyrometer.render.stacks import METRICS, ExportError, Stacks, metrics
+from pyrometer.render.frames import METRICS, ExportError, Stacks, metrics
 
 DATA = Path(__file__).parent / "data"
 GO = shutil.which("go")

@@ -263,6 +263,8 @@ def test_the_page_marks_and_keeps_what_the_model_says(browser, tmp_path, groundt
     profile = json.loads((tmp_path / "pyrometer-profile.json").read_text())
     profile["options"]["reduced_profile"] = True
     profile["gpu"] = True
+    profile["cpu_samples"] = 7  # few: the shares are rough, the model says, and so must both reports
+    assert model.sampling(profile) == "few"
     (f,) = profile["files"].values()
     cold = next(e for e in f["lines"] if "@cold" in e["line"])
     cold["n_gpu_percent"] = 40.0
@@ -275,8 +277,15 @@ def test_the_page_marks_and_keeps_what_the_model_says(browser, tmp_path, groundt
     page.settle()
     shown = {int(r["cells"][0]): r["cls"].split()[1:] for r in rows(page)}
     assert shown == {n: [m] if m else [] for n, m in kept.items()}, (shown, kept)
-    listed = [line.split("│")[0].strip() for line in text.render(profile, width=200).splitlines() if "│" in line]
+    report = text.render(profile, width=200)
+    listed = [line.split("│")[0].strip() for line in report.splitlines() if "│" in line]
     assert {int(n) for n in listed if n.isdigit()} >= set(kept), listed
+    # Each line's share of the time (its bar, the order by time) is the model's.
+    data = html_render.page_data(profile)["files"][0]["lines"]
+    assert data["shares"] == {str(i): html_render._round(model.time_share(e)) for i, e in enumerate(f["lines"])
+                              if model.time_share(e) and str(i) in {str(r[0]) for r in data["rows"]}}
+    assert "Only 7 samples were taken" in report
+    assert page.eval("!!document.getElementById('note-few')")
 
 
 def test_reduced_toggle(page):

@@ -265,7 +265,7 @@ def test_each_run_counts_its_footprint_from_its_start(tmp_path, groundtruth_dir)
     of 70 MiB for its 40, and, after a run that freed what earlier runs kept, a
     later run's peak read 0 for what it allocated and kept (the pytest plugin's
     xdist workers)."""
-    from pyrometer.preload import memhooks_library  # noqa: PLC0415
+    from pyrometer.core.preload import memhooks_library  # noqa: PLC0415
     (tmp_path / "prog.py").write_text(TWO_RUNS)
     env = program_env(groundtruth_dir, {"LD_PRELOAD": memhooks_library()})
     proc = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True,
@@ -297,7 +297,7 @@ def test_profile_this_under_the_command_is_refused(tmp_path, groundtruth_dir):
 
 def test_magic_options_split_like_the_command():
     pytest.importorskip("IPython")
-    from pyrometer.jupyter import split_options
+    from pyrometer.integrations.jupyter import split_options
     assert split_options("--cli --cpu-sampling-rate 0.001 f(x,  'a b')") == (
         ["--cli", "--cpu-sampling-rate", "0.001"], "f(x,  'a b')")
     assert split_options("--profile-only=foo -x + 1") == (["--profile-only=foo"], "-x + 1")
@@ -332,8 +332,8 @@ def test_framed_report_draws_in_a_browser_with_no_network(tmp_path):
     if browser_module.chromium() is None:
         pytest.skip("chromium is not installed (tests/browser.py)")
     pytest.importorskip("IPython")
-    from pyrometer import inprocess
-    from pyrometer.jupyter import frame
+    from pyrometer.integrations import inprocess
+    from pyrometer.integrations.jupyter import frame
     from pyrometer.render import report
 
     def busy():
@@ -372,7 +372,7 @@ def test_framed_report_draws_in_a_browser_with_no_network(tmp_path):
 
 def test_cell_names_of_either_shell():
     pytest.importorskip("IPython")
-    from pyrometer.cells import cell_prefixes
+    from pyrometer.integrations.cells import cell_prefixes
 
     class Compiler:
         def __init__(self, name):
@@ -389,7 +389,7 @@ def test_cell_names_of_either_shell():
 def test_top_level_await_is_refused_in_one_line():
     pytest.importorskip("IPython")
     from IPython.core.error import UsageError
-    from pyrometer.jupyter import _compiled
+    from pyrometer.integrations.jupyter import _compiled
     with pytest.raises(UsageError, match="top-level await"):
         _compiled("import asyncio\nawait asyncio.sleep(0)\n", "<cell>", 0)
     body, last = _compiled("async def f():\n    await g()\nf\n", "<cell>", 0)
@@ -399,7 +399,7 @@ def test_top_level_await_is_refused_in_one_line():
 def test_kernelspec_written_without_jupyter(tmp_path, monkeypatch):
     """pyrometer does not depend on Jupyter: without jupyter_client and
     jupyter_core the kernelspec is written, and found, where Jupyter looks."""
-    from pyrometer import kernel
+    from pyrometer.integrations import kernel
     monkeypatch.setitem(sys.modules, "jupyter_client.kernelspec", None)  # import fails
     monkeypatch.setitem(sys.modules, "jupyter_core.paths", None)
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
@@ -407,7 +407,7 @@ def test_kernelspec_written_without_jupyter(tmp_path, monkeypatch):
     path = kernel.install("My-Kernel", user=True)
     assert path == str(tmp_path / "data" / "kernels" / "my-kernel")
     spec = json.loads((Path(path) / "kernel.json").read_text())
-    assert spec["argv"] == [sys.executable, "-m", "pyrometer.kernel", "-f", "{connection_file}"]
+    assert spec["argv"] == [sys.executable, "-m", "pyrometer.integrations.kernel", "-f", "{connection_file}"]
     assert spec["language"] == "python"
     assert kernel.installed() == {"my-kernel": path}
     prefixed = kernel.install("p", prefix=str(tmp_path / "prefix"))

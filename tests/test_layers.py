@@ -1,10 +1,13 @@
-"""The measuring core's folders point one way (docs/how-it-works.md, Layout):
-no folder of csrc/ includes a header of a folder that includes one of its own,
-directly or through others, and the memory library is seen from the extension
-through its public header only; no module of the Python package imports one
-that imports it back, directly or through others, at the top or inside a
-function.  These read the sources: a change that closes a cycle fails here,
-not as a design nobody can follow any more."""
+"""Both halves of pyrometer are built in layers (docs/how-it-works.md,
+Layout).  The measuring core: no folder of csrc/ includes a header of a
+folder that includes one of its own, directly or through others; each folder
+includes only from its layer and those below (C_LAYERS), and no collector
+another's; the memory library is seen from the extension through its public
+header only.  The Python package: no module imports one that imports it back,
+directly or through others, at the top or inside a function; each imports
+only from its layer and those below (PACKAGE_LAYERS).  These read the sources:
+a change that closes a cycle or reaches up fails here, not as a design nobody
+can follow any more."""
 
 from __future__ import annotations
 
@@ -91,6 +94,51 @@ def test_the_folders_include_one_way():
         for group in cycles)
 
 
+# The measuring core's layers, lowest first (docs/how-it-works.md, "Layout"):
+# a folder includes only from its own layer and those below it, and no
+# collector includes another's headers (the sampler reaches the memory, GPU
+# and asyncio sides through what module.c registers with it: sampler.h).
+C_LAYERS = [
+    ("floor", {"common", "memhooks"}),  # the memory library: the floor of its own process too
+    ("CPython's layouts", {"cpython"}),
+    ("the profiler's threads around forks", {"forks"}),
+    ("stores", {"profile"}),
+    ("collectors", {"sampler", "memory", "gpu", "asyncio"}),
+    ("run control", {"control", "ending", "periodic"}),
+    ("the Python boundary", {"."}),
+]
+# The sampler's thread is also the run's conductor: it carries out pauses
+# (control), endings and periodic reports where it takes its samples.  Those
+# includes point up; splitting the conductor from the CPU collector is open.
+C_CONDUCTOR_INCLUDES = {
+    ("sampler/sampler.c", "control/control.h"),
+    ("sampler/sampler.c", "ending/ending.h"),
+    ("sampler/sampler.c", "periodic/periodic.h"),
+}
+
+
+def _c_layer(folder: str) -> int:
+    for i, (_, folders) in enumerate(C_LAYERS):
+        if folder in folders:
+            return i
+    raise AssertionError(f"csrc/{folder} is in no layer of C_LAYERS: say where it belongs")
+
+
+def test_the_folders_are_layered():
+    against, conducting = [], set()
+    for source, target in _includes():
+        a, b = _folder(source), _folder(target)
+        pair = (source.relative_to(CSRC).as_posix(), target.relative_to(CSRC).as_posix())
+        collectors = a != b and _c_layer(a) == _c_layer(b) == _c_layer("sampler")
+        if _c_layer(b) > _c_layer(a) or collectors:
+            if pair in C_CONDUCTOR_INCLUDES:
+                conducting.add(pair)
+            else:
+                against.append(" -> ".join(pair))
+    assert not against, "includes against the layers:\n" + "\n".join(sorted(against))
+    assert conducting == C_CONDUCTOR_INCLUDES  # one taken away: take it out of the list
+
+
 def test_the_cycle_finder_finds_a_cycle():
     """The check above, on a graph that has one (and one that has none)."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
@@ -140,8 +188,44 @@ def test_the_package_imports_one_way():
     # The reader sees imports at the top and inside functions (inprocess
     # imports the model only where a profile is built).
     assert "pyrometer.options" in edges["pyrometer.cli"]
-    assert "pyrometer.model" in edges["pyrometer.inprocess"]
+    assert "pyrometer.model" in edges["pyrometer.integrations.inprocess"]
     cycles = _cycles(edges)
     assert not cycles, "\n".join(
         f"cycle {group}: " + "; ".join(f"{a} -> {b}" for a in group for b in sorted(edges.get(a, ())) if b in group)
         for group in cycles)
+
+
+# The package's layers, lowest first (docs/how-it-works.md, "Layout"): a
+# module imports only from its own layer and those below it.  Each layer is a
+# folder, but for the base and the command line, which are modules of the
+# package's own folder.
+PACKAGE_LAYERS = [
+    ("base", {"pyrometer.installed", "pyrometer.settings", "pyrometer.structs", "pyrometer.private_files",
+              "pyrometer.visible", "pyrometer.messages"}),
+    ("core", "pyrometer.core"),
+    ("model", "pyrometer.model"),
+    ("render", "pyrometer.render"),
+    ("options", {"pyrometer.options"}),
+    ("run", "pyrometer.run"),
+    ("integrations", "pyrometer.integrations"),
+    ("command", {"pyrometer.cli", "pyrometer.__main__", "pyrometer"}),
+]
+
+
+def _layer(module: str) -> int:
+    for i, (_, members) in enumerate(PACKAGE_LAYERS):
+        if isinstance(members, set) and module in members:
+            return i
+        if isinstance(members, str) and (module == members or module.startswith(members + ".")):
+            return i
+    raise AssertionError(f"{module} is in no layer of PACKAGE_LAYERS: say where it belongs")
+
+
+def test_the_package_is_layered():
+    edges = _imports()
+    modules = {_module_name(p) for p in PACKAGE.rglob("*.py")}
+    upward = sorted(f"{a} ({PACKAGE_LAYERS[_layer(a)][0]}) -> {b} ({PACKAGE_LAYERS[_layer(b)][0]})"
+                    for a in modules for b in edges.get(a, ()) if _layer(b) > _layer(a))
+    assert not upward, "imports against the layers:\n" + "\n".join(upward)
+    # Every layer holds something (a layer emptied by a move is taken out).
+    assert all(any(_layer(m) == i for m in modules) for i in range(len(PACKAGE_LAYERS)))

@@ -309,7 +309,7 @@ def test_the_views_own_error_gives_the_terminal_back(groundtruth_dir, tmp_path):
     mine, theirs = socket.socketpair()
     fds = [high(screen), high(output_master), held]
     code = ("import os; [os.dup2(a, b) for a, b in zip(%r, (3, 4, 5))]; "
-            "from pyrometer.live import child_main; child_main()" % (fds,))
+            "from pyrometer.run.top import child_main; child_main()" % (fds,))
     view = subprocess.Popen([sys.executable, "-c", code], stdin=theirs.fileno(), stdout=theirs.fileno(),
                             pass_fds=fds, env=program_env(groundtruth_dir), start_new_session=True)
     theirs.close()

@@ -1,4 +1,4 @@
-"""The pytest plugin (src/pyrometer/pytest_plugin.py): a small generated suite
+"""The pytest plugin (src/pyrometer/integrations/pytest_plugin.py): a small generated suite
 run by `python -m pytest` in a subprocess, as a user runs it, with and without
 --pyrometer, alone and under pytest-xdist workers.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from pyrometer import model
-from pyrometer import pytest_plugin as plugin
+from pyrometer.integrations import pytest_plugin as plugin
 
 TIMEOUT_S = 120
 KEPT_MB = 50
@@ -227,8 +227,9 @@ def test_off_without_the_option(tmp_path):
     run = run_suite(tmp_path, "--strict-markers")
     session = run.read("session")
     assert session["plugin_loaded"] is True
-    assert session["modules"] == ["pyrometer", "pyrometer._version", "pyrometer.control", "pyrometer.focus",
-                                  "pyrometer.pytest_plugin"]
+    assert session["modules"] == ["pyrometer", "pyrometer._version", "pyrometer.core", "pyrometer.core.control",
+                                  "pyrometer.core.focus", "pyrometer.integrations",
+                                  "pyrometer.integrations.pytest_plugin"]
     assert session["threads"] == 1
     assert run.read("threads_during_test") == 1
     assert run.status == 0, run.out
@@ -389,7 +390,7 @@ def test_a_tests_summary_reads_the_full_profiles_figures():
     (model.build's listing=False: a 5,000-line test file made 500 entries per
     test, 70% of the plugin's cost per test).  Those entries, the functions and
     the totals are the ones the full profile has."""
-    from pyrometer.inprocess import InProcessRun, default_options  # noqa: PLC0415
+    from pyrometer.integrations.inprocess import InProcessRun, default_options  # noqa: PLC0415
     run = InProcessRun(default_options(memory=False), "t", program_directory=os.path.dirname(__file__))
     run.start()
     _spin(0.3)

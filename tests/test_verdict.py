@@ -1,4 +1,4 @@
-"""The verdict (src/pyrometer/verdict.py): ground-truth programs of each kind,
+"""The verdict (src/pyrometer/model/verdict.py): ground-truth programs of each kind,
 profiled by pyrometer, get the right bound, and the lines it names are the
 program's heavy lines; the verdict is checked in saved profiles, made for
 profiles written before it, and shown at the top of every report.
@@ -18,7 +18,8 @@ import os
 
 import pytest
 
-from pyrometer import model, verdict
+from pyrometer import model
+from pyrometer.model import schema, verdict
 from pyrometer.render import html, text
 
 # Timing-based: run once more when the machine's load upsets one (conftest.py).
@@ -484,7 +485,7 @@ def test_a_line_holding_all_of_it_is_at_most_100_percent():
     kept within what model.check allows."""
     v = verdict.decide(_run(python=0.007, elapsed=0.007), [_line(3, n_cpu_python_sec=0.007)])
     assert v["lines"][0]["percent"] == 100.0 and v["evidence"]["lines_percent"] == 100.0
-    model._check_value(v, model._VERDICT, "verdict")
+    schema._check_value(v, schema._VERDICT, "verdict")
 
 
 def test_figures_too_large_to_judge_are_one_line(saved, tmp_path, run_pyrometer):

@@ -35,7 +35,6 @@ static struct {
     _Atomic uint64_t head, tail;
     queue_slot slots[CONTROL_QUEUE_SLOTS];
     atomic_int main_tid;
-    atomic_int paused;       /* what the sampler acted on, for the memory side */
     /* Touched only with the GIL held. */
     int count;               /* the program's own start()/stop() count */
     int held;                /* paused from outside */
@@ -253,14 +252,4 @@ int control_send(int pid, int command)
     union sigval value;
     value.sival_int = command;
     return sigqueue((pid_t)pid, control_signal_number(), value);
-}
-
-int control_paused(void)
-{
-    return atomic_load_explicit(&C.paused, memory_order_relaxed);
-}
-
-void control_set_paused(int paused)
-{
-    atomic_store_explicit(&C.paused, paused, memory_order_relaxed);
 }

@@ -18,8 +18,8 @@
  * and a pause and resume sent meanwhile still land where they were sent.
  *
  * The sampler owns the transitions (what is charged up to a pause, where the
- * windows restart after it) and publishes the outcome with control_set_paused;
- * the memory side reads it with one relaxed load, only when a sample is taken.
+ * windows restart after it) and publishes the outcome in the floor
+ * (common/paused.h), where the collectors read it.
  */
 #ifndef PYROMETER_CONTROL_H
 #define PYROMETER_CONTROL_H
@@ -71,10 +71,5 @@ void control_apply(int command);
 void control_command_received(int command);
 /* Sends a command to pid with sigqueue; 0, or -1 with errno set. */
 int control_send(int pid, int command);
-
-/* Any thread, one relaxed load: whether profiling is paused now (set by the
- * sampler once it has acted). */
-int control_paused(void);
-void control_set_paused(int paused);
 
 #endif

@@ -1,6 +1,6 @@
 #include "launches.h"
 #include "gpu.h"
-#include "../control/control.h"
+#include "../common/paused.h"
 #include "../cpython/pyframe.h"
 #include "../profile/codes.h"
 #include "../profile/line_timeline.h"
@@ -207,7 +207,7 @@ void launches_note(uint32_t correlation)
     n->site = SITE_NONE;
     n->lineno = 0;
     PyThreadState *ts = pyframe_my_thread_state();
-    if (control_paused()) {
+    if (paused_now()) {
         n->state = NOTE_PAUSED;
     } else if (ts == NULL) {
         /* A thread without Python state: the main thread's line, as the CPU

@@ -1,5 +1,5 @@
 #include "mem_profile.h"
-#include "../control/control.h"
+#include "../common/paused.h"
 #include "memhooks_api.h"
 #include "code_life.h"
 #include "leak_site.h"
@@ -459,7 +459,7 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
      * fast path: the countdown goes on, so the samples taken once resumed are
      * still one per window of bytes, unbiased; blocks sampled before the pause
      * stay watched, so their frees still count and live bytes stay right. */
-    if (!M.active || control_paused()) {
+    if (!M.active || paused_now()) {
         return 0;
     }
     PyThreadState *ts = pyframe_my_thread_state();

@@ -280,7 +280,7 @@ void periodic_tick(uint64_t now)
     PyErr_Restore(type, value, traceback);
 }
 
-PyObject *periodic_stop(void)
+periodic_outcome periodic_stop(void)
 {
     int quiet = 0; /* the writer was told the run is over, and ends by itself */
     if (P.fd >= 0 && getpid() == P.owner_pid) {
@@ -314,9 +314,7 @@ PyObject *periodic_stop(void)
     }
     P.fd = -1;
     Py_CLEAR(P.make_payload);
-    PyObject *error = P.error[0] != '\0' ? PyUnicode_DecodeUTF8(P.error, (Py_ssize_t)strlen(P.error), "replace")
-                                         : Py_NewRef(Py_None);
     /* Not quiet: the writer may be stopped, or may write its report late, over
      * the final one; the caller ends it. */
-    return error == NULL ? NULL : Py_BuildValue("(lNO)", P.written, error, quiet ? Py_True : Py_False);
+    return (periodic_outcome){.written = P.written, .error = P.error[0] != '\0' ? P.error : NULL, .quiet = quiet};
 }

@@ -43,11 +43,19 @@ int periodic_due(uint64_t now);
  * there is one, and sends the report if due.  Never raises (a failure stops the
  * reports and is kept for periodic_stop). */
 void periodic_tick(uint64_t now);
+/* How the reports went, for module.c to hand over. */
+typedef struct {
+    long written;      /* reports the writer wrote */
+    const char *error; /* the first failure (reports stopped there), or NULL */
+    int quiet;         /* 0: the writer may still be running a report or be
+                        * stopped, and should be ended by the caller, who knows
+                        * its pid */
+} periodic_outcome;
+
 /* GIL held (released while waiting): waits, bounded, for a report being sent
  * and for the answer to the report in flight, tells the writer the run is over,
- * closes the socket and returns (reports written, error message or None, quiet):
- * quiet is False when the writer may still be running a report or be stopped,
- * and should be ended by the caller, who knows its pid. */
-PyObject *periodic_stop(void);
+ * closes the socket and says how the reports went (error stays valid until the
+ * next periodic_start). */
+periodic_outcome periodic_stop(void);
 
 #endif

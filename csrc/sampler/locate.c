@@ -2,7 +2,6 @@
  * stack, and the kind of what runs there, from the thread's frames now and
  * what the looks saw at the request (state.h: the rooms). */
 #include "state.h"
-#include "../asyncio/awaits.h"
 #include "../profile/codes.h"
 #include "../profile/stacks.h"
 
@@ -201,7 +200,7 @@ location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint6
 {
     location loc = {SITE_NONE, 0, 1, 1, 0, STACKS_ROOT};
     pyframe innermost, f;
-    loc.loop_idle = awaits_loop_waiting(ts);
+    loc.loop_idle = awaits_loop_is_waiting(ts);
     if (!codes_locate(ts, &innermost, &f)) {
         loc.ok = 0;
         return loc;

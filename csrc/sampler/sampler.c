@@ -4,6 +4,7 @@
 #include "state.h"
 #include "../common/quiet_thread.h"
 #include "../common/clock.h"
+#include "../common/paused.h"
 #include "../control/control.h"
 #include "../ending/ending.h"
 #include "../forks/forks.h"
@@ -43,6 +44,30 @@ int sampler_add_client(const sampler_client *client)
     }
     clients[n_clients++] = *client;
     return 0;
+}
+
+static sampler_awaits awaits;
+
+void sampler_set_awaits(const sampler_awaits *with)
+{
+    awaits = *with;
+}
+
+int awaits_snapshot_begin(void)
+{
+    return awaits.snapshot_begin != NULL ? awaits.snapshot_begin() : 0;
+}
+
+int awaits_loop_is_waiting(PyThreadState *ts)
+{
+    return awaits.loop_waiting != NULL ? awaits.loop_waiting(ts) : 0;
+}
+
+void awaits_charge_window(uint64_t window_ns, cpu_sums *unattributed)
+{
+    if (awaits.charge != NULL) {
+        awaits.charge(window_ns, unattributed);
+    }
 }
 
 void clients_on_wake(void)
@@ -121,7 +146,7 @@ static void periodic_on_main(uint64_t now)
  * A pause charges every window up to it (SNAPSHOT_PAUSE) and then takes no
  * samples; the resume starts every window afresh (SNAPSHOT_REBASE), so that no
  * time in between is charged, and adds the pause to the paused time.  The
- * memory side follows control_paused(): it drops its samples while paused. */
+ * memory side follows paused_now(): it drops its samples while paused. */
 static void apply_control_unlocked(const command_time *at)
 {
     int pause = !control_wanted();
@@ -132,7 +157,7 @@ static void apply_control_unlocked(const command_time *at)
     if (pause) {
         /* Nothing the memory side samples from here is charged; then what ran
          * up to now is. */
-        control_set_paused(1);
+        paused_set(1);
         if (!sampler.suspended_for_fork) {
             snapshot_in(TAKEN_BY_SAMPLER, SNAPSHOT_PAUSE, at);
         }
@@ -145,7 +170,7 @@ static void apply_control_unlocked(const command_time *at)
         }
         sampler.totals.paused_ns += delta(when, sampler.paused_since_ns);
         sampler.paused = 0;
-        control_set_paused(0);
+        paused_set(0);
     }
 }
 
@@ -377,7 +402,7 @@ static void *sampler_main(void *unused)
         if (!ending && control_pending()) {
             see_commands(&have_thread_state, &gil_state);
         }
-        if (!ending && control_paused()) {
+        if (!ending && paused_now()) {
             continue; /* no samples while paused; the loop still watches for commands */
         }
         if (!atomic_load(&sampler.request_pending)) {
@@ -658,7 +683,7 @@ int sampler_start(const sampler_options *options)
      * process started, or a fork of a paused process (control_begin). */
     sampler.paused = !control_wanted();
     sampler.paused_since_ns = sampler.last_wall_ns;
-    control_set_paused(sampler.paused);
+    paused_set(sampler.paused);
     if (forks_register(stop_for_fork, start_after_fork) != 0) {
         return -1;
     }

@@ -86,4 +86,19 @@ typedef struct {
  * sampler_start; never removed. */
 int sampler_add_client(const sampler_client *client);
 
+/* What the sampler asks of the asyncio collector (awaits.h), registered by
+ * module.c in the same way.  Unregistered (or with a NULL function), no
+ * program is taken to use asyncio. */
+typedef struct {
+    /* GIL held, at each snapshot: whether the program uses asyncio now. */
+    int (*snapshot_begin)(void);
+    /* GIL held: whether the event loop of the thread of ts is waiting for its
+     * selector (the thread is idle, not running a task). */
+    int (*loop_waiting)(PyThreadState *ts);
+    /* GIL held, at the end of a snapshot of window_ns: each suspended task's
+     * await time to its awaiting line (what finds none, to unattributed). */
+    void (*charge)(uint64_t window_ns, cpu_sums *unattributed);
+} sampler_awaits;
+void sampler_set_awaits(const sampler_awaits *awaits);
+
 #endif

@@ -3,7 +3,6 @@
  * the threads to peek at next (state.h: the rooms). */
 #include "state.h"
 #include "../common/clock.h"
-#include "../asyncio/awaits.h"
 #include "../profile/codes.h"
 #include "../profile/line_timeline.h"
 #include "../profile/stacks.h"
@@ -315,7 +314,7 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback); /* the snapshot must not disturb a pending error */
     clients_on_snapshot(); /* memory samples and GPU launches queued without the GIL */
-    int asyncio_used = awaits_begin();
+    int asyncio_used = awaits_snapshot_begin();
 
     snapshot_walk w = {.source = source, .mode = mode, .at = at,
                        .main_location = {SITE_NONE, 0, 1, 0, 0, STACKS_ROOT}};
@@ -342,7 +341,7 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
 
     /* Await time is wall time by nature: with --use-virtual-time none is counted. */
     if (asyncio_used && !sampler.options.virtual_time && mode != SNAPSHOT_REBASE) {
-        awaits_charge(w.window, &sampler.totals.unattributed);
+        awaits_charge_window(w.window, &sampler.totals.unattributed);
     }
 
     prune_threads(w.live);

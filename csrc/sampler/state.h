@@ -260,6 +260,10 @@ void clients_on_wake(void);
 void clients_on_snapshot(void);
 void own_work_begin(void);
 void own_work_end(void);
+/* sampler.c: the asyncio collector, as registered (sampler_awaits) */
+int awaits_snapshot_begin(void);
+int awaits_loop_is_waiting(PyThreadState *ts);
+void awaits_charge_window(uint64_t window_ns, cpu_sums *unattributed);
 
 /* snapshot.c */
 void snapshot_in(enum snapshot_source source, enum snapshot_mode mode, const command_time *at);

@@ -1,7 +1,7 @@
 """pyrometer: a high-precision, low-overhead CPU, GPU and memory profiler for Python."""
 
-from .focus import profile  # @profile: a no-op decorator unless pyrometer runs the program
-from .control import profiling, start, stop  # regions: docs/how-it-works.md, "Pause and resume"
+from .core.focus import profile  # @profile: a no-op decorator unless pyrometer runs the program
+from .core.control import profiling, start, stop  # regions: docs/how-it-works.md, "Pause and resume"
 
 from ._version import __version__
 __all__ = ["profile", "profile_this", "load_ipython_extension", "start", "stop", "profiling"]
@@ -10,12 +10,12 @@ __all__ = ["profile", "profile_this", "load_ipython_extension", "start", "stop",
 def profile_this(func, *args, **kwargs):
     """Profile func(*args, **kwargs) in this process; returns (result, profile).
     See pyrometer.inprocess.profile_this."""
-    from .inprocess import profile_this
+    from .integrations.inprocess import profile_this
     return profile_this(func, *args, **kwargs)
 
 
 def load_ipython_extension(ipython):
     """%load_ext pyrometer: the %pyrometer and %%pyrometer magics (pyrometer.jupyter).
     Imported only then, so that `import pyrometer` does not import IPython."""
-    from .jupyter import load_ipython_extension
+    from .integrations.jupyter import load_ipython_extension
     load_ipython_extension(ipython)

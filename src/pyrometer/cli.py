@@ -15,27 +15,29 @@ import threading
 import time
 
 from .messages import error, interpreter_problem, say, unwritable
-from .options import Options, UsageError, add_export_options, exports_of, parse
-from .output import export_paths, report_path, where_written, write_exports, write_report
+from .options import UsageError, add_export_options, exports_of, parse
+from .settings import Options
+from .render.output import export_paths, report_path, where_written, write_exports, write_report
 
 
 def _profile(options: Options) -> int:
-    if "pyrometer.children" in sys.modules:
+    if "pyrometer.run.children" in sys.modules:
         # pyrometer started by a program that pyrometer profiles: this run is
         # its own, not a child of the outer one.
-        sys.modules["pyrometer.children"].detach()
+        sys.modules["pyrometer.run.children"].detach()
     problem = interpreter_problem(options.force_version)
     if problem is not None:
         return error(problem)
     if options.memory:
-        from .preload import ensure_memhooks_loaded
+        from .core.preload import ensure_memhooks_loaded
         problem = ensure_memhooks_loaded()  # returns only when the library is in
         if problem is not None:
             return error(problem, 1)
-    from . import _core, launcher, model
-    from .endings import Endings
-    from .periodic import PeriodicWriter
-    from .profiler import Session
+    from . import _core, model
+    from .run import launcher
+    from .run.endings import Endings
+    from .run.periodic import PeriodicWriter
+    from .core.session import Session
     named = options.module is not None or options.command is not None
     script = None if named else options.program[0]
     args = options.program if named else options.program[1:]
@@ -46,7 +48,7 @@ def _profile(options: Options) -> int:
         return e.status
     launcher.prepare(target)
     if options.live:  # pyrometer top (live.py)
-        from .live import terminal_problem
+        from .run.top import terminal_problem
         problem = terminal_problem()
         if problem is not None:
             return error(problem)
@@ -64,7 +66,7 @@ def _profile(options: Options) -> int:
     session = Session(options, target.directory, target.program_prefixes, target.codes)
     run = None
     if options.children:
-        from . import children
+        from .run import children
         try:
             run = _RunDirectory.run = children.RunDirectory(session.core_settings())
         except OSError as e:
@@ -159,7 +161,7 @@ def _profile(options: Options) -> int:
                 "format": fmt, "path": path, "sources": target.sources})
             writer.spawn()
         elif options.live:  # pyrometer top: the same snapshots, drawn on the terminal (live.py)
-            from .live import LiveView
+            from .run.top import LiveView
             writer = LiveView({"program": target.display, "argv": target.argv,
                                "options": options.as_profile_options(), "format": fmt, "path": path,
                                "sources": target.sources})
@@ -203,7 +205,7 @@ def _profile(options: Options) -> int:
         _core.ending_die(signum)
     if outcome.interrupted:
         if options.memory:
-            from .preload import remove_private_link
+            from .core.preload import remove_private_link
             remove_private_link()  # main's finally does not run after the kill
         # Exit the way Python does on Ctrl-C: killed by SIGINT, so that shells and
         # parent processes see the interruption.
@@ -308,18 +310,77 @@ def _view(argv: list[str]) -> int:
     return 0
 
 
+class _DiffParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit status 2
+        raise UsageError(message)
+
+
 def _diff(argv: list[str]) -> int:
-    from .diff import command  # compare two saved profiles
-    return command(argv)
+    """`pyrometer diff BEFORE.json AFTER.json [--html FILE] [--json FILE]`: the
+    text report on standard output, the web page and the JSON to their files;
+    the exit status."""
+    from . import model
+    from .model.diff import DiffError, compare, finite, load_pair  # compare two saved profiles
+    from .render.output import report_stream
+    from .render import diff_text, json_out, text
+    parser = _DiffParser(prog="pyrometer diff",
+                     usage="pyrometer diff BEFORE.json AFTER.json [--html FILE] [--json FILE] [--quiet]",
+                     description="Compare two profiles saved with pyrometer --json: per file, line and "
+                                 "function, what got faster, slower, bigger or smaller, beyond sampling noise.")
+    parser.add_argument("before", metavar="BEFORE.json", help="the profile of the run before the change")
+    parser.add_argument("after", metavar="AFTER.json", help="the profile of the run after it")
+    parser.add_argument("--html", metavar="FILE", help="also write the diff as a self-contained web page")
+    parser.add_argument("--json", metavar="FILE", help="also write the diff as JSON (docs/diff.md)")
+    parser.add_argument("--quiet", action="store_true", help="do not say on standard error where files went")
+    try:
+        ns = parser.parse_args(argv)
+    except UsageError as e:
+        return error(str(e))
+    for path in (ns.html, ns.json):
+        problem = unwritable(path) if path is not None else None
+        if problem is not None:
+            return error(problem)
+    try:
+        before, after = load_pair(ns.before, ns.after, model.load)
+        result = compare(before, after, ns.before, ns.after)
+    except (model.ProfileError, DiffError) as e:
+        return error(str(e))
+    except OverflowError:
+        result = None
+    if result is None or not finite(result):
+        # Each figure of a checked profile is finite, but sums of figures near
+        # the largest float are not.
+        return error(f"{ns.before} and {ns.after} cannot be compared: their figures add up beyond any number")
+    try:
+        written = []
+        if ns.json is not None:
+            json_out.write_report(ns.json, json_out.render(result))
+            written.append(("diff", ns.json))
+        if ns.html is not None:
+            from .render import diff_html
+            json_out.write_report(ns.html, diff_html.render(result))
+            written.append(("web page of the diff", ns.html))
+    except OSError as e:
+        return error(f"cannot write the diff: {e}", 1)
+    stream = report_stream()
+    if stream is not None:
+        tty = stream.isatty()
+        stream.write(diff_text.render(result, color=tty and "NO_COLOR" not in os.environ,
+                                      width=text.terminal_width() if tty else 1 << 20))
+        stream.flush()
+    if not ns.quiet:
+        for what, path in written:
+            say(f"pyrometer: {what} written to {text.visible(path)}")
+    return 0
 
 
 def _kernel(argv: list[str]) -> int:
-    from .kernel import command  # Jupyter kernels with memory profiling
+    from .integrations.kernel import command  # Jupyter kernels with memory profiling
     return command(argv)
 
 
 def _attach(argv: list[str]) -> int:
-    from .attach import command  # profile a running program (CPython 3.14+)
+    from .integrations.attach import command  # profile a running program (CPython 3.14+)
     return command(argv)
 
 
@@ -340,10 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         return error(str(e))
     if options.pid is not None and options.live:
-        from . import live  # pyrometer top --pid N
+        from .run import top as live  # pyrometer top --pid N
         return live.attach(options.pid)
     if options.pid is not None:
-        from . import remote
+        from .run import remote
         return remote.main(options.pid, resume=options.on)
     try:
         return _profile(options)
@@ -351,5 +412,5 @@ def main(argv: list[str] | None = None) -> int:
         if _RunDirectory.run is not None:
             _RunDirectory.run.remove()  # the children's run directory, on the ways _profile did not
         if options.memory:
-            from .preload import remove_private_link
+            from .core.preload import remove_private_link
             remove_private_link()  # the library's link, when its path could not be preloaded

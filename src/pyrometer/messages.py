@@ -11,7 +11,7 @@ import sys
 
 
 def error(message: str, status: int = 2) -> int:
-    from .render.visible import visible  # a message may quote a file name: nothing raw to the terminal
+    from .visible import visible  # a message may quote a file name: nothing raw to the terminal
     print(f"pyrometer: error: {visible(message)}", file=sys.stderr)
     return status
 
@@ -50,7 +50,7 @@ def interpreter_problem(force_version: bool) -> str | None:
 def unwritable(path: str) -> str | None:
     """Why the report could not be written to path, checked before the program
     runs rather than after it."""
-    from .render.json_out import written_in_place
+    from .private_files import written_in_place
     if os.path.isdir(path):
         return f"cannot write the report to {path}: it is a directory"
     if written_in_place(path):  # a FIFO or a device: written into, not replaced

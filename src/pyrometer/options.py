@@ -5,93 +5,19 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
-import sys
 
 TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from .records import fields, record
+from .settings import EXPORT_OPTIONS, OPTION_DEFAULTS, Options
+from .structs import fields
+from .visible import terminal_columns
 
 
 class UsageError(Exception):
     """A bad command line: reported as one line on stderr with exit status 2."""
-
-
-@record
-class Options:
-    outfile: str | None = None
-    json: bool = False
-    cli: bool = False
-    html: bool = False
-    web: bool = False
-    profile_interval: float | None = None
-    cpu_only: bool = False
-    profile_all: bool = False
-    profile_only: list[str] = []  # a new list for each (records.py)
-    profile_exclude: list[str] = []  # a new list for each (records.py)
-    use_virtual_time: bool = False
-    cpu_percent_threshold: float = 1.0
-    cpu_sampling_rate: float = 0.01
-    reduced_profile: bool = False
-    memory: bool = True
-    gpu: bool | None = None  # None: when a GPU is found (not with --cpu-only)
-    # The kernel tier (CUPTI): off by default until its overhead is measured on
-    # a GPU (docs/how-it-works.md, "GPU").
-    gpu_kernels: bool = False
-    malloc_threshold: float = 100.0
-    allocation_sampling_window: int = 1 << 20
-    leak_detector: bool = True
-    children: bool = True
-    force_version: bool = False
-    quiet: bool = False
-    live: bool = False  # pyrometer top: the live view while the program runs (live.py)
-    off: bool = False  # start paused (pyrometer.start() or --on --pid resumes)
-    on: bool = False   # with pid: resume that program
-    pid: int | None = None  # pause (--off) or resume (--on) that running program
-    # -- exports of the call stacks (docs/exports.md): the file of each, or None
-    pprof: str | None = None
-    speedscope: str | None = None
-    collapsed: str | None = None
-    collapsed_metric: str = "time"
-    firefox: str | None = None
-    # -- end of exports
-    module: str | None = None
-    command: str | None = None  # -c CODE
-    program: list[str] = []  # a new list for each (records.py)
-
-    @property
-    def format(self) -> str:
-        """The report's format: "json", "html" (also for --web) or "text"."""
-        return "json" if self.json else "html" if (self.html or self.web) else "text"
-
-    def exports(self) -> dict[str, str]:
-        """The exports asked for: format (render.EXPORTS) -> file."""
-        return exports_of(self)
-
-    def as_profile_options(self) -> dict[str, Any]:
-        """What the profile records about how it was taken."""
-        return {
-            "cpu_only": self.cpu_only,
-            "profile_all": self.profile_all,
-            "profile_only": self.profile_only,
-            "profile_exclude": self.profile_exclude,
-            "use_virtual_time": self.use_virtual_time,
-            "cpu_percent_threshold": self.cpu_percent_threshold,
-            "cpu_sampling_rate": self.cpu_sampling_rate,
-            "reduced_profile": self.reduced_profile,
-            "memory": self.memory,
-            "gpu": self.gpu,
-            "gpu_kernels": self.gpu_kernels,
-            "malloc_threshold": self.malloc_threshold,
-            "allocation_sampling_window": self.allocation_sampling_window,
-            "leak_detector": self.leak_detector and self.memory,
-            "profile_interval": self.profile_interval,
-            "children": self.children,
-            "off": self.off,
-        }
 
 
 # Options that later work will implement: accepted by the parser so that a user
@@ -176,22 +102,6 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def terminal_columns(fallback: int) -> int:
-    """The terminal's width as shutil.get_terminal_size reads it ($COLUMNS, else
-    standard output's terminal, else fallback), without importing shutil, which
-    brings zlib, bz2 and lzma (private_files.py says what that costs a run)."""
-    try:
-        columns = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        columns = 0
-    if columns > 0:
-        return columns
-    try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns or fallback
-    except (AttributeError, ValueError, OSError):
-        return fallback
-
-
 class _HelpFormatter(argparse.HelpFormatter):
     """Shows an option's default where it says something.  Never for a flag: its
     "default" is the value of the flag's variable (--no-leak-detector's is True,
@@ -263,10 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "pyrometer top PROG")
     out.add_argument("--reduced-profile", action="store_true",
                      help="show only lines at or above the thresholds")
-    out.add_argument("--malloc-threshold", metavar="MB", default=100.0,
+    out.add_argument("--malloc-threshold", metavar="MB", default=OPTION_DEFAULTS["malloc_threshold"],
                      type=_float_in(0.0, 1e9, " MB", low_open=False),
                      help="megabytes allocated on a line for it to count as significant for memory")
-    out.add_argument("--cpu-percent-threshold", metavar="PCT", default=1.0,
+    out.add_argument("--cpu-percent-threshold", metavar="PCT", default=OPTION_DEFAULTS["cpu_percent_threshold"],
                      type=_float_in(0.0, 100.0, "", low_open=False),
                      help="percent of run time at which a line counts as significant (0 to 100)")
     out.add_argument("--quiet", action="store_true",
@@ -311,10 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="never report files whose path contains one of these comma-separated "
                            "substrings (default: none excluded)")
     how = p.add_argument_group("sampling")
-    how.add_argument("--cpu-sampling-rate", metavar="SECONDS", default=0.01, type=_sampling_rate,
+    how.add_argument("--cpu-sampling-rate", metavar="SECONDS", default=OPTION_DEFAULTS["cpu_sampling_rate"],
+                     type=_sampling_rate,
                      help=f"mean time between CPU samples, in seconds, from {CPU_SAMPLING_RATE_MIN:g} "
                           f"to {CPU_SAMPLING_RATE_MAX:g}")
-    how.add_argument("--allocation-sampling-window", metavar="BYTES", default=1 << 20, type=_window,
+    how.add_argument("--allocation-sampling-window", metavar="BYTES",
+                     default=OPTION_DEFAULTS["allocation_sampling_window"], type=_window,
                      help="net bytes a thread allocates (or frees, or copies) between memory samples, "
                           "from 4096 to 17179869184 (16 GiB)")
     how.add_argument("--use-virtual-time", action="store_true",
@@ -357,11 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ---- exports of the call stacks (docs/exports.md), for the run and for pyrometer view ----
 
-EXPORT_OPTIONS = ("pprof", "speedscope", "collapsed", "firefox")  # render.EXPORTS, each an option
-
-
 def add_export_options(parser: argparse.ArgumentParser) -> None:
-    from .render.stacks import METRICS
+    from .render.frames import METRICS
     group = parser.add_argument_group("exports of the call stacks (docs/exports.md)")
     group.add_argument("--pprof", metavar="FILE", default=None,
                        help="write the call stacks as a gzipped pprof profile (go tool pprof, Pyroscope, "
@@ -381,7 +290,7 @@ def add_export_options(parser: argparse.ArgumentParser) -> None:
 def exports_of(ns: Any) -> dict[str, str]:
     """format -> file of the exports a command line asks for (its namespace or
     Options); UsageError for a contradiction."""
-    from .render.stacks import METRICS
+    from .render.frames import METRICS
     exports = {fmt: getattr(ns, fmt) for fmt in EXPORT_OPTIONS if getattr(ns, fmt) is not None}
     if ns.collapsed_metric != "time" and "collapsed" not in exports:
         raise UsageError("--collapsed-metric needs --collapsed FILE")

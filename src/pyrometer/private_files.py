@@ -14,6 +14,7 @@ another is drawn), so nothing made by someone else is ever taken for ours.
 from __future__ import annotations
 
 import os
+import stat
 
 _ATTEMPTS = 100  # names drawn before giving up (48 random bits each)
 
@@ -78,3 +79,14 @@ def remove_tree(path: str) -> None:
         os.rmdir(path)
     except OSError:
         pass
+
+
+def written_in_place(path: str) -> bool:
+    """Whether path (its links followed) is something other than a regular
+    file: a FIFO, a device (/dev/null, /dev/stdout), a socket.  Those are
+    written into, never replaced: renaming a file over them would put a
+    regular file where they were."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # not there (or a dangling link): a new file
+        return False

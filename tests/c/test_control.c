@@ -3,6 +3,7 @@
  * commands: sent with a value it is recorded, sent without one it is ignored,
  * and the process survives both (a real-time signal's default kills). */
 #include "unit.h"
+#include "common/paused.h"
 #include "control/control.h"
 
 #include <signal.h>
@@ -158,12 +159,12 @@ static void control_commands_queue_in_order(void)
     control_set_main_thread(0);
 }
 
-static void control_paused_flag(void)
+static void paused_flag(void)
 {
-    control_set_paused(1);
-    CHECK(control_paused());
-    control_set_paused(0);
-    CHECK(!control_paused());
+    paused_set(1);
+    CHECK(paused_now());
+    paused_set(0);
+    CHECK(!paused_now());
 }
 
 const unit_test control_tests[] = {
@@ -172,6 +173,6 @@ const unit_test control_tests[] = {
     UNIT_TEST(control_state_file_reaches_later_processes),
     UNIT_TEST(control_signal_carries_commands),
     UNIT_TEST(control_commands_queue_in_order),
-    UNIT_TEST(control_paused_flag),
+    UNIT_TEST(paused_flag),
     {NULL, NULL, NULL},
 };

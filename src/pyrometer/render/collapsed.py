@@ -11,7 +11,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs 5-9 ms (render/__i
 if TYPE_CHECKING:
     from typing import Any
 
-from .stacks import Stacks, metric as metric_of
+from .frames import Stacks, metric as metric_of
 
 SCALE = {"seconds": 1e9, "bytes": 1}
 DEFAULT_METRIC = "time"

@@ -15,7 +15,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..units import display_name
+from ..model.units import display_name
 from .diff_text import _SECTIONS, _amount, _lines, _ratio, _spans
 from .html import _SURROGATE, _asset
 

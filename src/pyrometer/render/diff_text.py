@@ -12,7 +12,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..units import display_name
+from ..model.units import display_name
 from .text import BOLD, DIM, RED, _Painter, _table, _wrapped, cut, visible
 
 GREEN = "\x1b[32m"

@@ -20,7 +20,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs 5-9 ms (render/__i
 if TYPE_CHECKING:
     from typing import Any
 
-from .stacks import CPU_WAIT, GIL_WAIT, NATIVE, OTHER, SYSTEM, UNATTRIBUTED, Stacks, Strings, metrics
+from .frames import CPU_WAIT, GIL_WAIT, NATIVE, OTHER, SYSTEM, UNATTRIBUTED, Stacks, Strings, metrics
 
 FORMAT_VERSION = 32
 PROCESSED_VERSION = 57

@@ -24,8 +24,8 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..model import mark, significant, thresholds
-from ..units import display_name
+from ..model import mark, sampling, significant, thresholds, time_share
+from ..model.units import display_name
 
 DEFAULT_OUTFILE = "pyrometer-profile.html"
 
@@ -80,9 +80,11 @@ def _entries(entries: list[dict[str, Any]], fields: list[str], with_text: bool,
              limits: tuple[float, float | None]) -> dict[str, Any]:
     """Lines (or functions) as columns: their text, their numbers where any is not
     zero, their memory timelines, and the model's verdict on each (limits:
-    model.thresholds): which reach a threshold (`significant`: the reduced
-    view keeps them) and how each is marked (`marks`: hot, warm)."""
-    text, numbers, sparks, linenos, kept, marks = [], [], {}, [], [], {}
+    model.thresholds): each one's share of the run's time (`shares`: what its
+    bar and the page's order by time read), which reach a threshold
+    (`significant`: the reduced view keeps them) and how each is marked
+    (`marks`: hot, warm)."""
+    text, numbers, sparks, linenos, kept, marks, shares = [], [], {}, [], [], {}, {}
     contiguous = True
     for i, e in enumerate(entries):
         text.append(e.get("line", ""))
@@ -92,6 +94,9 @@ def _entries(entries: list[dict[str, Any]], fields: list[str], with_text: bool,
         values = [_round(e.get(name, 0)) for name in fields]
         if any(values):
             numbers.append([i, *values])
+            share = _round(time_share(e))
+            if share:
+                shares[str(i)] = share
             if significant(e, *limits):
                 kept.append(i)
             m = mark(e, *limits)
@@ -99,7 +104,8 @@ def _entries(entries: list[dict[str, Any]], fields: list[str], with_text: bool,
                 marks[str(i)] = m
         if e.get("memory_samples"):
             sparks[str(i)] = _spark(e["memory_samples"])
-    out: dict[str, Any] = {"text": text, "rows": numbers, "sparks": sparks, "significant": kept, "marks": marks}
+    out: dict[str, Any] = {"text": text, "rows": numbers, "sparks": sparks, "significant": kept, "marks": marks,
+                           "shares": shares}
     if not contiguous or not with_text:
         out["lineno"] = linenos
     return out
@@ -117,7 +123,7 @@ def flame_data(profile: dict[str, Any]) -> dict[str, Any] | None:
     frames as [function, file as shown, line, kind] and stacks as [path, time
     in seconds, bytes allocated] with the synthetic leaf frames in the paths
     (render/stacks.py), so that the page only adds them up into its tree."""
-    from .stacks import ExportError, Stacks, metrics
+    from .frames import ExportError, Stacks, metrics
     try:
         stacks = Stacks(profile)
     except ExportError:
@@ -161,7 +167,8 @@ def page_data(profile: dict[str, Any]) -> dict[str, Any]:
             "functions": _entries(f["functions"], fields, False, limits),
             "leaks": f.get("leaks", {}),
         })
-    return {"fields": fields, "summary": summary, "files": files, "flame": flame_data(profile)}
+    return {"fields": fields, "summary": summary, "files": files, "flame": flame_data(profile),
+            "sampling": sampling(profile)}
 
 
 # Lone surrogates (from a file name that was not UTF-8) cannot be written as

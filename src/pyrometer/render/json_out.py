@@ -8,6 +8,7 @@ import os
 import stat
 
 from .. import private_files
+from ..private_files import written_in_place
 
 
 # The profile is laid out one member per line down to its records (a line or
@@ -60,17 +61,6 @@ def _members(parts: list[str], depth: int, open_: str, close: str, members: list
         parts.append(key)
         _lay_out(v, depth + 1, parts)
     parts.append("\n" + " " * depth + close)
-
-
-def written_in_place(path: str) -> bool:
-    """Whether path (its links followed) is something other than a regular
-    file: a FIFO, a device (/dev/null, /dev/stdout), a socket.  Those are
-    written into, never replaced: renaming a file over them would put a
-    regular file where they were."""
-    try:
-        return not stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:  # not there (or a dangling link): a new file
-        return False
 
 
 # The files whose names pyrometer chose itself (a default, not a name the user

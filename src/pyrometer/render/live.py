@@ -10,7 +10,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..units import display_name
+from ..model.units import display_name
 from .text import BOLD, DIM, RED, YELLOW, _Painter, _pct, _table, cut, visible
 
 # The program's last lines of output shown under the tables.

@@ -19,7 +19,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs 5-9 ms (render/__i
 if TYPE_CHECKING:
     from typing import Any
 
-from .stacks import Stacks, Strings, metrics
+from .frames import Stacks, Strings, metrics
 
 # profile.proto's field numbers.
 PROFILE_SAMPLE_TYPE, PROFILE_SAMPLE, PROFILE_MAPPING, PROFILE_LOCATION, PROFILE_FUNCTION = 1, 2, 3, 4, 5

@@ -13,7 +13,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs 5-9 ms (render/__i
 if TYPE_CHECKING:
     from typing import Any
 
-from .stacks import Stacks, metrics
+from .frames import Stacks, metrics
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 

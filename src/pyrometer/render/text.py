@@ -11,10 +11,9 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..model import mark, significant, thresholds, time_share
-from ..units import display_name
-from ..options import terminal_columns
-from .visible import visible
+from ..model import mark, sampling, significant, thresholds, time_share
+from ..model.units import display_name
+from ..visible import terminal_columns, visible
 
 
 BOLD, RED, YELLOW, DIM, RESET = "\x1b[1m", "\x1b[31m", "\x1b[33m", "\x1b[2m", "\x1b[0m"
@@ -227,7 +226,7 @@ class _Painter:
 # At 80 columns, memory on, that is compact (tight when the wait column is
 # shown); at 60, tight or stacked.
 # A named tuple, not a dataclass: importing dataclasses costs every start ~5 ms
-# (records.py).  Its fields: name; two_rows (names on two rows); pad and after
+# (structs.py).  Its fields: name; two_rows (names on two rows); pad and after
 # (before and after each figure); before_source; min_source (columns the source
 # needs beside the figures; 0: on a line of its own); spark (sparkline
 # characters); abbreviate (short names, and a legend).
@@ -337,7 +336,7 @@ def _options_words(profile: dict[str, Any]) -> str:
     parts.append(f"--cpu-sampling-rate {o['cpu_sampling_rate']:g}")
     parts.append(f"--cpu-percent-threshold {o['cpu_percent_threshold']:g}")
     if profile.get("memory"):
-        parts.append(f"--malloc-threshold {o.get('malloc_threshold', 100):g}")
+        parts.append(f"--malloc-threshold {o['malloc_threshold']:g}")
         window = profile.get("allocation_sampling_window_bytes", o.get("allocation_sampling_window"))
         if window:
             parts.append(f"--allocation-sampling-window {window}")
@@ -389,10 +388,6 @@ def _processes(profile: dict[str, Any], width: int, paint: _Painter) -> list[str
     return out
 
 
-# Fewer samples than this and the percentages are rough: the report says so.
-FEW_SAMPLES = 20
-
-
 def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> str:
     profile = _printable(profile)
     paint = _Painter(color)
@@ -434,7 +429,8 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         add(visible("notice: " + str(notice)), BOLD)
     if profile.get("exit_status", 0) is None and profile.get("ended_by") is None:
         add("A snapshot taken while the program was still running (--profile-interval).")
-    brief = samples == 0
+    said_of_samples = sampling(profile)
+    brief = said_of_samples == "none"
     if brief:
         rate = profile["options"]["cpu_sampling_rate"]
         add(
@@ -442,7 +438,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
             f"every {rate * 1e3:g} ms on average): no time could be attributed to its lines"
             + (" (what memory sampling saw is below)." if profile.get("memory") else ".")
             + " A lower --cpu-sampling-rate or a longer run gives a profile.", YELLOW)
-    elif samples < FEW_SAMPLES:
+    elif said_of_samples == "few":
         taken = "1 sample was" if samples == 1 else f"{samples} samples were"
         add(f"Only {taken} taken: the percentages below are rough.", YELLOW)
     if profile.get("gpu"):

@@ -23,11 +23,13 @@
   var MEMORY = !!S.memory, GPU = !!S.gpu, KERNELS = GPU && S.gpu_kernel_tier === "on";
   var AWAITS = num(S.await_time_sec, 0) > 0;  // the await column, only for a program that had any
   var CHURN = MEMORY && num(S.churn_mb, 0) >= 1;  // the churn column, likewise (the card's rule)
-  // Shown in the header and used to pick the files opened at first; which
-  // lines reach the thresholds, and how each is marked, the model decided
-  // (the page data's `significant` and `marks`: model.significant, model.mark).
-  var THRESHOLD = num(OPT.cpu_percent_threshold, 1);
-  var MALLOC_THRESHOLD = MEMORY ? num(OPT.malloc_threshold, 100) : Infinity;
+  // Shown in the header and used to pick the files opened at first (the
+  // profile always holds them: the schema gives an older one the defaults).
+  // Which lines reach the thresholds, how each is marked, each one's share of
+  // the time and whether the samples were few, the model decided (the page
+  // data's `significant`, `marks`, `shares` and `sampling`: model.rules).
+  var THRESHOLD = num(OPT.cpu_percent_threshold, 0);
+  var MALLOC_THRESHOLD = MEMORY ? num(OPT.malloc_threshold, 0) : Infinity;
   var ELAPSED = num(S.elapsed_time_sec, 0);
   var FIRST_ROWS = 400, CHUNK_ROWS = 1000;  // rows built at once, then per task
 
@@ -58,6 +60,7 @@
     this.fi = fi;
     this.sparks = raw.sparks || {};
     this.marks = raw.marks || {};
+    this.shares = raw.shares || {};
     this.vals = new Array(this.n);
     for (var i = 0; i < raw.rows.length; i++) this.vals[raw.rows[i][0]] = raw.rows[i];
     this.kept = {};
@@ -71,11 +74,7 @@
   };
   Entries.prototype.ln = function (k) { return this.lineno ? this.lineno[k] : k + 1; };
   Entries.prototype.fileOf = function (k) { return this.file ? this.file[k] : this.fi; };
-  Entries.prototype.share = function (k) {
-    var r = this.vals[k];
-    return r ? r[COL.n_cpu_percent_python] + r[COL.n_cpu_percent_c] + r[COL.n_sys_percent] +
-      (r[COL.n_gil_wait_percent] || 0) + (r[COL.n_cpu_wait_percent] || 0) : 0;
-  };
+  Entries.prototype.share = function (k) { return this.shares[k] || 0; };
   Entries.prototype.significant = function (k) { return !!this.kept[k]; };
   Entries.prototype.rowClass = function (k) { return this.marks[k] || ""; };
 
@@ -418,13 +417,13 @@
       h += '<div class="note" id="note-partial">A snapshot taken while the program was still running ' +
         "(--profile-interval): the final profile is written when it ends.</div>";
     }
-    if (!samples) {
+    if (D.sampling === "none") {
       h += '<div class="note" id="note-brief">The program ran too briefly to be sampled (' + secs(ELAPSED) +
-        ", one sample every " + (num(OPT.cpu_sampling_rate, 0.01) * 1000).toFixed(1) +
+        ", one sample every " + (num(OPT.cpu_sampling_rate, 0) * 1000).toFixed(1) +
         " ms on average): no time could be attributed to its lines." +
         (MEMORY ? " What memory sampling saw is shown." : "") +
         " A lower --cpu-sampling-rate or a longer run gives a profile.</div>";
-    } else if (samples < 20) {
+    } else if (D.sampling === "few") {
       h += '<div class="note" id="note-few">Only ' + plural(samples, "sample") +
         " were taken: the percentages below are rough.</div>";
     }
@@ -584,7 +583,7 @@
 
   var functionsTable = null;
   function allFunctions() {
-    var raw = { text: [], rows: [], sparks: {}, lineno: [], file: [], significant: [], marks: {} };
+    var raw = { text: [], rows: [], sparks: {}, lineno: [], file: [], significant: [], marks: {}, shares: {} };
     FILES.forEach(function (F, fi) {
       var E = F.functions;
       for (var k = 0; k < E.n; k++) {
@@ -596,6 +595,7 @@
         if (E.sparks[k]) raw.sparks[at] = E.sparks[k];
         if (E.kept[k]) raw.significant.push(at);
         if (E.marks[k]) raw.marks[at] = E.marks[k];
+        if (E.shares[k]) raw.shares[at] = E.shares[k];
       }
     });
     return new Entries(raw, -1);

@@ -100,9 +100,9 @@ def _descendants(pid: int) -> list[int]:
 
 
 def main(pid: int, resume: bool) -> int:
-    from .render.visible import visible
+    from ..visible import visible
     try:
-        from . import _core
+        from .. import _core
         signum = _core.CONTROL_SIGNAL
     except (ImportError, AttributeError) as e:  # an interpreter pyrometer cannot run on
         print(f"pyrometer: error: {visible(str(e).splitlines()[0] if str(e) else 'no measuring core')}",

@@ -97,7 +97,7 @@ def _high(fd: int) -> int:
 class LiveView(PeriodicWriter):
     """The view process, started like the periodic writer, with the terminal
     and the program's output besides."""
-    CHILD = "pyrometer.live"
+    CHILD = "pyrometer.run.top"
     # The view replays the held output before it ends: a lot of it takes time.
     EXIT_S = 30.0
 
@@ -206,7 +206,7 @@ def _write_all(fd: int, data: bytes) -> None:
 def _draw(fd: int, change: dict[str, Any] | None, program: str, output: list[str],
           note: str | None = None) -> os.terminal_size:
     """One frame on the terminal fd; its size."""
-    from .render.live import frame
+    from ..render.live import frame
     size = os.get_terminal_size(fd)
     if not size.columns or not size.lines:  # a terminal that does not say
         size = os.terminal_size((80, 24))
@@ -287,7 +287,7 @@ class _View:
     def show(self, job: dict[str, Any]) -> None:
         if self.passthrough:
             return
-        from . import model
+        from .. import model
         try:
             profile = _build(model, job, ended_by=None)
             self.change = model.since(self.before, profile)
@@ -401,17 +401,17 @@ def snapshots_of(pid: int) -> tuple[str, str] | None:
     from .remote import _descendants, _proc
     for child in _descendants(pid):
         argv = (_proc(child, "cmdline") or "").split("\0")
-        if len(argv) >= 7 and "from pyrometer.periodic import child_main" in argv[4]:
+        if len(argv) >= 7 and "from pyrometer.run.periodic import child_main" in argv[4]:
             return argv[5], argv[6]
     return None
 
 
 def attach(pid: int) -> int:
-    from . import model
-    from .messages import error, say
+    from .. import model
+    from ..messages import error, say
     from .remote import why_not_profiled
     try:
-        from . import _core
+        from .. import _core
         signum = _core.CONTROL_SIGNAL
     except (ImportError, AttributeError) as e:  # an interpreter pyrometer cannot run on
         return error(str(e).splitlines()[0] if str(e) else "no measuring core")
@@ -422,7 +422,7 @@ def attach(pid: int) -> int:
     if found is None or found[0] != "json":
         return error(f"process {pid} writes no JSON snapshots to show: start the program with "
                       "pyrometer --profile-interval 1 --json PROG (or run it with pyrometer top PROG)")
-    from .render.visible import visible
+    from ..visible import visible
     path = found[1]
     shown = visible(path)
     note = f"process {pid} · its snapshots in {path} · Ctrl-C here leaves it running"

@@ -9,10 +9,11 @@ import sys
 import sysconfig
 import time
 
-from . import _core, focus
-from .options import Options
+from .. import _core
+from . import focus
+from ..installed import PACKAGE_DIR
+from ..settings import Options
 
-OWN_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
 
 
 def _with_sep(path: str) -> str:
@@ -35,7 +36,7 @@ def _own_prefixes() -> tuple[str, ...]:
     only pyrometer's frames above it (as the run starts or ends) was charged to
     runpy's line on 3.10 (tests/test_cli.py, test_own_files_never_reported)."""
     import runpy  # imported already by the launcher and by `python -m`
-    own = {_with_sep(OWN_DIRECTORY), _with_sep(os.path.realpath(OWN_DIRECTORY))}
+    own = {_with_sep(PACKAGE_DIR), _with_sep(os.path.realpath(PACKAGE_DIR))}
     path = getattr(runpy, "__file__", None)
     if path and os.path.isfile(path):
         own.update({os.path.abspath(path), os.path.realpath(path)})

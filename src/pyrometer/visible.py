@@ -1,11 +1,14 @@
 """What of a string may reach the terminal: the one escaping rule of every
 message and report that shows the profile's strings (file names, source lines,
-commands).  Apart from the text report, so that a run writing JSON or a web
-page does not import the terminal report to print one line."""
+commands); and how wide the terminal is.  Apart from the text report, so that a
+run writing JSON or a web page does not import the terminal report to print one
+line."""
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 
 # Characters a string of the profile must not send to the terminal as they are:
 # C0 and C1 controls (an escape sequence can rewrite the screen, set the window
@@ -26,3 +29,19 @@ def visible(text: str) -> str:
     written as a visible escape (ESC as \\x1b), the way Python's repr does."""
     text = text.expandtabs(4)
     return _UNPRINTABLE.sub(_escape, text) if _UNPRINTABLE.search(text) else text
+
+
+def terminal_columns(fallback: int) -> int:
+    """The terminal's width as shutil.get_terminal_size reads it ($COLUMNS, else
+    standard output's terminal, else fallback), without importing shutil, which
+    brings zlib, bz2 and lzma (private_files.py says what that costs a run)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or fallback
+    except (AttributeError, ValueError, OSError):
+        return fallback

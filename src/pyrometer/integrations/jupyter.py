@@ -37,7 +37,7 @@ from IPython.display import display
 
 from . import inprocess
 from .cells import cell_prefixes, program_cells
-from .options import UsageError as CommandUsageError, _Parser, option_actions
+from ..options import UsageError as CommandUsageError, _Parser, option_actions
 
 NO_MEMORY_IN_KERNEL = ("memory was not profiled: {}; for CPU and memory, use a kernel installed with "
                        "`pyrometer kernel install`")
@@ -146,7 +146,7 @@ def _text_width() -> int:
 def show(profile: dict[str, Any], fmt: str = "html") -> None:
     """Display the profile as rich output: the web report with the text report
     as its plain-text version ("html"), or the text or JSON alone."""
-    from .render import report
+    from ..render import report
     if fmt == "json":
         display({"text/plain": report(profile, "json")}, raw=True)
         return
@@ -193,7 +193,7 @@ class PyrometerMagics(Magics):
         self.shell.user_ns[PROFILE_VARIABLE] = profile
         fmt = "json" if ns.json else "text" if ns.cli else "html"
         if ns.outfile is not None:
-            from .render import json_out, report
+            from ..render import json_out, report
             try:
                 json_out.write_report(os.path.abspath(ns.outfile), report(profile, fmt))
             except OSError as e:

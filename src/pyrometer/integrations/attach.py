@@ -40,7 +40,8 @@ import sys
 import tempfile
 import time
 
-from .options import UsageError
+from ..installed import PACKAGE_DIR
+from ..options import UsageError
 
 ATTACH_TIMEOUT = 30.0   # seconds for the program's main thread to run the script
 PROFILE_TIMEOUT = 120.0  # seconds for the program to write the profile once told to stop
@@ -99,7 +100,7 @@ def attach(run_dir, package, settings, built_for):
                 del sys.modules["pyrometer"]
                 raise
         import importlib
-        importlib.import_module("pyrometer.attached").begin(run_dir, settings)
+        importlib.import_module("pyrometer.integrations.attached").begin(run_dir, settings)
     except KeyboardInterrupt:  # the program's Ctrl-C, landed here: given back to it
         fail("the program was interrupted (Ctrl-C) as pyrometer loaded")
         import _thread
@@ -125,8 +126,8 @@ def _pause(pid: int) -> None:
     remote.py), so that its window ends when asked; nothing where it cannot be
     sent (the program is gone, or no longer catches the signal)."""
     try:
-        from . import _core
-        from .remote import why_not_profiled
+        from .. import _core
+        from ..run.remote import why_not_profiled
         if why_not_profiled(pid, _core.CONTROL_SIGNAL) is None:
             _core.control_send(pid, False)
     except (ImportError, AttributeError, OSError):
@@ -146,7 +147,7 @@ def _duration(text: str) -> float:
 def parse(argv: list[str]):
     """(pid, duration or None, Options) from `pyrometer attach`'s arguments; the
     report and measuring options are the run's own (options.py)."""
-    from .options import _pid, parse as parse_run
+    from ..options import _pid, parse as parse_run
     own = _Parser(prog="pyrometer attach", add_help=False)
     own.add_argument("pid", type=_pid, nargs="?")
     own.add_argument("--duration", type=_duration, default=None)
@@ -211,7 +212,7 @@ def refusal(pid: int) -> str | None:
         v = sys.version_info
         return (f"pyrometer attach needs CPython 3.14 or later (sys.remote_exec, PEP 768), for itself and "
                 f"the program; this pyrometer runs on CPython {v.major}.{v.minor}.{v.micro}")
-    from .messages import interpreter_problem
+    from ..messages import interpreter_problem
     problem = interpreter_problem(force_version=False)
     if problem is not None:
         return problem
@@ -297,8 +298,8 @@ def _interrupted(signum, frame):
 
 
 def command(argv: list[str]) -> int:
-    from .messages import error, say, unwritable
-    from .output import export_paths, report_path, where_written, write_exports, write_report
+    from ..messages import error, say, unwritable
+    from ..render.output import export_paths, report_path, where_written, write_exports, write_report
     try:
         pid, duration, options = parse(argv)
         if options is None:
@@ -321,7 +322,6 @@ def command(argv: list[str]) -> int:
             return error(problem)
         path = os.path.abspath(path)
     import sysconfig
-    from . import __file__ as package_init
     from .attached import CONTROL, ERROR, OUT, PROFILE, STARTED, STOP
     built_for = [sys.implementation.cache_tag, bool(sysconfig.get_config_var("Py_GIL_DISABLED"))]
     settings = {name: getattr(options, name) for name in SETTINGS}
@@ -343,7 +343,7 @@ def command(argv: list[str]) -> int:
             os.chmod(run_dir, 0o755)
             os.chown(out, theirs, -1)
             os.chown(os.path.join(run_dir, CONTROL), theirs, -1)
-        code = LOADER.format(run_dir=run_dir, package=os.path.dirname(os.path.abspath(package_init)),
+        code = LOADER.format(run_dir=run_dir, package=PACKAGE_DIR,
                              settings=settings, built_for=built_for)
         _write_script(script, code)
         try:
@@ -423,7 +423,7 @@ def command(argv: list[str]) -> int:
             return error(f"interrupted while process {pid} wrote its profile (it is profiled no more)", 1)
         if data is None:
             return error(f"process {pid} did not write its profile within {PROFILE_TIMEOUT:g} s", 1)
-        from . import model
+        from .. import model
         try:
             profile = model.loads(data, f"process {pid}'s profile")
         except model.ProfileError as e:

@@ -19,7 +19,7 @@ import threading
 import tokenize
 import types
 
-from .records import record
+from ..structs import record
 
 # The ways python starts a program (Modules/main.c), each run here as python runs it.
 SCRIPT = "script"    # python prog.py
@@ -47,13 +47,13 @@ class Target:
     source: bytes = b""  # a script's or standard input's bytes, read before the run
     # Where the named program lives, reported even inside the standard library or
     # site-packages (the package of a -m module).
-    program_prefixes: list[str] = []  # a new list for each (records.py)
+    program_prefixes: list[str] = []  # a new list for each (structs.py)
     # -c and standard input: the code objects compiled from the program's source,
     # reported by identity (csrc/profile/filter.h), and kept alive here so that
     # their addresses cannot be reused while the run is profiled.
-    codes: list[types.CodeType] = []  # a new list for each (records.py)
+    codes: list[types.CodeType] = []  # a new list for each (structs.py)
     code: types.CodeType | None = None  # compiled before the run (-c, a script, stdin)
-    sources: dict[str, str] = {}  # a new dict for each (records.py)  # pseudo-file -> its text, for the report
+    sources: dict[str, str] = {}  # a new dict for each (structs.py)  # pseudo-file -> its text, for the report
     stdin_fd: int | None = None  # standard input, when it is a file python would read itself
     # A command found on PATH (a console script: `pyrometer gunicorn app:app`),
     # as the user named it; "" for a file named by its path.
@@ -174,7 +174,7 @@ def _python_command(name: str) -> str | None:
 def _path_importer(path: str):
     """The import hook that takes path, as sys.path would (main.c's
     pymain_get_importer; pkgutil.get_importer, whose module imports typing, a
-    cost every run would pay: records.py)."""
+    cost every run would pay: structs.py)."""
     try:
         return sys.path_importer_cache[path]
     except KeyError:
@@ -271,8 +271,8 @@ class Outcome:
 def _strip_own_frames(tb: types.TracebackType | None):
     """The traceback from the first frame that is not pyrometer's, as Python would
     print it (runpy's frames stay for -m and directories: python shows them)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(here):
+    from ..installed import PACKAGE_DIR
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR):
         tb = tb.tb_next
     return tb
 
@@ -318,7 +318,7 @@ def _fresh_main(loader) -> types.ModuleType:
 def _follow(code) -> None:
     """The profiler knows the program's top-level code before it runs
     (_core.follow_code says why)."""
-    from . import _core
+    from .. import _core
     _core.follow_code(code)
 
 
@@ -346,7 +346,7 @@ def _run_source(target: Target) -> None:
             _follow(target.code)
             exec(target.code, main.__dict__)
         else:
-            from . import _core
+            from .. import _core
             if target.kind == STDIN:
                 _core.run_file(target.stdin_fd if target.stdin_fd is not None else target.source,
                                filename, main.__dict__)
@@ -384,7 +384,7 @@ def _path0(target: Target) -> str:
 
 def run(target: Target, start, stop) -> Outcome:
     """Run the program between start() and stop() and return how it ended."""
-    from . import focus
+    from ..core import focus
     # @profile, for the program only.  Left in place after the run: a daemon
     # thread of the program may still decorate while the report is written.
     focus.install_builtin()

@@ -15,12 +15,12 @@ summed, are "[other stacks]"."""
 from __future__ import annotations
 
 # options.py reads METRICS on every run's start: this module imports nothing
-# heavy (no dataclasses, no typing; records.py says why).
+# heavy (no dataclasses, no typing; structs.py says why).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterator
 
-from ..records import record
+from ..structs import record
 
 
 class ExportError(Exception):

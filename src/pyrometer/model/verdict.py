@@ -11,15 +11,13 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterable
 
+from .rules import FEW_SAMPLES  # too rough to name a bound, as the reports say
 from .units import MB, display_name
 
 # What can bound a run, in the words of the JSON's `bound` field.
 BOUNDS = ("python_cpu", "native_cpu", "system", "gil_wait", "cpu_wait", "allocation_churn", "copying",
           "gpu_idle", "none", "unknown")
 
-# Fewer samples than this and the shares are too rough to name a bound
-# (the reports' own "the percentages are rough" line: render/text.py).
-MIN_SAMPLES = 20
 # A kind of time bounds the run when it is at least half of its time (the own
 # time; for CPU wait, the judged time) and at least MARGIN times the next kind:
 # a 51/48 split is no single bound, so sampling noise does not flip one bound
@@ -162,9 +160,9 @@ def decide(run: dict[str, Any], entries: Iterable[tuple[str, dict[str, Any]]],
         wall = max(run.get("elapsed_time_sec", 0.0) - run.get("paused_sec", 0.0), 0.0)
         evidence["gpu_busy_percent"] = min(100.0, 100.0 * run["gpu_time_sec"] / devices / wall) if wall > 0 else 0.0
 
-    own_bound = _own_bound(share, cpu_share, evidence) if samples >= MIN_SAMPLES and own > 0 else "unknown"
+    own_bound = _own_bound(share, cpu_share, evidence) if samples >= FEW_SAMPLES and own > 0 else "unknown"
     bound = own_bound
-    if samples < MIN_SAMPLES or judged <= 0:
+    if samples < FEW_SAMPLES or judged <= 0:
         bound = "unknown"
     elif cpu_wait >= MAJORITY and cpu_wait >= MARGIN * max(v * (100.0 - cpu_wait) / 100.0 for v in share.values()):
         # Waiting for a CPU bounds the run when it is most of the judged time, by a margin.

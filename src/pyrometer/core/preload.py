@@ -34,16 +34,16 @@ _LINK_DIRECTORY = "PYROMETER_MEMHOOKS_LINK_DIRECTORY"
 # What the dynamic loader takes for the end of a path in LD_PRELOAD (glibc's
 # elf/rtld.c splits the list at " :").
 _PRELOAD_SEPARATORS = (" ", ":")
-_OWN_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
 
 
 def memhooks_library() -> str | None:
     """The library shipped beside the extension (in the package, or in the build
     folder of an editable install)."""
-    path = os.path.join(_OWN_DIRECTORY, MEMHOOKS_LIBRARY)
+    from ..installed import PACKAGE_DIR
+    path = os.path.join(PACKAGE_DIR, MEMHOOKS_LIBRARY)
     if os.path.exists(path):
         return path
-    from . import _core
+    from .. import _core
     path = os.path.join(os.path.dirname(os.path.abspath(_core.__file__)), MEMHOOKS_LIBRARY)
     return path if os.path.exists(path) else None
 
@@ -56,7 +56,7 @@ def _preloaded(library: str | None) -> bool:
     named = [p for p in os.environ.get("LD_PRELOAD", "").split(":") if os.path.basename(p) == MEMHOOKS_LIBRARY]
     if library not in named and not any(os.path.realpath(p) == os.path.realpath(library) for p in named):
         return False
-    from . import _core
+    from .. import _core
     return _core.memory_available()
 
 
@@ -146,7 +146,7 @@ def sweep_stale() -> int:
         except (OSError, ValueError):
             continue  # being made right now, or not ours to judge
         if pid > 0 and _start_time(pid) != started:
-            from .private_files import remove_tree
+            from ..private_files import remove_tree
             remove_tree(path)
             removed += 1
     return removed
@@ -160,7 +160,7 @@ def _private_link(library: str) -> tuple[str | None, str]:
     """A symbolic link to library in a new private directory whose path LD_PRELOAD
     can carry; (its path, "") or (None, why not)."""
     import tempfile
-    from .private_files import make_directory, remove_tree
+    from ..private_files import make_directory, remove_tree
     candidates = [p for p in (private_parent(), tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm") if p]
     problem = "no temporary directory whose path has no space or colon"
     for parent in dict.fromkeys(candidates):  # in order, once each
@@ -201,7 +201,7 @@ def remove_private_link() -> None:
     """Remove the private link made for this command, if any, in the process that
     owns it: called when the command ends."""
     if _PrivateLink.directory is not None and os.getpid() == _PrivateLink.owner:
-        from .private_files import remove_tree
+        from ..private_files import remove_tree
         remove_tree(_PrivateLink.directory)
         _PrivateLink.directory = None
 
@@ -209,7 +209,7 @@ def remove_private_link() -> None:
 def attach() -> str | None:
     """Loads the memory library into this running process, unless it is there
     already: None, or why it could not be.  With the GIL held (the caller's)."""
-    from . import _core
+    from .. import _core
     if _core.memory_available():
         return None
     if os.environ.get(BY_PRELOAD):
@@ -258,7 +258,7 @@ def ensure_memhooks_loaded() -> str | None:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
     except OSError as e:
         if _LINK_DIRECTORY in env:
-            from .private_files import remove_tree
+            from ..private_files import remove_tree
             remove_tree(env[_LINK_DIRECTORY])
         return f"cannot run {sys.executable} again with the memory library preloaded: {e.strerror or e}"
     return "exec failed"  # not reached
@@ -268,8 +268,8 @@ def environment_without_memhooks() -> dict[str, str]:
     """This process's environment without the memory library in LD_PRELOAD: for
     the processes pyrometer itself starts (report writers, the browser)."""
     env = dict(os.environ)
-    if "pyrometer.children" in sys.modules:  # nor are they the program's children, to profile
-        sys.modules["pyrometer.children"].restore_environment(env)
+    if "pyrometer.run.children" in sys.modules:  # nor are they the program's children, to profile
+        sys.modules["pyrometer.run.children"].restore_environment(env)
     preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and not p.endswith(MEMHOOKS_LIBRARY)]
     if preload:
         env["LD_PRELOAD"] = ":".join(preload)

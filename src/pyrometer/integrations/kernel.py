@@ -3,7 +3,7 @@ memory library, which (like the command, preload.py) must be in the process
 from its first allocation and so cannot be loaded into a running kernel.
 
 `pyrometer kernel install` writes a kernelspec whose argv is
-`python -m pyrometer.kernel -f {connection_file}`; that loads the library into
+`python -m pyrometer.integrations.kernel -f {connection_file}`; that loads the library into
 itself (preload.ensure_memhooks_loaded: attached, or else re-executed with it
 in LD_PRELOAD), then runs ipykernel.  The library counts nothing until the core starts it, so the kernel
 runs at full speed until a %pyrometer magic profiles a cell, with memory.
@@ -22,12 +22,16 @@ import shutil
 import sys
 import tempfile
 
-from .messages import error
-from .options import UsageError
+from ..messages import error
+from ..options import UsageError
 
 DEFAULT_NAME = "pyrometer"
 # What every kernelspec of ours runs: how list and uninstall tell ours from others.
-LAUNCHER_MODULE = "pyrometer.kernel"
+LAUNCHER_MODULE = "pyrometer.integrations.kernel"
+# What kernelspecs written before the package was grouped run (a module that
+# is gone): still ours, so that list shows them and install or uninstall
+# replaces them.
+OLD_LAUNCHER_MODULES = ("pyrometer.kernel",)
 
 
 # ---- where kernelspecs live --------------------------------------------------------
@@ -121,7 +125,7 @@ def _is_ours(path: str) -> bool:
             argv = json.load(f).get("argv", [])
     except (OSError, ValueError, AttributeError):
         return False
-    return isinstance(argv, list) and LAUNCHER_MODULE in argv
+    return isinstance(argv, list) and any(m in argv for m in (LAUNCHER_MODULE, *OLD_LAUNCHER_MODULES))
 
 
 # ---- the kernel itself -------------------------------------------------------------
@@ -130,7 +134,7 @@ def launch() -> None:
     """Run ipykernel with the memory library loaded: the kernelspec's argv.
     Where the library cannot be loaded the kernel still starts, and its
     profiles say that memory was not profiled."""
-    from .preload import MEMHOOKS_LIBRARY, ensure_memhooks_loaded, remove_private_link
+    from ..core.preload import MEMHOOKS_LIBRARY, ensure_memhooks_loaded, remove_private_link
     problem = ensure_memhooks_loaded()  # returns once it is in
     if problem is not None:
         print(f"pyrometer kernel: {problem}; this kernel profiles CPU only", file=sys.stderr, flush=True)

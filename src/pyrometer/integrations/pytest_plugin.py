@@ -95,11 +95,11 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     summary)."""
     ns = early_config.known_args_namespace
     if getattr(ns, "pyrometer", False) and not getattr(ns, "pyrometer_no_memory", False):
-        from .messages import interpreter_problem
+        from ..messages import interpreter_problem
         if interpreter_problem(force_version=False) is not None:
             pass  # pytest_configure says why, as a usage error
         else:
-            from .preload import attach, ensure_memhooks_loaded
+            from ..core.preload import attach, ensure_memhooks_loaded
             command = _started_as_pytest(early_config) and not _is_worker()
             problem = attach()
             if problem is not None and command:
@@ -153,11 +153,11 @@ class Profiling:
     """--pyrometer's hooks, registered only then."""
 
     def __init__(self, config: pytest.Config):
-        from .messages import interpreter_problem, unwritable
+        from ..messages import interpreter_problem, unwritable
         problem = interpreter_problem(force_version=False)  # before the core is imported: it may refuse to load
         if problem is not None:
             raise pytest.UsageError(f"pytest --pyrometer: {problem}")
-        from . import _core
+        from .. import _core
         from .inprocess import default_options, memory_available
         if _core.running():
             raise pytest.UsageError("pytest --pyrometer cannot run under the pyrometer command, which profiles "
@@ -169,7 +169,7 @@ class Profiling:
                                     f"not {config.getoption('pyrometer_show')}")
         # Relative to where pytest was started, whatever the tests do with the current directory.
         here = str(config.invocation_params.dir)
-        from .render.json_out import chosen_name
+        from ..render.json_out import chosen_name
         self.summary_path = os.path.join(here, config.getoption("pyrometer_summary") or DEFAULT_SUMMARY)
         self.profile_path = os.path.join(here, config.getoption("pyrometer_json") or DEFAULT_JSON)
         if not config.getoption("pyrometer_summary"):
@@ -204,7 +204,7 @@ class Profiling:
         """The library is loaded in this process; out of LD_PRELOAD, so that the
         processes the tests start do not load it too, except where pytest-xdist
         is about to start workers, which must have it."""
-        from .preload import MEMHOOKS_LIBRARY, remove_private_link
+        from ..core.preload import MEMHOOKS_LIBRARY, remove_private_link
         import atexit
         atexit.register(remove_private_link)
         if not self.worker and (getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)):
@@ -248,7 +248,7 @@ class Profiling:
             self._merge(raw, run.session.start_time, run.session.elapsed)
 
     def _merge(self, raw: dict[str, Any], start_time: float, elapsed: float) -> None:
-        from .children import Merger
+        from ..run.children import Merger
         if self.merger is None:
             self.merger = Merger(raw, start_time)
             self.first_start = start_time
@@ -306,7 +306,7 @@ class Profiling:
         self.processes.append(part["process"])
 
     def merged_profile(self) -> dict[str, Any] | None:
-        from . import model
+        from .. import model
         if self.merger is None:
             return None
         raw = self._merged_raw()
@@ -323,8 +323,8 @@ class Profiling:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.worker:
             return
-        from .render.json_out import write_report
-        from .render import report
+        from ..render.json_out import write_report
+        from ..render import report
         lines = summary_lines(self.results, self.options.memory, self.notices)
         show = self.config.getoption("pyrometer_show")
         terminalreporter.write_sep("=", "pyrometer: per-test profile")
@@ -371,7 +371,7 @@ def _top(profile: dict[str, Any], key, n: int = TOP_LINES) -> list[tuple[float, 
 
 
 def _where(filename: str, lineno: int) -> str:
-    from .units import display_name
+    from ..model.units import display_name
     return f"{display_name(filename)}:{lineno}"
 
 

@@ -23,7 +23,7 @@ import sys
 import types
 from typing import Any, Callable, NamedTuple
 
-from .options import Options
+from ..settings import Options
 
 NO_MEMORY_LIBRARY = ("memory was not profiled: {}; run it under `pyrometer` or, in Jupyter, in a kernel "
                      "installed with `pyrometer kernel install`")
@@ -48,7 +48,7 @@ class AlreadyProfiling(RuntimeError):
 
 def memory_available() -> bool:
     """Whether this process has the memory library preloaded and loaded."""
-    from . import _core
+    from .. import _core
     return bool(_core.memory_available())
 
 
@@ -57,13 +57,14 @@ def _program_directory() -> str:
     puts it first on sys.path, else the current directory: in an interactive
     interpreter, and where __main__ is not the user's (ipykernel_launcher, our
     own kernel launcher, a tool's entry point in site-packages)."""
-    from .profiler import OWN_DIRECTORY, _installation_directories
+    from ..core.session import _installation_directories
+    from ..installed import PACKAGE_DIR
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     if not path or not os.path.isfile(path) or _ipython_shell() is not None:
         return os.getcwd()
     directory = os.path.dirname(os.path.realpath(path))
-    theirs = [*_installation_directories(), *(os.path.join(d, "") for d in (OWN_DIRECTORY, os.path.realpath(OWN_DIRECTORY)))]
+    theirs = [*_installation_directories(), *(os.path.join(d, "") for d in (PACKAGE_DIR, os.path.realpath(PACKAGE_DIR)))]
     return os.getcwd() if any((directory + os.sep).startswith(d) for d in theirs) else directory
 
 
@@ -91,17 +92,17 @@ class InProcessRun:
     def __init__(self, options: Options, program: str, *, program_prefixes: list[str] = (),
                  program_codes: list[types.CodeType] = (), notices: list[str] = (),
                  no_memory_notice: str = NO_MEMORY_LIBRARY, program_directory: str | None = None):
-        from .messages import interpreter_problem  # the command's own words
+        from ..messages import interpreter_problem  # the command's own words
         problem = interpreter_problem(force_version=False)
         if problem is not None:
             raise CannotProfile(problem)
-        from .profiler import Session
+        from ..core.session import Session
         self.options = options
         self.program = program
         self.notices = list(notices)
         self.program_prefixes = list(program_prefixes)
         if options.memory:
-            from .preload import attach
+            from ..core.preload import attach
             why = attach()  # the library into this running process, once (preload.py)
             if why is not None:
                 options.memory = False
@@ -112,7 +113,7 @@ class InProcessRun:
                                list(program_codes))
 
     def start(self) -> None:
-        from . import _core
+        from .. import _core
         if _core.running():
             raise AlreadyProfiling("pyrometer is already profiling this process (a program run by the "
                                    "pyrometer command is profiled from start to end)")
@@ -130,7 +131,7 @@ class InProcessRun:
     def build(self, raw: dict[str, Any], error: BaseException | None = None, listing: bool = True) -> dict[str, Any]:
         """The profile of raw, collected by this run or merged from several
         (listing: model.build's)."""
-        from . import model
+        from .. import model
         notices = list(self.notices)
         if error is not None:
             notices.append(f"the code raised {type(error).__name__}: {error}"[:300])
@@ -171,7 +172,7 @@ def profile_this(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Profile
     code = getattr(func, "__code__", None)
     prefixes, codes = [], []
     if isinstance(code, types.CodeType):
-        from .launcher import code_tree
+        from ..run.launcher import code_tree
         codes = code_tree(code)
         if os.path.isabs(code.co_filename):
             prefixes.append(code.co_filename)  # the function's file is the program's, wherever it is

@@ -42,8 +42,10 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from . import contract, preload, private_files
-from .stacks import StackSums
+from .. import private_files
+from ..installed import PACKAGE_PARENT
+from ..core import contract, preload
+from ..model.stacks import StackSums
 
 _BOOT = "boot"
 _SETTINGS_FILE = "settings.json"
@@ -87,7 +89,7 @@ def _pyrometer_start(os, sys, here):
     if same:
         sys.path.insert(0, package["parent"])
     try:
-        from pyrometer import children
+        from pyrometer.run import children
         children.start_exec_child(settings)
     except BaseException as e:
         try:
@@ -128,7 +130,7 @@ class RunDirectory:
         os.mkdir(boot, 0o700)
         with open(os.path.join(boot, "sitecustomize.py"), "w") as f:
             f.write(BOOTSTRAP)
-        package = {"parent": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        package = {"parent": PACKAGE_PARENT,
                    "cache_tag": sys.implementation.cache_tag}
         self.settings = dict(settings, run_dir=self.path, boot=boot, package=package)
         with open(os.path.join(self.path, _SETTINGS_FILE), "w") as f:
@@ -379,9 +381,9 @@ class ChildSession:
     def start(self, exclude: list[str], own: list[str], start_off: int | None = None) -> None:
         """start_off: -1 for a fork, which keeps its parent's pause state
         (pyrometer.control); else the run's --off, and the control file."""
-        from . import _core
+        from .. import _core
         from .endings import Endings
-        from .profiler import start_core
+        from ..core.session import start_core
         s = self.settings
         # A child started afresh attaches the library itself (a forked one has
         # its parent's); one preloaded by the run (preload.py's fallback) has it.
@@ -392,7 +394,7 @@ class ChildSession:
                    include=self.include, memory_window=window, gpu=self._gpu(),
                    **({} if start_off is None else {"start_off": start_off}))
         _core.ending_install(self._on_termination_signal, child=True)
-        from . import focus
+        from ..core import focus
         focus.install_builtin()  # a profiled child is the program too: its @profile counts
         self.endings = Endings(self.write, _core.ending_signal, _core.ending_reinstall, _core.ending_die)
         self.endings.install()
@@ -422,7 +424,7 @@ class ChildSession:
         if self.writing == me:
             return None
         if ended_by == "exit" and threading.current_thread() is threading.main_thread():
-            from . import _core
+            from .. import _core
             # The last drain of memory samples; not from the ending's own thread,
             # and before the lock: stopping joins the sampler thread, which may be
             # waiting for the lock to write on a termination signal.
@@ -437,7 +439,8 @@ class ChildSession:
                 self.writing = None
 
     def _write(self, status: int | None, ended_by: str) -> bool:
-        from . import _core, focus
+        from .. import _core
+        from ..core import focus
         wall = time.perf_counter() - self.t0
         raw = focus.collect_into(_core.collect())
         spawned, reaped = _Family.records()
@@ -462,7 +465,7 @@ def detach() -> None:
     child = ChildSession.current
     if child is None or child.pid != os.getpid():
         return
-    from . import _core
+    from .. import _core
     with child.lock:
         child.written = True  # nothing is written at its end
     if _core.running():
@@ -499,7 +502,7 @@ def _write_json(path: str, data: Any) -> bool:
 
 
 def _start_child(settings: dict[str, Any], started_by: str) -> None:
-    from .profiler import _installation_directories, own_prefixes
+    from ..core.session import _installation_directories, own_prefixes
     include = _include_for(settings)
     child = ChildSession(settings, started_by, include)
     child.start(_installation_directories(), own_prefixes())
@@ -543,7 +546,7 @@ def _follow_main_code() -> None:
     as a frame, which reports a 'call'), has the profiler follow it from then
     on (as the launcher does for the first process), keeps it alive to the end,
     and removes itself."""
-    from . import _core
+    from .. import _core
 
     def catch(frame, event, arg):
         if event != "call" or frame.f_globals.get("__name__") != "__main__":
@@ -593,7 +596,7 @@ def after_fork_in_child() -> None:
     _Forks.profiling = False  # the top's flag, inherited: this process is a child now
     ChildSession.current = None
     try:
-        from .profiler import _installation_directories, own_prefixes
+        from ..core.session import _installation_directories, own_prefixes
         child = ChildSession(settings, "fork", parent.include if parent is not None else list(settings["include"]))
         child.start(_installation_directories(), own_prefixes(), start_off=-1)
         atexit.register(child.at_exit)

@@ -27,7 +27,6 @@ noise."""
 
 from __future__ import annotations
 
-import argparse
 import ast
 import difflib
 import math
@@ -37,7 +36,9 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-from .model import MB, ProfileError, time_share
+from .rules import time_share
+from .schema import ProfileError
+from .units import MB
 
 # The diff's own format (the --json output): raised when a field is removed or
 # changes its meaning, as pyrometer_schema is for profiles.
@@ -779,7 +780,7 @@ def load_pair(before_path: str, after_path: str,
     return a, b
 
 
-def _finite(value: Any) -> bool:
+def finite(value: Any) -> bool:
     """Whether every number in value is finite (walked without recursion)."""
     stack = [value]
     while stack:
@@ -794,71 +795,5 @@ def _finite(value: Any) -> bool:
     return True
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit status 2
-        from .options import UsageError
-        raise UsageError(message)
-
-
-def command(argv: list[str]) -> int:
-    """`pyrometer diff BEFORE.json AFTER.json [--html FILE] [--json FILE]`: the
-    text report on standard output, the web page and the JSON to their files;
-    the exit status."""
-    from . import model
-    from .messages import error, say, unwritable
-    from .output import report_stream
-    from .options import UsageError
-    from .render import diff_text, json_out, text
-    parser = _Parser(prog="pyrometer diff",
-                     usage="pyrometer diff BEFORE.json AFTER.json [--html FILE] [--json FILE] [--quiet]",
-                     description="Compare two profiles saved with pyrometer --json: per file, line and "
-                                 "function, what got faster, slower, bigger or smaller, beyond sampling noise.")
-    parser.add_argument("before", metavar="BEFORE.json", help="the profile of the run before the change")
-    parser.add_argument("after", metavar="AFTER.json", help="the profile of the run after it")
-    parser.add_argument("--html", metavar="FILE", help="also write the diff as a self-contained web page")
-    parser.add_argument("--json", metavar="FILE", help="also write the diff as JSON (docs/diff.md)")
-    parser.add_argument("--quiet", action="store_true", help="do not say on standard error where files went")
-    try:
-        ns = parser.parse_args(argv)
-    except UsageError as e:
-        return error(str(e))
-    for path in (ns.html, ns.json):
-        problem = unwritable(path) if path is not None else None
-        if problem is not None:
-            return error(problem)
-    try:
-        before, after = load_pair(ns.before, ns.after, model.load)
-        result = compare(before, after, ns.before, ns.after)
-    except (model.ProfileError, DiffError) as e:
-        return error(str(e))
-    except OverflowError:
-        result = None
-    if result is None or not _finite(result):
-        # Each figure of a checked profile is finite, but sums of figures near
-        # the largest float are not.
-        return error(f"{ns.before} and {ns.after} cannot be compared: their figures add up beyond any number")
-    try:
-        written = []
-        if ns.json is not None:
-            json_out.write_report(ns.json, json_out.render(result))
-            written.append(("diff", ns.json))
-        if ns.html is not None:
-            from .render import diff_html
-            json_out.write_report(ns.html, diff_html.render(result))
-            written.append(("web page of the diff", ns.html))
-    except OSError as e:
-        return error(f"cannot write the diff: {e}", 1)
-    stream = report_stream()
-    if stream is not None:
-        tty = stream.isatty()
-        stream.write(diff_text.render(result, color=tty and "NO_COLOR" not in os.environ,
-                                      width=text.terminal_width() if tty else 1 << 20))
-        stream.flush()
-    if not ns.quiet:
-        for what, path in written:
-            say(f"pyrometer: {what} written to {text.visible(path)}")
-    return 0
-
-
 __all__ = ["DiffError", "ProfileError", "compare", "load_pair", "match_files", "match_lines",
-           "DIFF_SCHEMA_VERSION", "NOISE_Z", "command"]
+           "DIFF_SCHEMA_VERSION", "NOISE_Z", "finite"]

@@ -59,7 +59,7 @@ _attached_memory = False
 
 def _memory_there() -> bool:
     try:
-        from . import _core
+        from .. import _core
         return bool(_core.memory_available())
     except ImportError:
         return False
@@ -73,7 +73,7 @@ def _detach_memory() -> None:
         return
     _attached_memory = False
     try:
-        from . import _core
+        from .. import _core
         _core.detach_memory()
     except (ImportError, OSError, RuntimeError):
         pass
@@ -135,7 +135,7 @@ class _Attached:
                 if why is None:
                     self.run.session.stop()
                 else:
-                    from .render import report
+                    from ..render import report
                     raw = self.run.collect()
                     # The command paused the program as the window ended (a
                     # signal, control.h: at that moment, whenever this thread
@@ -205,7 +205,7 @@ def _begin(run_dir: str, settings: dict) -> None:
         _fail(run_dir, "pyrometer attach is already profiling this program")
         return
     from .inprocess import AlreadyProfiling, CannotProfile, InProcessRun
-    from .options import Options
+    from ..settings import Options
     options = Options(children=False)
     for name, value in settings.items():
         setattr(options, name, value)

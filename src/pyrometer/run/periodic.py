@@ -34,14 +34,14 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from .render import json_out
+from ..render import json_out
 
 
 class PeriodicWriter:
     # The module whose child_main() the writer process runs (live.py's view is
     # another consumer of the same reports), and how long a writer that was told
     # the run is over gets to end by itself.
-    CHILD = "pyrometer.periodic"
+    CHILD = "pyrometer.run.periodic"
     EXIT_S = 2.0
 
     def __init__(self, interval: float, job: dict[str, Any]):
@@ -56,11 +56,11 @@ class PeriodicWriter:
 
     def spawn(self) -> None:
         """Start the writer process (before profiling starts: not the program's work)."""
-        from . import _core  # not at the top: the writer process imports this module without it
-        from .preload import environment_without_memhooks
-        package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        from .. import _core  # not at the top: the writer process imports this module without it
+        from ..core.preload import environment_without_memhooks
+        from ..installed import PACKAGE_PARENT
         argv = [sys.executable, "-I", "-S", "-c",
-                f"import sys; sys.path.insert(0, {package_parent!r}); "
+                f"import sys; sys.path.insert(0, {PACKAGE_PARENT!r}); "
                 f"from {self.CHILD} import child_main; child_main()", *self._announced()]
         mine, theirs = _core.periodic_socketpair()
         try:
@@ -90,7 +90,7 @@ class PeriodicWriter:
         """Start the reports; the sampler, which drives them, is running."""
         if self._mine < 0:
             return
-        from . import _core
+        from .. import _core
         self.job["start_time"] = start_time
         self.t0 = t0
         _core.periodic_start(self.interval, self._mine, self._payload)
@@ -99,7 +99,8 @@ class PeriodicWriter:
     def _payload(self) -> bytes:
         """Called by the C core, GIL held, memory counting paused: must not release
         the GIL (no I/O) and must not raise."""
-        from . import _core, focus
+        from .. import _core
+        from ..core import focus
         return marshal.dumps({**self.job, "raw": focus.collect_into(_core.collect()),
                               "elapsed": time.perf_counter() - self.t0})
 
@@ -110,7 +111,7 @@ class PeriodicWriter:
         quiet = False
         if self._mine >= 0:
             if self._begun:
-                from . import _core
+                from .. import _core
                 self.writes, error, quiet = _core.periodic_stop()  # closes the socket
                 self.error = self.error or error
             else:
@@ -179,8 +180,8 @@ def child_main() -> None:
         os.nice(10)  # yield the CPU to the program being profiled
     except OSError:
         pass
-    from . import model
-    from .render import report
+    from .. import model
+    from ..render import report
     # Plain descriptors, no buffered streams: an answer to a program that is gone
     # fails here, once, and nothing is left to flush at exit.
     jobs, answers = 0, 1

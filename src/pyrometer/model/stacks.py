@@ -14,7 +14,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from . import contract
+from ..core import contract
 
 NS = 1e-9
 # The C core's id of the bucket of stacks past the cap (STACK_TABLE_OTHER).

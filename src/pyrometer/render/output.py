@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .messages import error, say, unwritable
+from ..messages import error, say, unwritable
 
 
 def report_stream():
@@ -44,7 +44,7 @@ def report_path(fmt: str, outfile: str | None, periodic: bool = False,
     if outfile is not None:
         return outfile
     if fmt == "html" or periodic or (fmt == "json" and stdout_shared):
-        from .render.json_out import chosen_name
+        from .json_out import chosen_name
         return chosen_name(DEFAULT_FILES[fmt])
     return None
 
@@ -55,9 +55,9 @@ DEFAULT_FILES = {"html": "pyrometer-profile.html", "json": "pyrometer-profile.js
 def write_report(profile: dict, fmt: str, path: str | None, web: bool = False) -> bool | None:
     """The report, rendered and written to path (None: standard output).  For
     --web, whether a browser was opened; None otherwise."""
-    from .render import json_out, report
+    from . import json_out, report
     if path is None:
-        from .render import text
+        from . import text
         stream = report_stream()
         to_terminal = (stream or sys.stderr).isatty()
         # A terminal's width is respected; a file or a pipe gets the lines whole
@@ -79,8 +79,8 @@ def where_written(fmt: str, shown: str, path: str, *, opened: bool | None = None
     pyrometer was started in, which is the shell's, whatever the program did
     with its own); path: the same, absolute."""
     import shlex
-    from .render.json_out import written_in_place
-    from .render.visible import visible
+    from ..private_files import written_in_place
+    from ..visible import visible
     what = {"json": "profile", "html": "web report", "text": "report"}[fmt]
     line = f"pyrometer: {what} written to {visible(shown)}"
     if interval is not None:
@@ -124,10 +124,11 @@ def write_exports(profile: dict, exports: dict[str, tuple[str, str]], metric: st
     """Each export asked for, written to its file; False (having said why) when
     one could not be.  name: the profile, for the messages."""
     import shlex
-    from .render import export
-    from .render.json_out import write_report as write_file, written_in_place
-    from .render.stacks import ExportError
-    from .render.visible import visible
+    from . import export
+    from ..private_files import written_in_place
+    from .json_out import write_report as write_file
+    from .frames import ExportError
+    from ..visible import visible
     ok = True
     for fmt, (shown, path) in exports.items():
         try:
@@ -152,12 +153,12 @@ def write_exports(profile: dict, exports: dict[str, tuple[str, str]], metric: st
 
 def _open_page(path: str) -> bool:
     """--web: whether a browser was opened; never an error."""
-    from .preload import environment_without_memhooks
-    from .render import html
+    from ..core.preload import environment_without_memhooks
+    from . import html
     # The browser must not inherit the memory library.
     clean = environment_without_memhooks()
     os.environ.pop("LD_PRELOAD", None)
-    if "pyrometer.children" in sys.modules:  # nor is it one of the program's children
-        sys.modules["pyrometer.children"].restore_environment(os.environ)
+    if "pyrometer.run.children" in sys.modules:  # nor is it one of the program's children
+        sys.modules["pyrometer.run.children"].restore_environment(os.environ)
     os.environ.update(clean)
     return bool(html.open_in_browser(path))

@@ -1,0 +1,25 @@
+"""The profile model: the one document every report and export reads.
+
+- build.py: the C core's records turned into the profile (and Focus, what
+  @profile narrows it to);
+- rules.py: the rules every report follows (time share, significant, hot),
+  decided once;
+- schema.py: the profile's fields, and a saved profile read and checked
+  against them (pyrometer view);
+- stacks.py: the call stacks; verdict.py: what bounds the run; since.py: what a
+  run did between two snapshots (the live view); diff.py: two profiles compared;
+  units.py: what figures are counted in.
+
+Field names follow Scalene's JSON where Scalene reports the same quantity;
+docs/profile-schema.md lists every field with its unit.  Renderers never
+recompute these numbers.  What follows is the model's face to the rest of the
+package."""
+
+from .build import build
+from .rules import FEW_SAMPLES, HOT_FACTOR, mark, reduced, sampling, significant, thresholds, time_share
+from .schema import SCHEMA_VERSION, ProfileError, check, load, loads
+from .since import since
+
+__all__ = ["build", "FEW_SAMPLES", "HOT_FACTOR", "mark", "reduced", "sampling", "significant", "thresholds",
+           "time_share",
+           "SCHEMA_VERSION", "ProfileError", "check", "load", "loads", "since"]

@@ -1,0 +1,84 @@
+"""The rules every report follows, decided once here and written into the
+profile: a line's share of the run's time, what is significant (kept by
+--reduced-profile and the page's reduced view) and what is hot or warm.
+The renderers read these marks from the profile; none has a copy of a rule."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
+if TYPE_CHECKING:
+    from typing import Any
+
+from ..settings import OPTION_DEFAULTS
+
+
+def time_share(entry: dict[str, Any]) -> float:
+    """A line's or function's share of the run's time, in percent, of every kind."""
+    return (entry["n_cpu_percent_python"] + entry["n_cpu_percent_c"] + entry["n_sys_percent"]
+            + entry.get("n_gil_wait_percent", 0.0) + entry.get("n_cpu_wait_percent", 0.0))
+
+
+def significant(entry: dict[str, Any], threshold: float, malloc_threshold: float | None = None) -> bool:
+    """Whether a line or function reaches the CPU threshold (percent of run time,
+    of await time, of GPU time) or, when memory was profiled, the malloc
+    threshold (MB allocated): what --reduced-profile and the page's reduced
+    view keep."""
+    cpu = (time_share(entry) >= threshold or entry.get("n_await_percent", 0.0) >= threshold
+           or entry.get("n_gpu_percent", 0.0) >= threshold)
+    return cpu or (malloc_threshold is not None and entry.get("n_malloc_mb", 0.0) >= malloc_threshold)
+
+
+# A line or function is hot, the reports' strongest mark, at this many times
+# the CPU threshold.
+HOT_FACTOR = 5.0
+
+
+def mark(entry: dict[str, Any], threshold: float, malloc_threshold: float | None = None) -> str:
+    """How the terminal and the page mark a line or function: "hot" at
+    HOT_FACTOR times the CPU threshold of the run's time, "warm" at the
+    threshold or at the malloc threshold, else "".  Decided here once: the
+    page's script had a copy of this rule and of significant()'s, and its
+    copy of significant() left out GPU time (a GPU-only line kept by
+    --reduced-profile showed in the terminal and not on the page)."""
+    share = time_share(entry)
+    if share >= threshold * HOT_FACTOR:
+        return "hot"
+    if share >= threshold or (malloc_threshold is not None and entry.get("n_malloc_mb", 0.0) >= malloc_threshold):
+        return "warm"
+    return ""
+
+
+def thresholds(profile: dict[str, Any]) -> tuple[float, float | None]:
+    """The run's CPU threshold and its malloc threshold (None: memory was not
+    profiled), as significant() and mark() take them."""
+    return limits(profile["options"], bool(profile.get("memory")))
+
+
+def limits(options: dict[str, Any], memory: bool) -> tuple[float, float | None]:
+    """thresholds() from a run's options, before its profile is built."""
+    malloc = options.get("malloc_threshold", OPTION_DEFAULTS["malloc_threshold"])
+    return options["cpu_percent_threshold"], malloc if memory else None
+
+
+def reduced(profile: dict[str, Any]) -> dict[str, Any]:
+    """The profile as --reduced-profile would have written it: only the lines and
+    functions at or above the thresholds."""
+    options = dict(profile["options"], reduced_profile=True)
+    threshold, malloc_threshold = thresholds(profile)
+    files = {name: dict(f, lines=[e for e in f["lines"] if significant(e, threshold, malloc_threshold)],
+                        functions=[e for e in f["functions"] if significant(e, threshold, malloc_threshold)])
+             for name, f in profile["files"].items()}
+    return dict(profile, options=options, files=files)
+
+
+# Fewer CPU samples than this and the shares are rough: the reports say so,
+# and the verdict does not judge what bounds the run.
+FEW_SAMPLES = 20
+
+
+def sampling(profile: dict[str, Any]) -> str:
+    """What the reports say of the run's CPU samples: "none" (the run was too
+    brief to be sampled), "few" (fewer than FEW_SAMPLES: the shares are
+    rough) or "" (enough)."""
+    samples = profile["cpu_samples"]
+    return "none" if not samples else "few" if samples < FEW_SAMPLES else ""
