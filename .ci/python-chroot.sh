@@ -30,7 +30,7 @@ PYTHONS=(3.14 3.15)
 # C unit tests' list of known bugs).  Not
 # chromium or go (about 400 MB more): the web report's browser tests and the
 # pprof read-back run in the host's suites, on the same report code.
-# jemalloc and tcmalloc: the allocators of tests/test_native_libraries.py.
+# jemalloc and tcmalloc: the allocators of tests/end_to_end/test_native_libraries.py.
 PACKAGES="python3.14-dev,python3.15-dev,python3.14-venv,python3.15-venv,gcc,libc6-dev,make,tmux,valgrind,procps,git,libjemalloc2,libtcmalloc-minimal4"
 # The commands (or, starting with /, files) of those packages that the suite
 # uses: a cached chroot made before one was added gets it with apt-get inside,

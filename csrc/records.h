@@ -3,7 +3,7 @@
  * table, which both builds the record and is exported as its list of names
  * (_core.MEMORY_LINE_FIELDS, MEMORY_STACK_SUMS, MEMORY_RUN_FIELDS,
  * GPU_LINE_SUMS, GPU_DEVICE_FIELDS, GPU_RUN_FIELDS, GPU_KERNELS_FIELDS),
- * so that tests/test_contract.py can hold the Python side to them. */
+ * so that tests/unit/test_contract.py can hold the Python side to them. */
 #ifndef PYROMETER_RECORDS_H
 #define PYROMETER_RECORDS_H
 

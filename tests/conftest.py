@@ -6,7 +6,7 @@
 - ``fake_cupti_dir``: builds the CUPTI test double tests/gpu/fake_cupti.c the
   same way (libcupti.so.13).
 - ``fake_nvml_dir``: builds the NVML test double tests/gpu/fake_nvml.c once per
-  session into a temporary directory as libnvidia-ml.so.1 (tests/test_gpu.py puts
+  session into a temporary directory as libnvidia-ml.so.1 (tests/end_to_end/test_gpu.py puts
   it on LD_LIBRARY_PATH).
 - ``run_pyrometer``: runs ``python -m pyrometer ...`` in a subprocess with that
   PYTHONPATH.

@@ -50,38 +50,38 @@ REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "build" / "sanitized"
 # The ground-truth programs and the stress test; the CPU accuracy tests measure
 # timing, which the sanitizers' overhead changes, so only their hardening part.
-DEFAULT_TESTS = ["tests/test_accuracy_memory.py", "tests/test_hardening.py", "tests/test_fork.py",
-                 "tests/test_stress.py", "tests/test_accuracy_cpu.py::test_charged_cpu_never_exceeds_process_cpu",
-                 "tests/test_accuracy_cpu.py::test_threads_get_their_own_cpu",
+DEFAULT_TESTS = ["tests/accuracy/test_accuracy_memory.py", "tests/end_to_end/test_hardening.py", "tests/end_to_end/test_fork.py",
+                 "tests/end_to_end/test_stress.py", "tests/accuracy/test_accuracy_cpu.py::test_charged_cpu_never_exceeds_process_cpu",
+                 "tests/accuracy/test_accuracy_cpu.py::test_threads_get_their_own_cpu",
                  # Frames that returned between the request and the answer:
                  # codes proven alive through the caller's module.
-                 "tests/test_accuracy_cpu.py::test_native_operator_in_a_returned_function_keeps_its_line",
+                 "tests/accuracy/test_accuracy_cpu.py::test_native_operator_in_a_returned_function_keeps_its_line",
                  # Also the new bounded tests (an exec loop's code objects come
                  # and go: the weak references' callbacks under ASan).
-                 "tests/test_bounded.py",
+                 "tests/end_to_end/test_bounded.py",
                  # The GPU kernel tier: its callbacks run inside the program's
                  # CUDA calls, on the program's threads (the CUPTI test double).
-                 "tests/test_gpu_kernels.py",
+                 "tests/end_to_end/test_gpu_kernels.py",
                  # Loops' jumps back decoded from the bytecode; a waiting
                  # thread's CPU, an unmet t0 and a blocked main thread's CPU
                  # charged to positions read at a request.
-                 "tests/test_accuracy_cpu.py::test_a_loops_jump_back_is_the_loops_line",
-                 "tests/test_accuracy_cpu.py::test_a_thread_waiting_for_the_gil_keeps_its_cpu_where_it_ran",
-                 "tests/test_accuracy_cpu.py::test_a_recursion_that_unwinds_keeps_its_lines",
-                 "tests/test_accuracy_cpu.py::test_freeing_before_a_sleep_is_not_the_sleeps",
+                 "tests/accuracy/test_accuracy_cpu.py::test_a_loops_jump_back_is_the_loops_line",
+                 "tests/accuracy/test_accuracy_cpu.py::test_a_thread_waiting_for_the_gil_keeps_its_cpu_where_it_ran",
+                 "tests/accuracy/test_accuracy_cpu.py::test_a_recursion_that_unwinds_keeps_its_lines",
+                 "tests/accuracy/test_accuracy_cpu.py::test_freeing_before_a_sleep_is_not_the_sleeps",
                  # Peeks in turn, the GIL holder's peek, held CPU placed later
                  # (thread tracks read after the snapshot's loop), a peeked kind.
-                 "tests/test_accuracy_cpu.py::test_many_threads_keep_their_cpu_where_it_ran",
-                 "tests/test_accuracy_cpu.py::test_a_worker_is_python_where_it_ran_bytecode",
+                 "tests/accuracy/test_accuracy_cpu.py::test_many_threads_keep_their_cpu_where_it_ran",
+                 "tests/accuracy/test_accuracy_cpu.py::test_a_worker_is_python_where_it_ran_bytecode",
                  # The kernel's word on a peeked thread (its syscall file: asleep
                  # on the GIL), a holder's CPU clock around its peek.
-                 "tests/test_accuracy_cpu.py::test_a_native_thread_beside_a_python_thread",
-                 "tests/test_accuracy_cpu.py::test_gil_contention_is_gil_wait[builtin_call]",
+                 "tests/accuracy/test_accuracy_cpu.py::test_a_native_thread_beside_a_python_thread",
+                 "tests/accuracy/test_accuracy_cpu.py::test_gil_contention_is_gil_wait[builtin_call]",
                  # A child's __main__ code followed from a profile function.
-                 "tests/test_children.py::test_a_short_childs_module_level_memory_is_on_its_line",
+                 "tests/end_to_end/test_children.py::test_a_short_childs_module_level_memory_is_on_its_line",
                  # The library attached to a running interpreter (got.c), the
                  # blocks Python made before it freed after; and preloaded.
-                 "tests/test_attach.py", "tests/test_preload.py", "tests/test_native_libraries.py"]
+                 "tests/end_to_end/test_attach.py", "tests/end_to_end/test_preload.py", "tests/end_to_end/test_native_libraries.py"]
 STRESS_SECONDS = "8"
 INJECTED = (
     "csrc/memory/pyalloc.c",

@@ -10,7 +10,7 @@ What may happen to an input: model.ProfileError (what `pyrometer view` turns
 into its one-line message and exit status 2), or every report is rendered,
 can be written as UTF-8, and the terminal report holds no control character
 but its own newlines and styles.  Anything else is a bug: libFuzzer stops and
-writes the input as crash-<sha1> (see -artifact_prefix).  tests/test_fuzz.py
+writes the input as crash-<sha1> (see -artifact_prefix).  tests/unit/test_fuzz.py
 runs this for a bounded time.
 
 Inputs are read two ways, chosen by their first byte.  Even: the rest is the

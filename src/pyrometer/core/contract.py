@@ -2,7 +2,7 @@
 CPU sums (csrc/module.c, sums_tuple, builds them in this order and names them
 in `_core.CPU_SUMS`), of each call stack's memory sums and of each line's
 GPU sums (csrc/records.c, `_core.MEMORY_STACK_SUMS`, `_core.GPU_LINE_SUMS`);
-tests/test_contract.py checks that each pair agrees, and that the records'
+tests/unit/test_contract.py checks that each pair agrees, and that the records'
 fields are those csrc/records.c names (`_core.MEMORY_LINE_FIELDS`,
 `MEMORY_RUN_FIELDS`, `GPU_RUN_FIELDS`, ...), which the model reads by name.  The model, the merge of processes and the call stacks read the sums
 through these positions, never by their own unpacking."""

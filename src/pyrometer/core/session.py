@@ -34,7 +34,7 @@ def _own_prefixes() -> tuple[str, ...]:
     pseudo-file the core never reports).  `python -m pyrometer` runs through
     runpy, below every frame of the run: with --profile-all, a sample that met
     only pyrometer's frames above it (as the run starts or ends) was charged to
-    runpy's line on 3.10 (tests/test_cli.py, test_own_files_never_reported)."""
+    runpy's line on 3.10 (tests/end_to_end/test_cli.py, test_own_files_never_reported)."""
     import runpy  # imported already by the launcher and by `python -m`
     own = {_with_sep(PACKAGE_DIR), _with_sep(os.path.realpath(PACKAGE_DIR))}
     path = getattr(runpy, "__file__", None)

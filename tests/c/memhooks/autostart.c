@@ -1,5 +1,5 @@
 /* libmemhooks_autostart.so: preloaded after libpyrometer_memhooks.so into real
- * programs (python3 with numpy, sqlite3, git, ls; see tests/test_c_units.py) so
+ * programs (python3 with numpy, sqlite3, git, ls; see tests/c/test_c_units.py) so
  * that they run with the hooks started, every sampled allocation watched, and the
  * sample and freed functions called from whatever threads the program has.  The
  * program's output must not change.

@@ -220,7 +220,7 @@ def test_keyboard_interrupt(tmp_path, run_pyrometer):
 
 
 def test_missing_script(tmp_path, run_pyrometer):
-    """python's own line and status (tests/test_start.py has every such case)."""
+    """python's own line and status (tests/end_to_end/test_start.py has every such case)."""
     proc = run_pyrometer(["does_not_exist.py"], cwd=tmp_path)
     ref = run_python(["does_not_exist.py"], cwd=tmp_path)
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, ref.stderr, "")

@@ -26,7 +26,7 @@ import pytest
 
 from conftest import program_env
 
-CORPUS = Path(__file__).parent / "corpus"
+CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 # Each program and the modules it needs.
 PROGRAMS = {
     "numpy_arrays.py": ["numpy"],

@@ -378,7 +378,7 @@ def test_usage_errors(run_pyrometer, tmp_path):
                        (["--gpu-kernels", "--cpu-only"], "--gpu-kernels contradicts --cpu-only")):
         proc = run_pyrometer([*args, prog])
         assert proc.returncode != 0 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-    # --cpu-only --gpu profiles the GPU (tests/test_control.py): the kernel tier may join it.
+    # --cpu-only --gpu profiles the GPU (tests/end_to_end/test_control.py): the kernel tier may join it.
     proc = run_pyrometer(["--cpu-only", "--gpu", "--gpu-kernels", "--json", "--outfile", tmp_path / "o.json", prog])
     assert proc.returncode == 0, proc.stderr
 

@@ -27,7 +27,7 @@ from pyrometer import model
 from pyrometer.render import collapsed, firefox, pprof, speedscope
 from pyrometer.render.frames import METRICS, ExportError, Stacks, metrics
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parent.parent / "data"
 GO = shutil.which("go")
 needs_go = pytest.mark.skipif(GO is None, reason="go is not installed (apt-get install golang-go; .ci/run "
                                                  "installs it): the pprof export is read back by go tool pprof")

@@ -15,8 +15,8 @@ import ast
 import re
 from pathlib import Path
 
-CSRC = Path(__file__).resolve().parent.parent / "csrc"
-PACKAGE = Path(__file__).resolve().parent.parent / "src" / "pyrometer"
+CSRC = Path(__file__).resolve().parents[2] / "csrc"
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "pyrometer"
 # Modules of the package that are not Python sources: they import none of it.
 EXTENSIONS = {"pyrometer._core"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -27,7 +27,7 @@ import sys
 
 import pytest
 
-C_TESTS = pathlib.Path(__file__).resolve().parent / "c"
+C_TESTS = pathlib.Path(__file__).resolve().parent
 
 # Known-bug tests in tests/c (UNIT_KNOWN_BUG), by name; kept equal to each binary's
 # own list by test_known_bug_list_is_current and test_memhooks_known_bug_list_is_current.

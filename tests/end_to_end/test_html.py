@@ -138,7 +138,7 @@ def test_summary(page):
 
 
 def test_verdict_first(page, report):
-    """The verdict (the model's field, tests/test_verdict.py) heads the page,
+    """The verdict (the model's field, tests/accuracy/test_verdict.py) heads the page,
     before the run's figures, its lines linked to their rows."""
     assert page.eval("!!document.getElementById('verdict')"), "no verdict on the page"
     first = page.eval("document.getElementById('verdict').compareDocumentPosition("

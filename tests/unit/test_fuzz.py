@@ -20,7 +20,7 @@ import pytest
 
 from synthetic import make_profile
 
-FUZZ = Path(__file__).resolve().parent / "fuzz"
+FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
 
 
 def test_fuzz_view(tmp_path):

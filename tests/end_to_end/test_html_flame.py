@@ -1,7 +1,7 @@
 """The web report's flame graph in a real browser (chromium headless, tests/browser.py):
 drawn from the profile's call stacks with the page's own code, CPU/time and
 allocated memory, click to zoom in and out, the search marking frames.  The
-profile is the ground truth of tests/test_exports.py, so every width and total
+profile is the ground truth of tests/end_to_end/test_exports.py, so every width and total
 is known."""
 
 from __future__ import annotations
