@@ -730,6 +730,20 @@ int gpu_start(int explicit_request, int kernels, void (*own_thread)(int own))
     atomic_store(&G.phase, PHASE_STARTING);
     G.pausing = 0;
     G.paused = 0;
+    char why[NOTICE_SIZE];
+    if (!kernels && G.backend->known_absent != NULL && G.backend->known_absent(why, sizeof why)) {
+        /* What the thread would find at once, told without starting it (a
+         * profile per test under pytest --pyrometer started and ended a
+         * thread for nothing each time); no GPU measurement will look back
+         * at the lines. */
+        pthread_mutex_lock(&G.lock);
+        snprintf(G.why, sizeof G.why, "%s", why);
+        pthread_mutex_unlock(&G.lock);
+        atomic_store(&G.phase, PHASE_ABSENT);
+        line_timeline_enable(0);
+        G.started = 1;
+        return 0;
+    }
     if (forks_register(pause_for_fork, resume_after_fork) != 0) {
         atomic_store(&G.phase, PHASE_OFF);
         line_timeline_enable(0);

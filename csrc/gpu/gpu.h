@@ -153,6 +153,11 @@ typedef struct {
      * there is nothing to profile (no library, no device), -1 when the library
      * failed; why filled in for both. */
     int (*open)(char *why, size_t why_size);
+    /* The one function called off the GPU thread (GIL held, no GPU thread of
+     * this run started yet): 1, why filled in, when open would find nothing
+     * and that is known without blocking (the library was searched for
+     * before, in vain, and none is loaded since); else 0.  May be NULL. */
+    int (*known_absent)(char *why, size_t why_size);
     void (*device_name)(int device, char *out, size_t size);
     /* GPU_OK or GPU_FAILED/GPU_UNSUPPORTED (why filled in). */
     int (*process_usage)(int device, pid_t pid, gpu_process_usage *out, char *why, size_t why_size);

@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 #include <limits.h>
 #include <link.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +171,11 @@ static int loaded_nvml(char *out, size_t size)
     return dl_iterate_phdr(find_loaded_nvml, bounds) == 1;
 }
 
+/* The ordinary search found no library (its words in search_failed, written
+ * before nvml_absent is set): read by nvml_known_absent off the GPU thread. */
+static char search_failed[256];
+static atomic_int nvml_absent;
+
 static int nvml_open(char *why, size_t why_size)
 {
     if (N.library == NULL) {
@@ -180,7 +186,6 @@ static int nvml_open(char *why, size_t why_size)
          * searched for again (a profile per test under pytest --pyrometer
          * made 4 to 25 failed opens each; RTLD_NOLOAD still searches). */
         static int searched;
-        static char search_failed[256]; /* the search's own words, said again */
         char loaded[PATH_MAX];
         const char *name = !searched ? "libnvidia-ml.so.1" : loaded_nvml(loaded, sizeof loaded) ? loaded : NULL;
         N.library = name != NULL ? dlopen(name, RTLD_NOW | RTLD_LOCAL) : NULL;
@@ -190,9 +195,11 @@ static int nvml_open(char *why, size_t why_size)
                 snprintf(search_failed, sizeof search_failed, "%s", e != NULL ? e : "libnvidia-ml.so.1 not found");
             }
             searched = 1;
+            atomic_store_explicit(&nvml_absent, 1, memory_order_release);
             snprintf(why, why_size, "no NVIDIA library (%s)", search_failed);
             return 0; /* nothing to profile here, rather than a failure */
         }
+        atomic_store_explicit(&nvml_absent, 0, memory_order_release);
     }
     FIND(init, "nvmlInit_v2");
     FIND(shutdown, "nvmlShutdown");
@@ -366,9 +373,20 @@ static int nvml_busy_samples(int device, enum gpu_source source, pid_t pid, uint
     return *count ? GPU_OK : GPU_NOTHING_NEW;
 }
 
+static int nvml_known_absent(char *why, size_t why_size)
+{
+    char loaded[PATH_MAX];
+    if (!atomic_load_explicit(&nvml_absent, memory_order_acquire) || loaded_nvml(loaded, sizeof loaded)) {
+        return 0;
+    }
+    snprintf(why, why_size, "no NVIDIA library (%s)", search_failed);
+    return 1;
+}
+
 const gpu_backend gpu_nvml_backend = {
     .name = "NVML",
     .open = nvml_open,
+    .known_absent = nvml_known_absent,
     .device_name = nvml_device_name,
     .process_usage = nvml_process_usage,
     .busy_samples = nvml_busy_samples,

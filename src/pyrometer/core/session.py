@@ -74,6 +74,16 @@ def _installation_directories() -> list[str]:
 
 
 def reported_directories(program_directory: str) -> list[str]:
+    """See _reported_directories; the working directory read at each call."""
+    try:
+        here = os.getcwd()
+    except OSError:  # the working directory was removed
+        here = None
+    return list(_reported_directories(program_directory, here))
+
+
+@functools.lru_cache(maxsize=8)
+def _reported_directories(program_directory: str, here: str | None) -> tuple[str, ...]:
     """The code a user calls theirs, reported by default: the files under the
     program's directory and under the working directory pyrometer started in
     (a server started through a console script, `pyrometer gunicorn app:app`,
@@ -81,13 +91,9 @@ def reported_directories(program_directory: str) -> list[str]:
     never the standard library or installed packages (_installation_directories,
     which win).  The root as working directory would be everything: left out."""
     dirs = {program_directory}
-    try:
-        here = os.getcwd()
-    except OSError:  # the working directory was removed
-        here = None
     if here is not None and os.path.dirname(here) != here:
         dirs.add(here)
-    return sorted({_with_sep(p) for d in dirs for p in (os.path.abspath(d), os.path.realpath(d))})
+    return tuple(sorted({_with_sep(p) for d in dirs for p in (os.path.abspath(d), os.path.realpath(d))}))
 
 
 def gpu_mode(gpu: bool | None, kernels: bool = False) -> int:
