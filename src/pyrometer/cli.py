@@ -47,7 +47,7 @@ def _profile(options: Options) -> int:
         print(e, file=sys.stderr)  # python's own words: the caller compares them with python's
         return e.status
     launcher.prepare(target)
-    if options.live:  # pyrometer top (live.py)
+    if options.live:  # pyrometer top (run/top.py)
         from .run.top import terminal_problem
         problem = terminal_problem()
         if problem is not None:
@@ -160,7 +160,7 @@ def _profile(options: Options) -> int:
                 "program": target.display, "argv": target.argv, "options": options.as_profile_options(),
                 "format": fmt, "path": path, "sources": target.sources})
             writer.spawn()
-        elif options.live:  # pyrometer top: the same snapshots, drawn on the terminal (live.py)
+        elif options.live:  # pyrometer top: the same snapshots, drawn on the terminal (run/top.py)
             from .run.top import LiveView
             writer = LiveView({"program": target.display, "argv": target.argv,
                                "options": options.as_profile_options(), "format": fmt, "path": path,
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "run":
         argv = argv[1:]
     elif argv and argv[0] == "top":
-        argv = ["--live", *argv[1:]]  # pyrometer top PROG: the live view (live.py)
+        argv = ["--live", *argv[1:]]  # pyrometer top PROG: the live view (run/top.py)
     try:
         options = parse(argv)
     except UsageError as e:

@@ -35,8 +35,8 @@ class Options:
     profile_interval: float | None = None
     cpu_only: bool = False
     profile_all: bool = False
-    profile_only: list[str] = []  # a new list for each (records.py)
-    profile_exclude: list[str] = []  # a new list for each (records.py)
+    profile_only: list[str] = []  # a new list for each (structs.py)
+    profile_exclude: list[str] = []  # a new list for each (structs.py)
     use_virtual_time: bool = False
     cpu_percent_threshold: float = OPTION_DEFAULTS["cpu_percent_threshold"]
     cpu_sampling_rate: float = OPTION_DEFAULTS["cpu_sampling_rate"]
@@ -52,7 +52,7 @@ class Options:
     children: bool = True
     force_version: bool = False
     quiet: bool = False
-    live: bool = False  # pyrometer top: the live view while the program runs (live.py)
+    live: bool = False  # pyrometer top: the live view while the program runs (run/top.py)
     off: bool = False  # start paused (pyrometer.start() or --on --pid resumes)
     on: bool = False   # with pid: resume that program
     pid: int | None = None  # pause (--off) or resume (--on) that running program
@@ -65,7 +65,7 @@ class Options:
     # -- end of exports
     module: str | None = None
     command: str | None = None  # -c CODE
-    program: list[str] = []  # a new list for each (records.py)
+    program: list[str] = []  # a new list for each (structs.py)
 
     @property
     def format(self) -> str:

@@ -88,7 +88,7 @@ def stacked_profile(memory: bool = True) -> dict:
     return model.check(json.loads(json.dumps(profile)))
 
 
-# ---- the model of the exports (render/stacks.py) ----
+# ---- the model of the exports (render/frames.py) ----
 
 def test_weighted_stacks_put_each_kind_under_its_leaf_frame():
     stacks = Stacks(stacked_profile())

@@ -1,7 +1,9 @@
-"""The rules every report follows, decided once here and written into the
-profile: a line's share of the run's time, what is significant (kept by
---reduced-profile and the page's reduced view) and what is hot or warm.
-The renderers read these marks from the profile; none has a copy of a rule."""
+"""The rules every report follows, decided once here: a line's share of the
+run's time, what is significant (kept by --reduced-profile and the page's
+reduced view), what is hot or warm, and whether the samples were too few to
+trust the shares.  The terminal calls them; the web page reads their
+outcomes from its page data (render/html.py), so that no renderer has a copy
+of a rule (tests/end_to_end/test_html.py checks the page against them)."""
 
 from __future__ import annotations
 

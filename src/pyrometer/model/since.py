@@ -11,10 +11,8 @@ if TYPE_CHECKING:
 from .rules import time_share
 
 
-
 # The seconds of an entry that make up its share of the run's time (time_share).
 _TIME_SECONDS = ("n_cpu_python_sec", "n_cpu_native_sec", "n_sys_sec", "n_gil_wait_sec", "n_cpu_wait_sec")
-
 
 
 def since(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,7 @@ stack: "frame;frame;frame value", root first, for flamegraph.pl, inferno,
 speedscope and most flame graph tools.  One metric per file (--collapsed-metric,
 "time" by default): the format has one value per line.  Time is in whole
 nanoseconds, bytes in bytes; a frame is "function (file.py:line)" (Stacks.labels),
-the synthetic frames of render/stacks.py as they are named there."""
+the synthetic frames of render/frames.py as they are named there."""
 
 from __future__ import annotations
 

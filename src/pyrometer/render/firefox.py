@@ -36,7 +36,7 @@ OTHER_CATEGORY, PYTHON_CATEGORY = 0, 1
 SYNTHETIC_CATEGORY = {NATIVE: 2, SYSTEM: 3, GIL_WAIT: 4, CPU_WAIT: 4, UNATTRIBUTED: OTHER_CATEGORY,
                       OTHER: OTHER_CATEGORY}
 WEIGHT = {"seconds": ("tracing-ms", 1e3), "bytes": ("bytes", 1)}
-TRACKS = ("time", "alloc", "copy", "gpu")  # the metrics (render/stacks.py) shown as tracks
+TRACKS = ("time", "alloc", "copy", "gpu")  # the metrics (render/frames.py) shown as tracks
 
 
 def _tables(stacks: Stacks, strings: Strings) -> tuple[dict, dict, dict, dict]:

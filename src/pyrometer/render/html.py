@@ -112,7 +112,7 @@ def _entries(entries: list[dict[str, Any]], fields: list[str], with_text: bool,
 
 
 # A frame's kind in the flame graph (its colour): a line of the program, or one
-# of the synthetic frames of render/stacks.py.
+# of the synthetic frames of render/frames.py.
 FLAME_KINDS = {None: 0, "[native]": 1, "[system]": 2, "[GIL wait]": 3, "[CPU wait]": 3,
                "[unattributed]": 4, "[other stacks]": 4}
 FLAME_METRICS = ("time", "alloc")
@@ -122,7 +122,7 @@ def flame_data(profile: dict[str, Any]) -> dict[str, Any] | None:
     """The call stacks for the flame graph, or None (a profile without them):
     frames as [function, file as shown, line, kind] and stacks as [path, time
     in seconds, bytes allocated] with the synthetic leaf frames in the paths
-    (render/stacks.py), so that the page only adds them up into its tree."""
+    (render/frames.py), so that the page only adds them up into its tree."""
     from .frames import ExportError, Stacks, metrics
     try:
         stacks = Stacks(profile)

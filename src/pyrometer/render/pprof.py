@@ -4,7 +4,7 @@ Parca read.  Written by the small protobuf encoder below (varints and
 length-delimited fields are all profile.proto needs), so pyrometer needs no
 protobuf package.
 
-One sample type per metric of render/stacks.py (time in nanoseconds, bytes in
+One sample type per metric of render/frames.py (time in nanoseconds, bytes in
 bytes); "time" (all kinds together) is the default one.  Each reported line is
 a Location with one Line, whose Function has the name, file and first line of
 the function; a stack is one Sample per kind of time it holds, the kind's
@@ -34,7 +34,7 @@ FUNCTION_ID, FUNCTION_NAME, FUNCTION_SYSTEM_NAME, FUNCTION_FILENAME, FUNCTION_ST
 
 VARINT, LENGTH_DELIMITED = 0, 2
 
-# pprof's names for the metrics (render/stacks.py METRICS), with their units.
+# pprof's names for the metrics (render/frames.py METRICS), with their units.
 SAMPLE_TYPES = {"time": "time", "python": "python_cpu", "native": "native_cpu", "system": "system",
                 "gil_wait": "gil_wait", "cpu_wait": "cpu_wait", "alloc": "alloc_space", "copy": "copy_space",
                 "gpu": "gpu_time"}

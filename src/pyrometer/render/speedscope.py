@@ -1,6 +1,6 @@
 """The profile's call stacks in speedscope's file format
 (https://www.speedscope.app/file-format-schema.json): one "sampled" profile per
-metric of render/stacks.py, each stack a sample weighted by the metric's
+metric of render/frames.py, each stack a sample weighted by the metric's
 figure, the frames shared.  A profile aggregates stacks, it has no timeline, so
 "sampled" (not "evented") is the type that fits: speedscope's left-heavy and
 sandwich views are exact, its time order view shows the stacks one after

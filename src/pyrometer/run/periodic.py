@@ -38,7 +38,7 @@ from ..render import json_out
 
 
 class PeriodicWriter:
-    # The module whose child_main() the writer process runs (live.py's view is
+    # The module whose child_main() the writer process runs (run/top.py's view is
     # another consumer of the same reports), and how long a writer that was told
     # the run is over gets to end by itself.
     CHILD = "pyrometer.run.periodic"

@@ -697,7 +697,7 @@
   }
 
   /* ---- the flame graph ----
-   * The call stacks (D.flame: render/stacks.py's paths, root first, with their
+   * The call stacks (D.flame: render/frames.py's paths, root first, with their
    * synthetic leaf frames "[native]", "[system]"...) added up into a tree and
    * drawn as rows of boxes, the root on top, each as wide as its share.  Click
    * a box to zoom into it, one of the boxes above it (or "all") to zoom out;
