@@ -40,7 +40,7 @@ def main() -> None:
         t3 = time.perf_counter()
         raw = run.collect()
         t4 = time.perf_counter()
-        profile = run.build(raw, listing=False)
+        profile = run.build(raw, listing="data")
         t5 = time.perf_counter()
         pytest_plugin.summary(profile, {}, options.memory)
         t6 = time.perf_counter()

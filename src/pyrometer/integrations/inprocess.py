@@ -2,7 +2,7 @@
 it: `profile_this(func, *args, **kwargs)` from any program, and the notebook
 magics (jupyter.py).
 
-The measuring core is the one the command uses (profiler.Session); what differs
+The measuring core is the one the command uses (core.session.Session); what differs
 is what the process has.  CPU is always there.  Memory needs the memory library
 (libpyrometer_memhooks.so), which the first profile attaches to the running
 process (preload.attach: every loaded object's allocator calls are pointed at
@@ -128,7 +128,7 @@ class InProcessRun:
         self.session.stop()
         return self.session.collect()
 
-    def build(self, raw: dict[str, Any], error: BaseException | None = None, listing: bool = True) -> dict[str, Any]:
+    def build(self, raw: dict[str, Any], error: BaseException | None = None, listing: str = "whole") -> dict[str, Any]:
         """The profile of raw, collected by this run or merged from several
         (listing: model.build's)."""
         from .. import model

@@ -243,7 +243,7 @@ class Profiling:
         finally:
             raw = run.collect()
             self.ran_here = True
-            item.stash[_result_key] = summary(run.build(raw, listing=False), item.stash.get(_limits_key, {}),
+            item.stash[_result_key] = summary(run.build(raw, listing="data"), item.stash.get(_limits_key, {}),
                                               self.options.memory)
             self._merge(raw, run.session.start_time, run.session.elapsed)
 
@@ -316,7 +316,7 @@ class Profiling:
                            exit_status=min(max(getattr(self, "exitstatus", 0), 0), 255), ended_by="exit",
                            notices=[*self.notices, f"pytest --pyrometer: the call phases of "
                                     f"{_tests(len(self.results))}, merged (setup and teardown are not profiled)"],
-                           processes=self.processes, process_count=len(self.processes))
+                           processes=self.processes, process_count=len(self.processes), listing="around")
 
     # ---- the report ------------------------------------------------------------------
 
