@@ -1,5 +1,6 @@
 """Command-line options: one table that drives parsing, validation, --help and the
-profile header, so every option has exactly one definition."""
+profile header, so every option has exactly one definition; a command line is
+parsed into settings.Options, whose defaults settings.py says."""
 
 from __future__ import annotations
 
