@@ -324,9 +324,10 @@ def _diff(argv: list[str]) -> int:
     from .render.output import report_stream
     from .render import diff_text, json_out, text
     parser = _DiffParser(prog="pyrometer diff",
-                     usage="pyrometer diff BEFORE.json AFTER.json [--html FILE] [--json FILE] [--quiet]",
-                     description="Compare two profiles saved with pyrometer --json: per file, line and "
-                                 "function, what got faster, slower, bigger or smaller, beyond sampling noise.")
+                         usage="pyrometer diff BEFORE.json AFTER.json [--html FILE] [--json FILE] [--quiet]",
+                         description="Compare two profiles saved with pyrometer --json: per file, line and "
+                                     "function, what got faster, slower, bigger or smaller, beyond sampling "
+                                     "noise.")
     parser.add_argument("before", metavar="BEFORE.json", help="the profile of the run before the change")
     parser.add_argument("after", metavar="AFTER.json", help="the profile of the run after it")
     parser.add_argument("--html", metavar="FILE", help="also write the diff as a self-contained web page")

@@ -4,8 +4,9 @@ in `_core.CPU_SUMS`), of each call stack's memory sums and of each line's
 GPU sums (csrc/records.c, `_core.MEMORY_STACK_SUMS`, `_core.GPU_LINE_SUMS`);
 tests/unit/test_contract.py checks that each pair agrees, and that the records'
 fields are those csrc/records.c names (`_core.MEMORY_LINE_FIELDS`,
-`MEMORY_RUN_FIELDS`, `GPU_RUN_FIELDS`, ...), which the model reads by name.  The model, the merge of processes and the call stacks read the sums
-through these positions, never by their own unpacking."""
+`MEMORY_RUN_FIELDS`, `GPU_RUN_FIELDS`, ...), which the model reads by name.
+The model, the merge of processes and the call stacks read the sums through
+these positions, never by their own unpacking."""
 
 from __future__ import annotations
 

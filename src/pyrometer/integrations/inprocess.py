@@ -64,7 +64,8 @@ def _program_directory() -> str:
     if not path or not os.path.isfile(path) or _ipython_shell() is not None:
         return os.getcwd()
     directory = os.path.dirname(os.path.realpath(path))
-    theirs = [*_installation_directories(), *(os.path.join(d, "") for d in (PACKAGE_DIR, os.path.realpath(PACKAGE_DIR)))]
+    ours = (PACKAGE_DIR, os.path.realpath(PACKAGE_DIR))
+    theirs = [*_installation_directories(), *(os.path.join(d, "") for d in ours)]
     return os.getcwd() if any((directory + os.sep).startswith(d) for d in theirs) else directory
 
 
