@@ -21,6 +21,7 @@
 #include "memory/mem_profile.h"
 #include "memory/memhooks_api.h"
 #include "memory/pyalloc.h"
+#include "cpython/gc_aside.h"
 #include "cpython/pyframe.h"
 #include "records.h"
 #include "sampler/sampler.h"
@@ -705,6 +706,15 @@ static PyObject *core_running(PyObject *module, PyObject *unused)
     return PyBool_FromLong(sampler_running());
 }
 
+/* pyrometer's own objects out of the program's collections (core/heap.py). */
+static PyObject *core_gc_set_aside(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    Py_ssize_t n = gc_aside_set_aside();
+    return n < 0 ? NULL : PyLong_FromSsize_t(n);
+}
+
 /* The program's own start()/stop() (pyrometer.control): the new count. */
 static PyObject *core_control_count(PyObject *module, PyObject *up)
 {
@@ -781,6 +791,8 @@ static PyMethodDef core_methods[] = {
      "pipe) in globals as python runs a script file named filename, with its own errors."},
     {"reset", core_reset, METH_NOARGS, "Forget every aggregate (the sampler must be stopped)."},
     {"running", core_running, METH_NOARGS, "Whether the sampler is running."},
+    {"gc_set_aside", core_gc_set_aside, METH_NOARGS,
+     "The objects tracked since gc.freeze() to the permanent generation, those frozen back (core/heap.py)."},
     {"follow_code", core_follow_code, METH_O,
      "follow_code(code)\nThe program's top-level code, about to run: known to the profiler from its start."},
     {"attach_memory", core_attach_memory, METH_O,

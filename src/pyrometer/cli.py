@@ -38,6 +38,7 @@ def _profile(options: Options) -> int:
     from .run.endings import Endings
     from .run.periodic import PeriodicWriter
     from .core.session import Session
+    from .core import gc_aside
     named = options.module is not None or options.command is not None
     script = None if named else options.program[0]
     args = options.program if named else options.program[1:]
@@ -174,6 +175,7 @@ def _profile(options: Options) -> int:
         endings.install()
         if writer is not None:
             writer.begin(session.start_time, session.t0)
+        gc_aside.set_aside()  # the last step before the program's first line
 
     def stop() -> None:
         if run is not None:

@@ -89,8 +89,18 @@ def _pyrometer_start(os, sys, here):
     if same:
         sys.path.insert(0, package["parent"])
     try:
-        from pyrometer.run import children
-        children.start_exec_child(settings)
+        try:  # pyrometer's objects out of the child's collections (core/gc_aside.py)
+            from pyrometer.core import gc_aside
+        except ImportError:  # this interpreter's own pyrometer, an older one
+            gc_aside = None
+        if gc_aside is not None:
+            gc_aside.mark()
+        try:
+            from pyrometer.run import children
+            children.start_exec_child(settings)
+        finally:
+            if gc_aside is not None:
+                gc_aside.set_aside()
     except BaseException as e:
         try:
             name = os.path.join(os.path.dirname(here), "n-%d-%s.json" % (os.getpid(), os.urandom(6).hex()))
