@@ -39,9 +39,11 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <internal/pycore_interp.h>
+#include <internal/pycore_gc.h> /* 3.14 no longer includes it there */
 #pragma GCC diagnostic pop
 #else
 #include <internal/pycore_interp.h>
+#include <internal/pycore_gc.h>
 #endif
 
 static void list_init(PyGC_Head *list) {
