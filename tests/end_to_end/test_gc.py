@@ -114,3 +114,29 @@ def test_program_that_freezes_and_unfreezes_itself(profile_program):
         print(frozen > 0, gc.get_freeze_count(), gc.collect() >= 1)
     """, ["--cpu-only"])
     assert p.proc.stdout.split() == ["True", "0", "True"], p.proc.stdout
+
+
+def test_child_process_collector_sees_what_a_bare_child_sees(tmp_path):
+    """A Python child of the profiled program (started by an exec, profiled
+    through the run's bootstrap) sets pyrometer's objects aside as the first
+    process does: its collector holds about what a bare child's holds."""
+    child = write_program(tmp_path, PROGRAM, "child.py")
+    parent = write_program(tmp_path, f"""
+        import subprocess, sys
+        subprocess.run([sys.executable, {str(child)!r}, sys.argv[1]], check=True)
+    """, "parent.py")
+    seen = {}
+    for name, command in (("bare", [sys.executable]),
+                          ("profiled", [sys.executable, "-m", "pyrometer", "--quiet", "--cpu-only", "--json",
+                                        "--outfile", str(tmp_path / "p.json")])):
+        out = tmp_path / f"{name}.json"
+        proc = subprocess.run([*command, str(parent), str(out)], cwd=tmp_path, capture_output=True, text=True,
+                              env=program_env(None), timeout=PROGRAM_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, proc.stderr
+        seen[name] = json.loads(out.read_text())
+    profile = json.loads((tmp_path / "p.json").read_text())
+    assert profile["process_count"] == 2, profile["processes"]
+    bare, profiled = seen["bare"], seen["profiled"]
+    assert profiled["tracked"] - bare["tracked"] <= EXTRA_AT_MOST, (bare, profiled)
+    assert profiled["frozen"] >= 1000, profiled
+    assert profiled["sys_dict"] and profiled["os"] and profiled["collected"] == bare["collected"], (bare, profiled)
