@@ -706,7 +706,7 @@ static PyObject *core_running(PyObject *module, PyObject *unused)
     return PyBool_FromLong(sampler_running());
 }
 
-/* pyrometer's own objects out of the program's collections (core/heap.py). */
+/* pyrometer's own objects out of the program's collections (core/gc_aside.py). */
 static PyObject *core_gc_set_aside(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -792,7 +792,7 @@ static PyMethodDef core_methods[] = {
     {"reset", core_reset, METH_NOARGS, "Forget every aggregate (the sampler must be stopped)."},
     {"running", core_running, METH_NOARGS, "Whether the sampler is running."},
     {"gc_set_aside", core_gc_set_aside, METH_NOARGS,
-     "The objects tracked since gc.freeze() to the permanent generation, those frozen back (core/heap.py)."},
+     "The objects tracked since gc.freeze() to the permanent generation, those frozen back (core/gc_aside.py)."},
     {"follow_code", core_follow_code, METH_O,
      "follow_code(code)\nThe program's top-level code, about to run: known to the profiler from its start."},
     {"attach_memory", core_attach_memory, METH_O,
