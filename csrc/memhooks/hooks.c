@@ -912,6 +912,12 @@ EXPORT EARLY size_t pyrometer_memhooks_usable_size(void *p)
     return resolved() ? real.malloc_usable_size(p) : 0;
 }
 
+EXPORT size_t pyrometer_memhooks_python_tail_size(void *p)
+{
+    size_t size;
+    return p != NULL && pymalloc_adopted_tail_size((uintptr_t)p, &size) ? size : 0;
+}
+
 EXPORT void *pyrometer_memhooks_python_arenas(void)
 {
     pymalloc_arena_map *m = pymalloc_arenas_map();

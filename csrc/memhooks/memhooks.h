@@ -141,6 +141,11 @@ int pyrometer_memhooks_is_watched(void *address, uintptr_t token);
 void pyrometer_memhooks_footprint_add(int64_t bytes);
 /* malloc_usable_size that also knows the library's bootstrap blocks. */
 size_t pyrometer_memhooks_usable_size(void *p);
+/* The size class of a pymalloc block in the last pool of an arena adopted
+ * while attaching (pymalloc_arenas.c: an arena whose pools were not all carved
+ * when it was found is recorded without its last pool, which may lie past its
+ * end), read from that pool's header; 0 for any other block. */
+size_t pyrometer_memhooks_python_tail_size(void *p);
 /* The table of pymalloc's arenas (a pymalloc_arena_map, see pymalloc_arenas.h),
  * for a caller holding the GIL to find a block's size itself; NULL when not every
  * arena is known. */

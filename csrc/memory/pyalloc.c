@@ -68,10 +68,11 @@ int memhooks_api_find(memhooks_api *api)
     api->watch = (void (*)(void *, uintptr_t))dlsym(memhooks_scope, "pyrometer_memhooks_watch");
     api->retoken = (int (*)(void *, uintptr_t, uintptr_t))dlsym(memhooks_scope, "pyrometer_memhooks_retoken");
     api->is_watched = (int (*)(void *, uintptr_t))dlsym(memhooks_scope, "pyrometer_memhooks_is_watched");
+    api->python_tail_size = (size_t(*)(void *))dlsym(memhooks_scope, "pyrometer_memhooks_python_tail_size");
     return api->start && api->stop && api->thread && api->sample_python &&
                    api->python_arenas && api->footprint && api->footprint_add && api->watch_table &&
                    api->watch_occupied &&
-                   api->unwatch && api->watch && api->retoken && api->is_watched
+                   api->unwatch && api->watch && api->retoken && api->is_watched && api->python_tail_size
                ? 0
                : -1;
 }
@@ -542,9 +543,13 @@ static int sizes_read_back(char *why, size_t size)
             ok = debug_header_intact(p) && got == asked[i];
         } else if (sizing == PYALLOC_POOLS && pooled_class[i] != 0) {
             /* Only pymalloc blocks: a pointer of another allocator must never reach
-             * malloc_usable_size (it may crash there). */
-            got = known ? pymalloc_pool_block_size((uintptr_t)p) : 0;
-            ok = known && got == pooled_class[i];
+             * malloc_usable_size (it may crash there).  A block outside the map may
+             * lie in the last pool of an arena adopted while attaching, which the
+             * map leaves out and the library sizes (as block_size has it sized
+             * through malloc_usable_size): on 3.13 the self-check's 40-byte block
+             * landed in one, and Python memory went unprofiled. */
+            got = known ? pymalloc_pool_block_size((uintptr_t)p) : hooks.python_tail_size(p);
+            ok = got == pooled_class[i];
         } else {
             /* malloc's usable size: the request rounded up to the allocator's
              * size class (glibc: 16 bytes; jemalloc and tcmalloc, preloaded
