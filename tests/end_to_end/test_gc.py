@@ -94,9 +94,11 @@ def test_objects_frozen_before_pyrometer_stay_as_they_were(tmp_path):
                           timeout=PROGRAM_TIMEOUT_S, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(out.read_text())
-    # What the starter froze is still frozen (less what was freed), and no more:
-    # pyrometer's objects, made after it, are where the collector visits them.
-    assert seen["frozen"] > 5000 and seen["collected"] >= 100, seen
+    # What the starter froze is still frozen (less what was freed), and no more
+    # (the starter's assertion): the interpreter's start-up objects among them
+    # (4,800 on 3.10, 11,200 on 3.11), pyrometer's, made after, are where the
+    # collector visits them; the program's own cycles are collected.
+    assert seen["frozen"] > 1000 and not seen["sys_dict"] and seen["collected"] >= 100, seen
 
 
 def test_program_that_freezes_and_unfreezes_itself(profile_program):

@@ -22,10 +22,15 @@ import gc
 _marked = False
 
 
-def mark() -> None:
-    """Where pyrometer's own objects start: call before importing them."""
+def mark(frozen_by_caller: bool = False) -> None:
+    """Where pyrometer's own objects start: call before importing them.
+    frozen_by_caller: the caller did the gc.freeze() itself, before it could
+    import this module (a child's bootstrap, which reads where pyrometer is
+    with json first)."""
     global _marked
-    if not _marked and gc.get_freeze_count() == 0:
+    if frozen_by_caller:
+        _marked = True
+    elif not _marked and gc.get_freeze_count() == 0:
         gc.freeze()
         _marked = True
 

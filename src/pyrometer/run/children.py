@@ -76,12 +76,18 @@ def _pyrometer_bootstrap():
 
 
 def _pyrometer_start(os, sys, here):
+    import gc  # pyrometer's objects from here on out of the child's collections (core/gc_aside.py)
+    froze = gc.get_freeze_count() == 0
+    if froze:
+        gc.freeze()
     settings = os.path.join(os.path.dirname(here), "settings.json")
     try:
         import json
         with open(settings) as f:
             package = json.load(f)["package"]
     except BaseException:
+        if froze:
+            gc.unfreeze()
         return  # the run is over (a grandchild that outlived it), or not readable
     # The top's own pyrometer, when this interpreter can load its measuring
     # core (the same version); otherwise this interpreter's own, if any.
@@ -89,18 +95,21 @@ def _pyrometer_start(os, sys, here):
     if same:
         sys.path.insert(0, package["parent"])
     try:
-        try:  # pyrometer's objects out of the child's collections (core/gc_aside.py)
-            from pyrometer.core import gc_aside
-        except ImportError:  # this interpreter's own pyrometer, an older one
-            gc_aside = None
-        if gc_aside is not None:
-            gc_aside.mark()
+        gc_aside = None
         try:
+            try:
+                from pyrometer.core import gc_aside
+            except ImportError:  # this interpreter's own pyrometer, an older one
+                pass
+            if gc_aside is not None and froze:
+                gc_aside.mark(frozen_by_caller=True)  # only notes it
             from pyrometer.run import children
             children.start_exec_child(settings)
         finally:
-            if gc_aside is not None:
+            if froze and gc_aside is not None:
                 gc_aside.set_aside()
+            elif froze:
+                gc.unfreeze()
     except BaseException as e:
         try:
             name = os.path.join(os.path.dirname(here), "n-%d-%s.json" % (os.getpid(), os.urandom(6).hex()))
