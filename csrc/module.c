@@ -707,12 +707,32 @@ static PyObject *core_running(PyObject *module, PyObject *unused)
 }
 
 /* pyrometer's own objects out of the program's collections (core/gc_aside.py). */
+static PyObject *core_gc_mark(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    if (gc_aside_mark() != 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *core_gc_set_aside(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
     Py_ssize_t n = gc_aside_set_aside();
     return n < 0 ? NULL : PyLong_FromSsize_t(n);
+}
+
+static PyObject *core_gc_release(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    if (gc_aside_release() != 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 /* The program's own start()/stop() (pyrometer.control): the new count. */
@@ -791,8 +811,11 @@ static PyMethodDef core_methods[] = {
      "pipe) in globals as python runs a script file named filename, with its own errors."},
     {"reset", core_reset, METH_NOARGS, "Forget every aggregate (the sampler must be stopped)."},
     {"running", core_running, METH_NOARGS, "Whether the sampler is running."},
+    {"gc_mark", core_gc_mark, METH_NOARGS,
+     "Where pyrometer's own objects start: the frozen held aside, the rest frozen (core/gc_aside.py)."},
     {"gc_set_aside", core_gc_set_aside, METH_NOARGS,
-     "The objects tracked since gc.freeze() to the permanent generation, those frozen back (core/gc_aside.py)."},
+     "The objects tracked since gc_mark() to the permanent generation, those it froze back (core/gc_aside.py)."},
+    {"gc_release", core_gc_release, METH_NOARGS, "gc_mark() undone, nothing set aside (core/gc_aside.py)."},
     {"follow_code", core_follow_code, METH_O,
      "follow_code(code)\nThe program's top-level code, about to run: known to the profiler from its start."},
     {"attach_memory", core_attach_memory, METH_O,

@@ -11,13 +11,15 @@
  * (gc.freeze()).  Freezing everything would be wrong the other way: the
  * program's interpreter start-up objects would no longer be visited, and its
  * collections would be cheaper than bare.  So the command marks where its own
- * objects start: gc.freeze() before pyrometer imports anything (the
- * interpreter's start-up objects, S, go to the permanent generation), and,
- * just before the program's first line, gc_aside_set_aside swaps them:
+ * objects start (gc_aside_mark): what was frozen already is held aside, and
+ * gc.freeze() puts the interpreter's start-up objects, S, in the permanent
+ * generation before pyrometer imports anything; just before the program's
+ * first line, gc_aside_set_aside swaps them:
  *
  *     S aside (a list of ours)  ->  gc.freeze(): pyrometer's objects, P,
  *     permanent  ->  P aside, S permanent  ->  gc.unfreeze(): S to the oldest
- *     generation, as CPython's unfreeze puts them  ->  P permanent.
+ *     generation, as CPython's unfreeze puts them  ->  P permanent, with
+ *     what was frozen before the mark.
  *
  * Only whole lists move, through CPython's own freeze and unfreeze; this file
  * relinks lists with pycore_gc.h's own accessors and nothing else.  P's
@@ -74,10 +76,51 @@ static int gc_call(PyObject *gc, const char *name) {
     return r == NULL ? -1 : 0;
 }
 
-Py_ssize_t gc_aside_set_aside(void) {
-    PyGC_Head *permanent = &PyInterpreterState_Get()->gc.permanent_generation.head;
+static PyGC_Head *permanent(void) { return &PyInterpreterState_Get()->gc.permanent_generation.head; }
+
+/* What was frozen before the mark (3.12 starts with 375 objects frozen; a
+ * sitecustomize may have frozen more): kept out of the way while the mark
+ * holds the start-up objects in the permanent generation, then put back there,
+ * frozen as it was.  An object freed meanwhile unlinks itself from this list
+ * as from any. */
+static PyGC_Head held;
+static int marked;
+
+int gc_aside_mark(void) {
+    if (marked) {
+        return 0;
+    }
     PyObject *gc = PyImport_ImportModule("gc");
     if (gc == NULL) {
+        return -1;
+    }
+    list_init(&held);
+    list_merge(permanent(), &held);
+    int rc = gc_call(gc, "freeze");
+    if (rc == 0) {
+        marked = 1;
+    } else {
+        list_merge(&held, permanent());
+    }
+    Py_DECREF(gc);
+    return rc;
+}
+
+static Py_ssize_t frozen_count(PyObject *gc) {
+    PyObject *n = PyObject_CallMethod(gc, "get_freeze_count", NULL);
+    Py_ssize_t count = n == NULL ? -1 : PyLong_AsSsize_t(n);
+    Py_XDECREF(n);
+    return count;
+}
+
+Py_ssize_t gc_aside_set_aside(void) {
+    if (!marked) {
+        return 0;
+    }
+    marked = 0;
+    PyObject *gc = PyImport_ImportModule("gc");
+    if (gc == NULL) {
+        list_merge(&held, permanent());
         return -1;
     }
     /* Both lists live on this stack only while this function runs.  A
@@ -87,32 +130,44 @@ Py_ssize_t gc_aside_set_aside(void) {
     PyGC_Head start_up, own;
     list_init(&start_up);
     list_init(&own);
-    list_merge(permanent, &start_up);
+    list_merge(permanent(), &start_up);
     Py_ssize_t count = -1;
     if (gc_call(gc, "freeze") == 0) {
-        list_merge(permanent, &own);
-        list_merge(&start_up, permanent);
+        list_merge(permanent(), &own);
+        list_merge(&start_up, permanent());
         if (gc_call(gc, "unfreeze") == 0) {
-            list_merge(&own, permanent);
-            PyObject *n = PyObject_CallMethod(gc, "get_freeze_count", NULL);
-            count = n == NULL ? -1 : PyLong_AsSsize_t(n);
-            Py_XDECREF(n);
+            list_merge(&own, permanent());
+            count = frozen_count(gc);
         } else {
-            list_merge(&own, permanent);  /* frozen, with the start-up objects */
+            list_merge(&own, permanent()); /* frozen, with the start-up objects */
         }
     } else {
-        list_merge(&start_up, permanent);
+        list_merge(&start_up, permanent());
         (void)gc_call(gc, "unfreeze");
     }
+    list_merge(&held, permanent());
     Py_DECREF(gc);
     return count;
 }
 
+int gc_aside_release(void) {
+    if (!marked) {
+        return 0;
+    }
+    marked = 0;
+    PyObject *gc = PyImport_ImportModule("gc");
+    int rc = gc != NULL ? gc_call(gc, "unfreeze") : -1;
+    list_merge(&held, permanent());
+    Py_XDECREF(gc);
+    return rc;
+}
+
 #else /* Py_GIL_DISABLED: no generation lists (pyrometer refuses these builds) */
 
-Py_ssize_t gc_aside_set_aside(void) {
-    PyErr_SetString(PyExc_NotImplementedError, "no generation lists in a free-threaded build");
-    return -1;
-}
+int gc_aside_mark(void) { return 0; }
+
+Py_ssize_t gc_aside_set_aside(void) { return 0; }
+
+int gc_aside_release(void) { return 0; }
 
 #endif

@@ -5,10 +5,15 @@
 
 #include <Python.h>
 
-/* With the GIL, gc.freeze() having been called before pyrometer made its own
- * objects and nothing frozen before that: the objects tracked since the freeze
- * to the permanent generation, those frozen then back to the oldest.  Returns
- * how many are set aside, or -1 with an exception set. */
+/* With the GIL.  The mark, before pyrometer makes its own objects: what is
+ * frozen already is held aside and the rest frozen.  0, or -1 with an
+ * exception set. */
+int gc_aside_mark(void);
+/* After the mark: the objects tracked since it to the permanent generation
+ * (with those frozen before it), those it froze back to the oldest.  How many
+ * objects are frozen then (0 without a mark), or -1 with an exception set. */
 Py_ssize_t gc_aside_set_aside(void);
+/* The mark undone, nothing set aside: 0, or -1 with an exception set. */
+int gc_aside_release(void);
 
 #endif

@@ -68,11 +68,11 @@ def test_program_collector_sees_what_a_bare_run_sees(tmp_path, mode, entry):
     bare = _seen([sys.executable], tmp_path, "bare")
     command = [sys.executable, "-m", "pyrometer"] if entry == "module" else _console_script()
     seen = _seen([*command, "--quiet", "--json", "--outfile", str(tmp_path / "p.json"), *mode], tmp_path, "seen")
-    assert bare["frozen"] == 0
     assert seen["tracked"] - bare["tracked"] <= EXTRA_AT_MOST, (bare, seen)
     # pyrometer's own objects are in the permanent generation, which no
-    # collection visits.
-    assert seen["frozen"] >= 1000, seen
+    # collection visits, beside what the interpreter froze itself (3.12
+    # starts with 375 objects frozen).
+    assert seen["frozen"] - bare["frozen"] >= 1000, (bare, seen)
     # The interpreter's start-up objects are where collections visit them, and
     # the program's own cycles are collected as bare.
     for key in ("sys_dict", "os", "os_referred"):
@@ -82,22 +82,22 @@ def test_program_collector_sees_what_a_bare_run_sees(tmp_path, mode, entry):
 
 def test_objects_frozen_before_pyrometer_stay_as_they_were(tmp_path):
     """A process that froze objects before pyrometer started (a sitecustomize
-    doing gc.freeze()): nothing is set aside, the frozen stay frozen."""
+    doing gc.freeze()): what it froze stays frozen, and pyrometer's objects
+    are set aside beside it."""
     prog = write_program(tmp_path, PROGRAM)
     out = tmp_path / "seen.json"
     starter = ("import gc, sys; gc.freeze(); n = gc.get_freeze_count(); sys.argv = sys.argv[1:]; "
                "from pyrometer.__main__ import main; status = main(); "
-               "assert abs(gc.get_freeze_count() - n) < 200, (gc.get_freeze_count(), n); sys.exit(status)")
+               "assert gc.get_freeze_count() > n + 1000, (gc.get_freeze_count(), n); sys.exit(status)")
     proc = subprocess.run([sys.executable, "-c", starter, "pyrometer", "--quiet", "--cpu-only", "--json",
                            "--outfile", str(tmp_path / "p.json"), str(prog), str(out)],
                           cwd=tmp_path, capture_output=True, text=True, env=program_env(None),
                           timeout=PROGRAM_TIMEOUT_S, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(out.read_text())
-    # What the starter froze is still frozen (less what was freed), and no more
-    # (the starter's assertion): the interpreter's start-up objects among them
-    # (4,800 on 3.10, 11,200 on 3.11), pyrometer's, made after, are where the
-    # collector visits them; the program's own cycles are collected.
+    # What the starter froze (the interpreter's start-up objects: 4,800 on
+    # 3.10, 11,200 on 3.11) is still frozen, pyrometer's objects beside it (the
+    # starter's assertion); the program's own cycles are collected.
     assert seen["frozen"] > 1000 and not seen["sys_dict"] and seen["collected"] >= 100, seen
 
 
@@ -140,5 +140,5 @@ def test_child_process_collector_sees_what_a_bare_child_sees(tmp_path):
     assert profile["process_count"] == 2, profile["processes"]
     bare, profiled = seen["bare"], seen["profiled"]
     assert profiled["tracked"] - bare["tracked"] <= EXTRA_AT_MOST, (bare, profiled)
-    assert profiled["frozen"] >= 1000, profiled
+    assert profiled["frozen"] - bare["frozen"] >= 1000, (bare, profiled)
     assert profiled["sys_dict"] and profiled["os"] and profiled["collected"] == bare["collected"], (bare, profiled)

@@ -76,42 +76,28 @@ def _pyrometer_bootstrap():
 
 
 def _pyrometer_start(os, sys, here):
-    import gc  # pyrometer's objects from here on out of the child's collections (core/gc_aside.py)
-    froze = gc.get_freeze_count() == 0
-    if froze:
-        gc.freeze()
-    settings = os.path.join(os.path.dirname(here), "settings.json")
-    try:
-        import json
-        with open(settings) as f:
-            package = json.load(f)["package"]
-    except BaseException:
-        if froze:
-            gc.unfreeze()
-        return  # the run is over (a grandchild that outlived it), or not readable
     # The top's own pyrometer, when this interpreter can load its measuring
     # core (the same version); otherwise this interpreter's own, if any.
+    # Written in by the top (RunDirectory), so that nothing is imported before
+    # the mark that keeps pyrometer's objects out of the child's collections
+    # (core/gc_aside.py).
+    package = _PACKAGE_
     same = package["cache_tag"] == sys.implementation.cache_tag
     if same:
         sys.path.insert(0, package["parent"])
+    gc_aside = None
     try:
-        gc_aside = None
         try:
-            try:
-                from pyrometer.core import gc_aside
-            except ImportError:  # this interpreter's own pyrometer, an older one
-                pass
-            if gc_aside is not None and froze:
-                gc_aside.mark(frozen_by_caller=True)  # only notes it
-            from pyrometer.run import children
-            children.start_exec_child(settings)
-        finally:
-            if froze and gc_aside is not None:
-                gc_aside.set_aside()
-            elif froze:
-                gc.unfreeze()
+            from pyrometer.core import gc_aside
+        except ImportError:  # this interpreter's own pyrometer, an older one
+            pass
+        if gc_aside is not None:
+            gc_aside.mark()
+        from pyrometer.run import children
+        children.start_exec_child(os.path.join(os.path.dirname(here), "settings.json"))
     except BaseException as e:
         try:
+            import json
             name = os.path.join(os.path.dirname(here), "n-%d-%s.json" % (os.getpid(), os.urandom(6).hex()))
             with open(name + ".tmp", "w") as f:
                 json.dump({"pid": os.getpid(), "ppid": os.getppid(), "command": list(sys.orig_argv),
@@ -121,6 +107,11 @@ def _pyrometer_start(os, sys, here):
         except BaseException:
             pass
     finally:
+        if gc_aside is not None:
+            try:
+                gc_aside.set_aside()
+            except BaseException:
+                pass
         if same and sys.path and sys.path[0] == package["parent"]:
             del sys.path[0]
 
@@ -147,10 +138,10 @@ class RunDirectory:
         self.owner = os.getpid()
         boot = os.path.join(self.path, _BOOT)
         os.mkdir(boot, 0o700)
-        with open(os.path.join(boot, "sitecustomize.py"), "w") as f:
-            f.write(BOOTSTRAP)
         package = {"parent": PACKAGE_PARENT,
                    "cache_tag": sys.implementation.cache_tag}
+        with open(os.path.join(boot, "sitecustomize.py"), "w") as f:
+            f.write(BOOTSTRAP.replace("_PACKAGE_", repr(package)))
         self.settings = dict(settings, run_dir=self.path, boot=boot, package=package)
         with open(os.path.join(self.path, _SETTINGS_FILE), "w") as f:
             json.dump(self.settings, f)
