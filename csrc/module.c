@@ -721,8 +721,10 @@ static PyObject *core_gc_set_aside(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    Py_ssize_t n = gc_aside_set_aside();
-    return n < 0 ? NULL : PyLong_FromSsize_t(n);
+    if (gc_aside_set_aside() != 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 static PyObject *core_gc_release(PyObject *module, PyObject *unused)

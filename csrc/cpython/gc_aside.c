@@ -106,14 +106,7 @@ int gc_aside_mark(void) {
     return rc;
 }
 
-static Py_ssize_t frozen_count(PyObject *gc) {
-    PyObject *n = PyObject_CallMethod(gc, "get_freeze_count", NULL);
-    Py_ssize_t count = n == NULL ? -1 : PyLong_AsSsize_t(n);
-    Py_XDECREF(n);
-    return count;
-}
-
-Py_ssize_t gc_aside_set_aside(void) {
+int gc_aside_set_aside(void) {
     if (!marked) {
         return 0;
     }
@@ -131,23 +124,19 @@ Py_ssize_t gc_aside_set_aside(void) {
     list_init(&start_up);
     list_init(&own);
     list_merge(permanent(), &start_up);
-    Py_ssize_t count = -1;
-    if (gc_call(gc, "freeze") == 0) {
+    int rc = gc_call(gc, "freeze");
+    if (rc == 0) {
         list_merge(permanent(), &own);
         list_merge(&start_up, permanent());
-        if (gc_call(gc, "unfreeze") == 0) {
-            list_merge(&own, permanent());
-            count = frozen_count(gc);
-        } else {
-            list_merge(&own, permanent()); /* frozen, with the start-up objects */
-        }
+        rc = gc_call(gc, "unfreeze");
+        list_merge(&own, permanent()); /* if unfreeze failed: frozen, with the start-up objects */
     } else {
         list_merge(&start_up, permanent());
         (void)gc_call(gc, "unfreeze");
     }
     list_merge(&held, permanent());
     Py_DECREF(gc);
-    return count;
+    return rc;
 }
 
 int gc_aside_release(void) {
@@ -166,7 +155,7 @@ int gc_aside_release(void) {
 
 int gc_aside_mark(void) { return 0; }
 
-Py_ssize_t gc_aside_set_aside(void) { return 0; }
+int gc_aside_set_aside(void) { return 0; }
 
 int gc_aside_release(void) { return 0; }
 

@@ -10,9 +10,9 @@
  * exception set. */
 int gc_aside_mark(void);
 /* After the mark: the objects tracked since it to the permanent generation
- * (with those frozen before it), those it froze back to the oldest.  How many
- * objects are frozen then (0 without a mark), or -1 with an exception set. */
-Py_ssize_t gc_aside_set_aside(void);
+ * (with those frozen before it), those it froze back to the oldest.  0 (also
+ * without a mark), or -1 with an exception set. */
+int gc_aside_set_aside(void);
 /* The mark undone, nothing set aside: 0, or -1 with an exception set. */
 int gc_aside_release(void);
 

@@ -18,15 +18,10 @@ before pyrometer's and keeps its collector as it is."""
 
 from __future__ import annotations
 
-import gc
-
-# Where the measuring core cannot do it (a CPython it does not support, whose
-# _core refuses to load, and which the command then refuses itself): the mark
-# only where nothing is frozen, by gc.freeze() alone.
-_plain_marked = False
-
-
 def _core_module():
+    """The measuring core, where it loads and can (on a CPython it does not
+    support it refuses to, and the command then refuses the run: nothing to
+    set aside)."""
     try:
         from .. import _core
     except ImportError:
@@ -36,32 +31,21 @@ def _core_module():
 
 def mark() -> None:
     """Where pyrometer's own objects start: call before importing them."""
-    global _plain_marked
     core = _core_module()
     if core is not None:
         core.gc_mark()
-    elif not _plain_marked and gc.get_freeze_count() == 0:
-        gc.freeze()
-        _plain_marked = True
 
 
-def set_aside() -> int:
+def set_aside() -> None:
     """Pyrometer's objects made since mark() out of the collections, the
-    interpreter's back in them; how many objects are frozen now (0 without a
-    mark)."""
+    interpreter's back in them (nothing without a mark)."""
     core = _core_module()
     if core is not None:
-        return core.gc_set_aside()
-    release()
-    return 0
+        core.gc_set_aside()
 
 
 def release() -> None:
     """The mark undone, where the program never ran."""
-    global _plain_marked
     core = _core_module()
     if core is not None:
         core.gc_release()
-    elif _plain_marked:
-        _plain_marked = False
-        gc.unfreeze()
