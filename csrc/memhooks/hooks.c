@@ -912,6 +912,11 @@ EXPORT EARLY size_t pyrometer_memhooks_usable_size(void *p)
     return resolved() ? real.malloc_usable_size(p) : 0;
 }
 
+EXPORT memhooks_size_fn pyrometer_memhooks_malloc_sizer(void)
+{
+    return resolved() ? real.malloc_usable_size : NULL;
+}
+
 EXPORT size_t pyrometer_memhooks_python_tail_size(void *p)
 {
     size_t size;

@@ -115,6 +115,11 @@ static inline int memhooks_is_watched(const volatile uint64_t *occupied, const v
     return __builtin_expect(bits != 0, 0) &&
            (((bits & 1) && table[slot] == address) || ((bits & 2) && table[slot + 1] == address));
 }
+/* malloc's own malloc_usable_size (the one this process's malloc came with,
+ * preloaded or not), called without the library's checks: for blocks known to
+ * be malloc's, allocated after the library resolved it.  NULL before. */
+typedef size_t (*memhooks_size_fn)(void *);
+memhooks_size_fn pyrometer_memhooks_malloc_sizer(void);
 const volatile uintptr_t *pyrometer_memhooks_watch_table(void);
 const volatile uint64_t *pyrometer_memhooks_watch_occupied(void);
 void pyrometer_memhooks_unwatch(void *address);

@@ -78,6 +78,7 @@ int pymalloc_map_init(pymalloc_arena_map *m)
     m->span_watches = NULL;
     m->slots_in_use = NULL;
     atomic_init(&m->region_closed, 0);
+    m->adopted_low = m->adopted_high = 0;
     m->leaves = map_memory(PYMALLOC_LEAVES * sizeof *m->leaves);
     m->tracking = m->leaves != NULL;
     return m->leaves != NULL ? 0 : -1;
@@ -487,6 +488,10 @@ static int adopt_arena(uintptr_t first, size_t pools)
         return -1;
     }
     adopted[adopted_count++] = first | (kept == POOLS_PER_ARENA ? ADOPTED_WHOLE : 0);
+    if (map.adopted_high == 0) {
+        map.adopted_low = first; /* adopted in ascending order */
+    }
+    map.adopted_high = first;
     return 0;
 }
 
@@ -665,8 +670,8 @@ static uintptr_t *adopted_entry(uintptr_t first)
 int pymalloc_adopted_tail_size(uintptr_t a, size_t *size)
 {
     uintptr_t pool = a & ~(POOL_BYTES - 1);
-    if (adopted_count == 0 || pool < (POOLS_PER_ARENA - 1) * POOL_BYTES) {
-        return 0;
+    if (!pymalloc_maybe_adopted_tail(&map, a)) {
+        return 0; /* malloc's heap, mostly: no search */
     }
     uintptr_t *entry = adopted_entry(pool - (POOLS_PER_ARENA - 1) * POOL_BYTES);
     if (entry == NULL || (*entry & (ADOPTED_WHOLE | ADOPTED_GONE)) != 0) {

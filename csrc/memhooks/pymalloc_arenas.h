@@ -55,7 +55,25 @@ typedef struct {
      * table, which it reads only in a span holding a watched block.  NULL
      * without a region. */
     _Atomic uint16_t *span_watches;
+    /* The first pools of the lowest and the highest arena adopted while
+     * attaching (pymalloc_arenas.c: arenas made before the library came, whose
+     * 64th pool the map may leave out); adopted_high 0: none.  Set with the GIL
+     * held, before Python's blocks are counted. */
+    uintptr_t adopted_low, adopted_high;
 } pymalloc_arena_map;
+
+/* pymalloc's pools: 16 KiB, aligned to 16 KiB inside an arena. */
+#define PYMALLOC_POOL_BYTES ((uintptr_t)16 * 1024)
+
+/* Whether a, a live block outside the map, may lie in an adopted arena's 64th
+ * pool (pymalloc_adopted_tail_size says whether it does): two compares, so that
+ * a block of malloc's, which nearly every block outside the map is, is sized
+ * by malloc at once. */
+static inline int pymalloc_maybe_adopted_tail(const pymalloc_arena_map *m, uintptr_t a)
+{
+    uintptr_t first = (a & ~(PYMALLOC_POOL_BYTES - 1)) - 63 * PYMALLOC_POOL_BYTES;
+    return m->adopted_high != 0 && first >= m->adopted_low && first <= m->adopted_high;
+}
 
 /* 1 KiB spans: with Python's blocks sampled every 64 KiB, spans of a pool
  * (16 KiB) sent so many of chaos's frees to the watch table's test that the
@@ -102,9 +120,6 @@ int pymalloc_map_init(pymalloc_arena_map *m);
 int pymalloc_map_add(pymalloc_arena_map *m, uintptr_t base, size_t size);
 void pymalloc_map_remove(pymalloc_arena_map *m, uintptr_t base, size_t size);
 void pymalloc_map_release(pymalloc_arena_map *m);
-
-/* pymalloc's pools: 16 KiB, aligned to 16 KiB inside an arena. */
-#define PYMALLOC_POOL_BYTES ((uintptr_t)16 * 1024)
 
 /* The size of the pymalloc block at address a, read from its pool's header (the
  * layout facts in pymalloc_arenas.c): a must lie in a pymalloc arena. */

@@ -20,6 +20,7 @@ typedef struct {
     int (*retoken)(void *, uintptr_t, uintptr_t);
     int (*is_watched)(void *, uintptr_t);
     size_t (*python_tail_size)(void *);
+    memhooks_size_fn (*malloc_sizer)(void);
 } memhooks_api;
 
 /* Loads the library at path into this running process and attaches it
