@@ -260,6 +260,33 @@ def test_json_layout_reads_back_as_json_dumps_would_write_it(tmp_path, groundtru
         render({"files": {"x": {"lines": [{"n": float("nan")}]}}})
 
 
+def test_quiet_lines_are_written_as_any_line_is(tmp_path, groundtruth_dir):
+    """Lines with nothing measured (model.build.QuietLine) are written from one
+    encoding of their zero figures: byte for byte what the general layout
+    writes for the same profile read back as plain dicts, for a listing that
+    is mostly quiet lines with awkward text (quotes, escapes, non-ASCII); an
+    entry whose figures changed after build is written from its own."""
+    from pyrometer.model.build import QuietLine  # noqa: PLC0415
+    from pyrometer.render.json_out import render  # noqa: PLC0415
+    source = "".join(f"# comment {i} \"quoted\" \\ \u00e9\u6f22 \t tab\n" for i in range(300))
+    source += "x = [bytearray(1000) for _ in range(3000)]\nsum(range(10**6))\n"
+    (tmp_path / "prog.py").write_text(source, encoding="utf-8")
+    out = tmp_path / "p.json"
+    subprocess.run([sys.executable, "-m", "pyrometer", "--quiet", "--json", "--outfile", str(out), "prog.py"],
+                   cwd=tmp_path, check=True, env=program_env(groundtruth_dir), stdin=subprocess.DEVNULL,
+                   timeout=60)
+    written = out.read_text(encoding="utf-8")
+    profile = json.loads(written)
+    lines = next(iter(profile["files"].values()))["lines"]
+    assert len(lines) == 302 and lines[0]["line"].startswith("# comment 0 \"quoted\"")
+    assert render(profile) == written
+    entry = QuietLine(lineno=7, line="x = 1")
+    entry.update({k: v for k, v in lines[0].items() if k not in ("lineno", "line")})
+    assert render([entry]) == render([dict(entry)])
+    entry["n_samples"] = 3  # changed after build: not the kept encoding
+    assert render([entry]) == render([dict(entry)]) and '"n_samples": 3' in render([entry])
+
+
 def test_a_program_that_closes_its_stdout_gets_the_report_on_stderr(tmp_path, groundtruth_dir):
     """The text report goes to standard output; a program that closed the
     descriptor itself (os.close(1)) gets it on stderr, and the run's exit status

@@ -8,6 +8,7 @@ import os
 import stat
 
 from .. import private_files
+from ..model.build import QuietLine
 from ..private_files import written_in_place
 
 
@@ -35,6 +36,11 @@ def _holds_objects(value) -> bool:
 
 
 def _lay_out(value, depth: int, parts: list[str]) -> None:
+    if type(value) is QuietLine:
+        tail = QuietLine.tail(value, _encode)
+        if tail is not None:
+            parts.append(f'{{"lineno": {_encode(value["lineno"])}, "line": {_encode(value["line"])}, {tail}')
+            return
     if not value:
         parts.append(_encode(value))
     elif isinstance(value, dict) and any(_holds_objects(v) for v in value.values()):
