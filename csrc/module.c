@@ -427,7 +427,7 @@ static PyObject *collect_all(void)
         (unsigned long long)t.process_cpu_ns, "sampler_cpu_ns", (unsigned long long)t.sampler_cpu_ns,
         "untracked_native_ns", (unsigned long long)t.untracked_native_ns, "periodic_cpu_ns",
         (unsigned long long)t.periodic_cpu_ns, "mean_interval_ns",
-        t.mean_interval_ns, "n_cpus", sysconf(_SC_NPROCESSORS_ONLN), "code_objects",
+        t.mean_interval_ns, "n_cpus", t.n_cpus, "code_objects",
         (Py_ssize_t)codes_count(), "profiler_memory_bytes",
         (unsigned long long)(t.memory_bytes + codes_memory_bytes() + line_stats_memory_bytes() +
                              stacks_memory_bytes() + mem_profile_memory_bytes()),

@@ -631,6 +631,19 @@ static void track_threads_at_start(void)
         }
     }
 }
+/* The CPUs online, read once per process (GIL held): sysconf reads
+ * /sys/devices/system/cpu/online, two system calls at each start, and
+ * pytest --pyrometer starts once per test. */
+static long online_cpus(void)
+{
+    static long n;
+    if (n < 1) {
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+        n = n < 1 ? 1 : n;
+    }
+    return n;
+}
+
 
 int sampler_start(const sampler_options *options)
 {
@@ -660,11 +673,9 @@ int sampler_start(const sampler_options *options)
     sampler.sampler_ts = NULL;
     sampler.owner_pid = getpid();
     sampler.peek_available = safe_read_available();
-    sampler.n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (sampler.n_cpus < 1) {
-        sampler.n_cpus = 1;
-    }
+    sampler.n_cpus = online_cpus();
     memset(&sampler.totals, 0, sizeof sampler.totals);
+    sampler.totals.n_cpus = sampler.n_cpus;
     sampler.last_wall_ns = sampler.totals.start_wall_ns = clock_wall_ns();
     sampler.last_process_cpu_ns = sampler.totals.process_cpu_ns = clock_process_cpu_ns();
     sampler.last_sampler_cpu_ns = 0;
@@ -740,6 +751,9 @@ int sampler_running(void)
 void sampler_get_totals(sampler_totals *out)
 {
     *out = sampler.totals;
+    if (out->n_cpus < 1) {
+        out->n_cpus = online_cpus(); /* never started */
+    }
     uint64_t end = sampler.active ? clock_wall_ns() : sampler.totals.stop_wall_ns;
     out->stop_wall_ns = end;
     if (sampler.active) {

@@ -37,6 +37,7 @@ typedef struct {
     uint64_t sampler_cpu_ns;     /* CPU the sampler thread itself used, and the profiler's other threads */
     uint64_t untracked_native_ns;/* CPU of threads without Python state, charged as native */
     double mean_interval_ns;     /* achieved time between samples */
+    long n_cpus;                 /* CPUs online, as the run's shares of them were computed */
     double unit_ns;              /* length of one estimated unit (see cpu_sums) */
     /* What one estimated unit's share of each kind stands for (sampler_units):
      * on CPU, off CPU (system or GIL wait), on the run queue. */

@@ -471,7 +471,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     leak_detector = bool(memory) and memory["leak_detector"]
     focus = Focus(raw.get("profiled_functions", []))
 
-    quiet = _quiet_figures(denominator, await_total, gpu_used, gpu_total, gpu_kernels, memory, activity, elapsed)
+    quiet: dict[str, Any] | None = None  # made at the first quiet line (a listing of data has none)
     files: dict[str, Any] = {}
     # Every line with figures, shown or not (@profile, --reduced-profile): the
     # verdict is about the whole run.
@@ -500,6 +500,9 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
                 continue
             text = source[lineno - 1] if lineno <= len(source) else ""
             if lineno not in with_data:
+                if quiet is None:
+                    quiet = _quiet_figures(denominator, await_total, gpu_used, gpu_total, gpu_kernels, memory,
+                                           activity, elapsed)
                 if not reduced or significant(quiet, threshold, malloc_threshold):
                     entry = QuietLine(lineno=lineno, line=text)
                     entry.update(quiet)
