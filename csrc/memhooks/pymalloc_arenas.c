@@ -440,7 +440,7 @@ static void *arena_alloc(void *ctx, size_t size)
  * address order until pymalloc gives the arena back. */
 
 #define POOL_BYTES PYMALLOC_POOL_BYTES
-#define POOLS_PER_ARENA 64
+#define POOLS_PER_ARENA PYMALLOC_POOLS_PER_ARENA
 #define POOL_OVERHEAD 48 /* the header, rounded up to 16 bytes */
 /* struct pool_header on 64-bit, as 32-bit words: a union holding the count of
  * blocks in use, three pointers, then these (pymalloc_pool_block_size reads

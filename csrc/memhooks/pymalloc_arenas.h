@@ -62,8 +62,10 @@ typedef struct {
     uintptr_t adopted_low, adopted_high;
 } pymalloc_arena_map;
 
-/* pymalloc's pools: 16 KiB, aligned to 16 KiB inside an arena. */
+/* pymalloc's pools: 16 KiB, aligned to 16 KiB inside an arena of 1 MiB, which
+ * holds 64 of them (63 where the arena does not start on a pool boundary). */
 #define PYMALLOC_POOL_BYTES ((uintptr_t)16 * 1024)
+#define PYMALLOC_POOLS_PER_ARENA 64
 
 /* Whether a, a live block outside the map, may lie in an adopted arena's 64th
  * pool (pymalloc_adopted_tail_size says whether it does): two compares, so that
@@ -71,7 +73,7 @@ typedef struct {
  * by malloc at once. */
 static inline int pymalloc_maybe_adopted_tail(const pymalloc_arena_map *m, uintptr_t a)
 {
-    uintptr_t first = (a & ~(PYMALLOC_POOL_BYTES - 1)) - 63 * PYMALLOC_POOL_BYTES;
+    uintptr_t first = (a & ~(PYMALLOC_POOL_BYTES - 1)) - (PYMALLOC_POOLS_PER_ARENA - 1) * PYMALLOC_POOL_BYTES;
     return m->adopted_high != 0 && first >= m->adopted_low && first <= m->adopted_high;
 }
 

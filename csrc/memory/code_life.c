@@ -30,7 +30,8 @@ static memhooks_api api;
 static atomic_int following;
 /* Whether a slot was claimed since the last start: a start clears the table
  * only then (1024 slots of about 100 bytes each, cleared at every start of a
- * pytest --pyrometer run, were about 7% of its cost per test). */
+ * pytest --pyrometer run, were about 7% of its cost per test), and a drain
+ * looks for slots to forget only then (code_life_forget). */
 static atomic_int claimed;
 
 static size_t home(uintptr_t code)

@@ -102,8 +102,10 @@ static const pymalloc_arena_map *arenas;
  * Python's blocks over 512 bytes, each sized at its allocation and its free:
  * through the library's malloc_usable_size, which checks for its own start-up
  * blocks and the adopted arenas' tails first, sizing took some 70 instructions
- * a block under callgrind, 94 M of regex_v8's 3,216 M at BENCH_SCALE 0.1. */
-static memhooks_size_fn malloc_sized = malloc_usable_size;
+ * a block under callgrind, 94 M of regex_v8's 3,216 M at BENCH_SCALE 0.1.  Set
+ * by pyalloc_install before any block is sized (not initialised to a function:
+ * attaching rewrites such a pointer in the data to the library's wrapper). */
+static memhooks_size_fn malloc_sized;
 /* Requests of 1 to small_limit bytes are served by pymalloc from its pools, never
  * by malloc, and their blocks' sizes can be read back; 0 under any other Python
  * allocator (PYTHONMALLOC=malloc, debug hooks), which sends every call the slow
@@ -302,11 +304,11 @@ static int debug_header_intact(const void *ptr)
 /* The size of a live Python block, and whether it is pymalloc's (pooled: freed
  * without reaching free()) or not.  With pymalloc, its arenas are looked up
  * inline and the block's pool header read; a block outside them is malloc's
- * (above 512 bytes), sized by malloc_usable_size, which is the library's: one
- * call, where asking the library to size a Python block looked the arenas up
- * again (regex_scan frees or reallocates ~600,000 such blocks at BENCH_SCALE
- * 0.3).  0 when not every arena is known (tracking off): a block outside the
- * map may then be pymalloc's.  Not called with PYALLOC_NOT_SIZED. */
+ * (above 512 bytes), sized by malloc's own malloc_usable_size (malloc_sized),
+ * or by the library's where it may lie in the 64th pool of an arena adopted
+ * while attaching, which the library tells apart.  0 when not every arena is
+ * known (tracking off): a block outside the map may then be pymalloc's.  Not
+ * called with PYALLOC_NOT_SIZED. */
 static inline size_t block_size(void *ptr, int *pooled)
 {
     uintptr_t a = (uintptr_t)ptr;
@@ -624,8 +626,10 @@ pyalloc_sizing pyalloc_install(const memhooks_api *api, int64_t window_bytes, in
         return sizing;
     }
     hooks = *api;
-    memhooks_size_fn sizer = api->malloc_sizer();
-    malloc_sized = sizer != NULL ? sizer : malloc_usable_size;
+    malloc_sized = api->malloc_sizer();
+    if (malloc_sized == NULL) {
+        malloc_sized = malloc_usable_size; /* the library's, where malloc's own is not resolved (never by now) */
+    }
     window = window_bytes;
     python_window = python_window_bytes;
     window_less_1 = window_bytes - 1;

@@ -240,7 +240,33 @@ static void pool_header_only_where_it_lies(void)
     CHECK_EQ(pymalloc_header_is_pool(at, &zero), 0);
 }
 
+/* Which blocks outside the map may lie in an adopted arena's 64th pool: those
+ * whose pool is 63 pools past the first pool of an adopted arena, from the
+ * lowest to the highest; none while nothing was adopted, and none for an
+ * address below 63 pools (the subtraction wraps, and reads as outside). */
+static void adopted_tail_bounds(void)
+{
+    pymalloc_arena_map m;
+    REQUIRE(pymalloc_map_init(&m) == 0);
+    const uintptr_t pool = PYMALLOC_POOL_BYTES, tail = (PYMALLOC_POOLS_PER_ARENA - 1) * PYMALLOC_POOL_BYTES;
+    uintptr_t low = BASE + 64 * pool, high = BASE + 5 * MiB;
+    CHECK_EQ(pymalloc_maybe_adopted_tail(&m, low + tail), 0); /* nothing adopted */
+    m.adopted_low = low;
+    m.adopted_high = high;
+    CHECK_EQ(pymalloc_maybe_adopted_tail(&m, low + tail), 1);
+    CHECK_EQ(pymalloc_maybe_adopted_tail(&m, low + tail + pool - 1), 1);
+    CHECK_EQ(pymalloc_maybe_adopted_tail(&m, low + tail - 1), 0);
+    CHECK_EQ(pymalloc_maybe_adopted_tail(&m, high + tail), 1);
+    CHECK_EQ(pymalloc_maybe_adopted_tail(&m, high + tail + pool - 1), 1);
+    CHECK_EQ(pymalloc_maybe_adopted_tail(&m, high + tail + pool), 0);
+    CHECK_EQ(pymalloc_maybe_adopted_tail(&m, 0), 0);
+    CHECK_EQ(pymalloc_maybe_adopted_tail(&m, tail - 1), 0);
+    CHECK_EQ(pymalloc_maybe_adopted_tail(&m, UINTPTR_MAX), 0);
+    pymalloc_map_release(&m);
+}
+
 const unit_test pymalloc_map_tests[] = {
+    UNIT_TEST(adopted_tail_bounds),
     UNIT_TEST(pool_header_only_where_it_lies),
     UNIT_TEST(region_closes_past_its_last_arena),
     UNIT_TEST(region_hands_out_and_takes_back_arenas),

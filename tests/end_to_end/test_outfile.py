@@ -261,12 +261,15 @@ def test_json_layout_reads_back_as_json_dumps_would_write_it(tmp_path, groundtru
 
 
 def test_quiet_lines_are_written_as_any_line_is(tmp_path, groundtruth_dir):
-    """Lines with nothing measured (model.build.QuietLine) are written from one
-    encoding of their zero figures: byte for byte what the general layout
-    writes for the same profile read back as plain dicts, for a listing that
-    is mostly quiet lines with awkward text (quotes, escapes, non-ASCII); an
-    entry whose figures changed after build is written from its own."""
-    from pyrometer.model.build import QuietLine  # noqa: PLC0415
+    """Lines with nothing measured (model.schema.QuietLine) are written from one
+    encoding of their shared zero figures: byte for byte what the general
+    layout writes for the same profile read back as plain dicts, for a listing
+    that is mostly quiet lines with awkward text (quotes, escapes, non-ASCII).
+    An entry whose figures changed after build, even to an equal value written
+    otherwise (0 for 0.0, -0.0, False), is written from its own; a built
+    profile passes model.check, quiet lines and all."""
+    from pyrometer import model  # noqa: PLC0415
+    from pyrometer.model.schema import QuietLine  # noqa: PLC0415
     from pyrometer.render.json_out import render  # noqa: PLC0415
     source = "".join(f"# comment {i} \"quoted\" \\ \u00e9\u6f22 \t tab\n" for i in range(300))
     source += "x = [bytearray(1000) for _ in range(3000)]\nsum(range(10**6))\n"
@@ -280,11 +283,17 @@ def test_quiet_lines_are_written_as_any_line_is(tmp_path, groundtruth_dir):
     lines = next(iter(profile["files"].values()))["lines"]
     assert len(lines) == 302 and lines[0]["line"].startswith("# comment 0 \"quoted\"")
     assert render(profile) == written
-    entry = QuietLine(lineno=7, line="x = 1")
-    entry.update({k: v for k, v in lines[0].items() if k not in ("lineno", "line")})
-    assert render([entry]) == render([dict(entry)])
-    entry["n_samples"] = 3  # changed after build: not the kept encoding
-    assert render([entry]) == render([dict(entry)]) and '"n_samples": 3' in render([entry])
+    figures = {k: v for k, v in lines[0].items() if k not in ("lineno", "line")}
+    for change in ({}, {"n_samples": 3}, {"n_malloc_mb": 0}, {"n_growth_mb": -0.0}, {"n_samples": False},
+                   {"memory_samples": [[0.5, 1.0]]}):
+        entries = [QuietLine.of(7, "x = 1", figures), QuietLine.of(8, "", figures)]
+        entries[1].update(change)
+        assert render(entries) == render([dict(e) for e in entries]), change
+    built = dict(profile, files={name: dict(f, lines=[QuietLine.of(e["lineno"], e["line"], figures)
+                                                       if e["n_samples"] == 0 and e["n_malloc_mb"] == 0 else e
+                                                       for e in f["lines"]])
+                                 for name, f in profile["files"].items()})
+    model.check(built)
 
 
 def test_a_program_that_closes_its_stdout_gets_the_report_on_stderr(tmp_path, groundtruth_dir):

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 from ..core import contract
 from .units import MB, display_name
 from .rules import limits, significant
-from .schema import SCHEMA_VERSION
+from .schema import SCHEMA_VERSION, QuietLine
 from .stacks import call_stacks
 
 NS = 1e-9
@@ -251,34 +251,6 @@ class _Memory:
 _NO_MEMORY = _Memory()
 
 
-class QuietLine(dict):
-    """A line's entry with nothing measured on it: the members of any line's
-    entry, every figure zero.  Most of a listing's lines are quiet, and making
-    and encoding each entry took most of the time between the program's end
-    and its profile on disk (regex_v8's 130 KB source: 1,790 entries, 35 ms to
-    build, 28 to encode, of a 2.4 s run): build copies one set of zero
-    figures into each, and json_out writes each from one encoding of them
-    (QuietLine.tail).  A plain dict for everything else."""
-    __slots__ = ()
-
-    _tails: dict[tuple, tuple[dict, str]] = {}
-
-    @classmethod
-    def tail(cls, entry: dict[str, Any], encode) -> str | None:
-        """The JSON of entry's members after lineno and line, from the
-        encoding kept for entries with its members, when its figures are
-        still that encoding's (an entry changed after build is not); None
-        otherwise.  encode: the caller's JSON encoder."""
-        keys = tuple(entry)
-        if len(keys) < 3 or keys[:2] != ("lineno", "line"):
-            return None
-        kept = cls._tails.get(keys)
-        if kept is None:
-            rest = {k: entry[k] for k in keys[2:]}
-            kept = cls._tails[keys] = (rest, encode(rest)[1:])
-        return kept[1] if kept[0].items() <= entry.items() else None
-
-
 def _quiet_figures(denominator: float, await_total: float, gpu_used: bool, gpu_total: float,
                    gpu_kernels: bool, memory: dict[str, Any] | None, activity: float,
                    elapsed: float) -> dict[str, Any]:
@@ -472,6 +444,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     focus = Focus(raw.get("profiled_functions", []))
 
     quiet: dict[str, Any] | None = None  # made at the first quiet line (a listing of data has none)
+    quiet_shown = False
     files: dict[str, Any] = {}
     # Every line with figures, shown or not (@profile, --reduced-profile): the
     # verdict is about the whole run.
@@ -503,12 +476,9 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
                 if quiet is None:
                     quiet = _quiet_figures(denominator, await_total, gpu_used, gpu_total, gpu_kernels, memory,
                                            activity, elapsed)
-                if not reduced or significant(quiet, threshold, malloc_threshold):
-                    entry = QuietLine(lineno=lineno, line=text)
-                    entry.update(quiet)
-                    if memory:
-                        entry["memory_samples"] = []  # its own list: a reader may add to it
-                    line_entries.append(entry)
+                    quiet_shown = not reduced or significant(quiet, threshold, malloc_threshold)
+                if quiet_shown:
+                    line_entries.append(QuietLine.of(lineno, text, quiet))
                 continue
             entry = {"lineno": lineno, "line": text}
             entry.update((per_line.get(lineno) or _Sums()).fields(denominator, await_total))

@@ -8,7 +8,6 @@ import os
 import stat
 
 from .. import private_files
-from ..model.build import QuietLine
 from ..private_files import written_in_place
 
 
@@ -23,10 +22,36 @@ _encode = json.JSONEncoder(allow_nan=False, separators=(", ", ": ")).encode
 
 
 def render(profile: dict) -> str:
+    global _QuietLine
+    if _QuietLine is None:
+        from ..model.schema import QuietLine  # here: importing json_out alone (chosen_name) stays cheap
+        _QuietLine = QuietLine
     parts: list[str] = []
     _lay_out(profile, 0, parts)
     parts.append("\n")
     return "".join(parts)
+
+
+_QuietLine = None
+# The encoding of the members after lineno and line of the last quiet lines'
+# shared figures (model.schema.QuietLine): (figures, "...}") or (figures, None)
+# where a figure holds an object, which the general layout puts on lines of
+# its own.
+_quiet_tail: tuple[dict, str | None] | None = None
+
+
+def _quiet(entry) -> str | None:
+    """A quiet line written from its shared figures' encoding; None where
+    the entry no longer holds them (written as any entry)."""
+    global _quiet_tail
+    figures = entry.figures
+    if _quiet_tail is None or _quiet_tail[0] is not figures:
+        tail = None if not figures or any(_holds_objects(v) for v in figures.values()) else _encode(figures)[1:]
+        _quiet_tail = (figures, tail)
+    tail = _quiet_tail[1]
+    if tail is None or not entry.unchanged():
+        return None
+    return f'{{"lineno": {_encode(entry["lineno"])}, "line": {_encode(entry["line"])}, {tail}'
 
 
 def _holds_objects(value) -> bool:
@@ -36,10 +61,10 @@ def _holds_objects(value) -> bool:
 
 
 def _lay_out(value, depth: int, parts: list[str]) -> None:
-    if type(value) is QuietLine:
-        tail = QuietLine.tail(value, _encode)
-        if tail is not None:
-            parts.append(f'{{"lineno": {_encode(value["lineno"])}, "line": {_encode(value["line"])}, {tail}')
+    if type(value) is _QuietLine:
+        quiet = _quiet(value)
+        if quiet is not None:
+            parts.append(quiet)
             return
     if not value:
         parts.append(_encode(value))
