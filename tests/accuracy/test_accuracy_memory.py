@@ -569,7 +569,11 @@ def test_churn_of_tiny_temporaries_is_not_allocation(profile_program):
     assert lines["small"]["n_malloc_mb"] == pytest.approx(40 * 1_200_000 / MB, rel=0.10), info
     assert lines["big"]["n_malloc_mb"] == pytest.approx(40 * 4_800_000 / MB, rel=0.10), info
     assert lines["numpy"]["n_malloc_mb"] == pytest.approx(10 * 16_000_000 / MB, rel=0.10), info
-    assert lines["numpy"]["n_churn_mb"] == 0, info
+    # The arrays' own blocks are malloc's, never churn; the array objects (a
+    # small Python block each, made and dropped at once) are churn, and one of
+    # their 10 x 112 bytes takes a 64 KiB sample in about 2% of runs (3.12 read
+    # 0.0625 MB once): far below the arrays' 152 MB.
+    assert lines["numpy"]["n_churn_mb"] <= 0.01 * lines["numpy"]["n_malloc_mb"], info
     top = run.profile["top_allocations"]
     assert [t["lineno"] for t in top[:4]] == [run.lineno(f"# @{m}") for m in ("big", "numpy", "arrays", "small")], info
     process_peak = run.profile["max_footprint_mb"]
