@@ -1,5 +1,6 @@
 #include "arena.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -12,17 +13,97 @@ struct arena_chunk {
     size_t used;
 };
 
+/* Mappings given back, kept for the next region of their size.  A profile
+ * started once per test (pytest --pyrometer) releases its tables and chunks at
+ * each reset and maps the same sizes again at once: a munmap and an mmap per
+ * region, the address space split and merged, some 20 a test (a third of the
+ * core's reset, start and stop in perf).  A kept mapping is emptied with
+ * MADV_DONTNEED instead, one call that frees its pages (private anonymous
+ * memory reads as zeros after it, as fresh mmap pages do), and handed out
+ * again as it is.  Callers hold the GIL; the flag only makes a caller that
+ * does not go to mmap and munmap as before, never wait. */
+#define KEPT_REGIONS 16
+
+static struct {
+    void *p;
+    size_t size;
+} kept[KEPT_REGIONS];
+static size_t kept_bytes;
+static size_t kept_limit = REGION_KEPT_DEFAULT;
+static atomic_flag kept_busy = ATOMIC_FLAG_INIT;
+
+static void *take_kept(size_t size)
+{
+    void *p = NULL;
+    if (atomic_flag_test_and_set_explicit(&kept_busy, memory_order_acquire)) {
+        return NULL;
+    }
+    for (int i = 0; i < KEPT_REGIONS; i++) {
+        if (kept[i].p != NULL && kept[i].size == size) {
+            p = kept[i].p;
+            kept[i].p = NULL;
+            kept_bytes -= size;
+            break;
+        }
+    }
+    atomic_flag_clear_explicit(&kept_busy, memory_order_release);
+    return p;
+}
+
+/* 1 when p (already emptied) is kept. */
+static int keep(void *p, size_t size)
+{
+    int stored = 0;
+    if (atomic_flag_test_and_set_explicit(&kept_busy, memory_order_acquire)) {
+        return 0;
+    }
+    for (int i = 0; i < KEPT_REGIONS && kept_bytes <= kept_limit && size <= kept_limit - kept_bytes; i++) {
+        if (kept[i].p == NULL) {
+            kept[i].p = p;
+            kept[i].size = size;
+            kept_bytes += size;
+            stored = 1;
+            break;
+        }
+    }
+    atomic_flag_clear_explicit(&kept_busy, memory_order_release);
+    return stored;
+}
+
+void region_keep(size_t max_bytes)
+{
+    while (atomic_flag_test_and_set_explicit(&kept_busy, memory_order_acquire)) {
+    }
+    kept_limit = max_bytes;
+    for (int i = 0; i < KEPT_REGIONS && kept_bytes > kept_limit; i++) {
+        if (kept[i].p != NULL) {
+            munmap(kept[i].p, kept[i].size);
+            kept_bytes -= kept[i].size;
+            kept[i].p = NULL;
+        }
+    }
+    atomic_flag_clear_explicit(&kept_busy, memory_order_release);
+}
+
 void *region_map(size_t size)
 {
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = take_kept(size);
+    if (p != NULL) {
+        return p;
+    }
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
 void region_unmap(void *p, size_t size)
 {
-    if (p != NULL) {
-        munmap(p, size);
+    if (p == NULL) {
+        return;
     }
+    if (size <= kept_limit && madvise(p, size, MADV_DONTNEED) == 0 && keep(p, size)) {
+        return;
+    }
+    munmap(p, size);
 }
 
 void arena_init(arena *a)

@@ -32,8 +32,15 @@ void *arena_take(arena *a, size_t size);
 void arena_give(arena *a, void *p, size_t size);
 void arena_release(arena *a);
 
-/* Whole mappings for data that is replaced as a unit (hash table slots). */
+/* Whole mappings for data that is replaced as a unit (hash table slots, the
+ * arenas' chunks): zeroed, page-aligned memory, or NULL when the system
+ * refuses it.  A region given back is kept for the next region_map of the
+ * same size, emptied of its pages (arena.c says why), up to a limit on the
+ * bytes kept: REGION_KEPT_DEFAULT, or what region_keep sets (0: none kept,
+ * and those kept are unmapped; the C unit tests count mappings so). */
+#define REGION_KEPT_DEFAULT ((size_t)8 << 20)
 void *region_map(size_t size);
 void region_unmap(void *p, size_t size);
+void region_keep(size_t max_bytes);
 
 #endif

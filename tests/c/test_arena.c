@@ -209,6 +209,59 @@ static void arena_blocks_given_back_are_reused(void)
     arena_release(&a);
 }
 
+/* A region given back is kept (within the limit) and handed out again for the
+ * same size, all zeros, with no mmap; another size, or one past the limit,
+ * is mapped and unmapped as before; lowering the limit unmaps what is kept. */
+static void region_kept_for_the_next_map(void)
+{
+    region_keep(3 * MiB);
+    mmap_usage before = mmap_probe_usage();
+    unsigned char *p = region_map(MiB);
+    REQUIRE(p != NULL);
+    memset(p, 0xA5, MiB);
+    region_unmap(p, MiB);
+    CHECK_EQ(mmap_probe_usage().mappings, before.mappings + 1); /* kept, still mapped */
+
+    mmap_probe_refuse_after(0); /* the kept one needs no mmap */
+    unsigned char *again = region_map(MiB);
+    CHECK(region_map(2 * MiB) == NULL); /* none kept of that size */
+    mmap_probe_refuse_after(-1);
+    CHECK(again == p);
+    REQUIRE(again != NULL);
+    CHECK(all_bytes(again, MiB, 0));
+
+    unsigned char *big = region_map(4 * MiB); /* over the limit: never kept */
+    REQUIRE(big != NULL);
+    big[0] = 1;
+    region_unmap(big, 4 * MiB);
+    CHECK_EQ(mmap_probe_usage().mappings, before.mappings + 1);
+
+    /* Two of 1 MiB fit the limit of 3 MiB, a third does not. */
+    unsigned char *two = region_map(MiB), *three = region_map(MiB);
+    REQUIRE(two != NULL && three != NULL);
+    region_unmap(again, MiB);
+    region_unmap(two, MiB);
+    region_unmap(three, MiB);
+    CHECK_EQ(mmap_probe_usage().mappings, before.mappings + 3);
+    CHECK_EQ(mmap_probe_usage().bytes, before.bytes + 3 * MiB);
+
+    /* An arena's chunks are regions too: released and taken again, zeroed. */
+    arena a;
+    arena_init(&a);
+    unsigned char *block = arena_alloc(&a, 1000);
+    REQUIRE(block != NULL);
+    memset(block, 0x77, 1000);
+    arena_release(&a);
+    block = arena_alloc(&a, 1000);
+    REQUIRE(block != NULL);
+    CHECK(all_bytes(block, 1000, 0));
+    arena_release(&a);
+
+    region_keep(0);
+    CHECK_EQ(mmap_probe_usage().mappings, before.mappings);
+    CHECK_EQ(mmap_probe_usage().bytes, before.bytes);
+}
+
 const unit_test arena_tests[] = {
     UNIT_TEST(arena_blocks_given_back_are_reused),
     UNIT_TEST(arena_blocks_are_zeroed_and_aligned),
@@ -219,5 +272,6 @@ const unit_test arena_tests[] = {
     UNIT_TEST(arena_refused_mmap_gives_null),
     UNIT_TEST(arena_absurd_size_gives_null),
     UNIT_TEST(arena_size_near_size_max_gives_null),
+    UNIT_TEST(region_kept_for_the_next_map),
     {NULL, NULL, NULL},
 };

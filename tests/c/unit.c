@@ -14,6 +14,8 @@
 /* Each test binary lists its suites (suites.c for the core pieces, the memhooks
  * test for the preloaded library, which needs a process of its own). */
 extern const unit_test *const unit_suites[];
+/* Run once before the tests, where the binary defines it (suites.c). */
+extern void unit_setup(void) __attribute__((weak));
 
 /* A check inside a loop can fail thousands of times; the first few say enough. */
 #define MESSAGES_PER_TEST 10
@@ -68,6 +70,9 @@ int main(int argc, char **argv)
     /* Line-buffered so that a sanitizer report (stderr) lands after the test that caused it. */
     setvbuf(stdout, NULL, _IOLBF, 0);
 
+    if (unit_setup != NULL) {
+        unit_setup();
+    }
     int passed = 0, failed = 0, skipped = 0;
     for (const unit_test *const *suite = unit_suites; *suite != NULL; suite++) {
         for (const unit_test *t = *suite; t->name != NULL; t++) {
