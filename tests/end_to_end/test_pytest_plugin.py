@@ -411,3 +411,9 @@ def test_a_tests_summary_reads_the_full_profiles_figures():
         assert len(f["lines"]) > len(with_data)  # the listing: every line of the file
     assert short["cpu_time_sec"] == full["cpu_time_sec"]
     assert plugin.summary(short, {}, False) == plugin.summary(full, {}, False)
+    # Nothing a summary reads is left out, only what none reads: the verdict
+    # and the call stacks, which the full profile has.
+    assert "verdict" in full and "call_stacks" in full
+    assert "verdict" not in short and "call_stacks" not in short
+    from pyrometer import model  # noqa: PLC0415
+    model.check(short)
