@@ -38,7 +38,7 @@ def main() -> None:
         t2 = time.perf_counter()
         sum(range(200))  # the test
         t3 = time.perf_counter()
-        raw = run.collect()
+        raw = run.collect(keep_thread=True)  # as the plugin does
         t4 = time.perf_counter()
         profile = run.build(raw, listing="data")
         t5 = time.perf_counter()
@@ -51,6 +51,8 @@ def main() -> None:
         t7 = time.perf_counter()
         for name, spent in zip(phases, (t1 - t0, t2 - t1, t4 - t3, t5 - t4, t6 - t5, t7 - t6)):
             phases[name] += spent
+    from pyrometer import _core
+    _core.end_kept_thread()
     print(("memory" if options.memory else "CPU only") + ": "
           + ", ".join(f"{name} {spent / args.n * 1e3:.3f}" for name, spent in phases.items())
           + f"; in all {sum(phases.values()) / args.n * 1e3:.3f} ms per test")

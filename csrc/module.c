@@ -216,20 +216,32 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
     /* gpu: 0 off, 1 when a GPU is found, 2 asked for (--gpu); plus
      * 4 for the kernel tier (--gpu-kernels). */
     if ((gpu & 3) > 0 && gpu_start((gpu & 3) > 1, (gpu & 4) != 0, pyalloc_own_thread) != 0) {
-        sampler_stop();
+        sampler_stop(0);
         mem_profile_stop();
         return NULL;
     }
     Py_RETURN_NONE;
 }
 
-static PyObject *core_stop(PyObject *module, PyObject *unused)
+static PyObject *core_stop(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    (void)module;
+    static char *keywords[] = {"keep_thread", NULL};
+    int keep_thread = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:stop", keywords, &keep_thread)) {
+        return NULL;
+    }
+    gpu_stop();
+    mem_profile_stop();
+    sampler_stop(keep_thread);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_end_kept_thread(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    gpu_stop();
-    mem_profile_stop();
-    sampler_stop();
+    sampler_end_kept_thread();
     Py_RETURN_NONE;
 }
 
@@ -787,7 +799,11 @@ static PyMethodDef core_methods[] = {
      "profile_all, memory_window=0, leak_detector=True, program=[], program_codes=[], gpu=0, "
      "start_off=0, control_file=None)\n"
      "Start the CPU sampler with the given file filter."},
-    {"stop", core_stop, METH_NOARGS, "Stop the CPU sampler and join its thread."},
+    {"stop", (PyCFunction)(void (*)(void))core_stop, METH_VARARGS | METH_KEYWORDS,
+     "stop(keep_thread=False): stop the CPU sampler and join its thread, or with keep_thread park it for "
+     "the next start (ended before a fork, or by end_kept_thread())."},
+    {"end_kept_thread", core_end_kept_thread, METH_NOARGS,
+     "End the sampler thread that stop(keep_thread=True) kept, if any."},
     {"collect", core_collect, METH_NOARGS, "The aggregates measured so far, as plain data."},
     {"ending_install", (PyCFunction)(void (*)(void))core_ending_install, METH_VARARGS | METH_KEYWORDS,
      "ending_install(write_profile, child=False)\nOn a termination signal with its default disposition, call "

@@ -374,10 +374,9 @@ static void take_over(int ending, int *have_thread_state, PyGILState_STATE *gil_
     PyEval_SaveThread();
 }
 
-static void *sampler_main(void *unused)
+/* One run of the thread: samples until the sampler stops. */
+static void sample_until_stopped(void)
 {
-    (void)unused;
-    atomic_store(&sampler.sampler_tid, (int)gettid());
     uint64_t rng = clock_wall_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9E3779B97F4A7C15ULL;
     uint64_t interval = sampler.options.interval_ns;
     int have_thread_state = 0;
@@ -424,6 +423,51 @@ static void *sampler_main(void *unused)
         sampler.sampler_ts = NULL;
         PyGILState_Release(gil_state);
     }
+}
+
+/* A sampler thread kept between runs (sampler_stop(1): pytest --pyrometer
+ * starts and stops once per test, and a thread's creation and end were a
+ * third of the core's start and stop under perf) waits here, holding nothing:
+ * no GIL, no thread state, no file.  park_state says what the thread is to
+ * do; park_lock guards it, park_cond tells each side the other's move. */
+enum { THREAD_RUNS, THREAD_TO_PARK, THREAD_PARKED, THREAD_TO_END };
+static pthread_mutex_t park_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t park_cond = PTHREAD_COND_INITIALIZER;
+static int park_state = THREAD_RUNS;
+
+/* After a run: 1 when the thread is to run again, 0 when it is to end.  It
+ * parks until one or the other; a stop that came before the thread woke from
+ * its last parking is answered by parking again, without a run. */
+static int park(void)
+{
+    pthread_mutex_lock(&park_lock);
+    while (park_state != THREAD_TO_END && !(park_state == THREAD_RUNS && atomic_load(&sampler.running))) {
+        if (park_state == THREAD_TO_PARK) {
+            park_state = THREAD_PARKED;
+            pthread_cond_broadcast(&park_cond);
+        }
+        pthread_cond_wait(&park_cond, &park_lock);
+    }
+    int again = park_state == THREAD_RUNS;
+    pthread_mutex_unlock(&park_lock);
+    return again;
+}
+
+static void set_park_state(int state)
+{
+    pthread_mutex_lock(&park_lock);
+    park_state = state;
+    pthread_cond_broadcast(&park_cond);
+    pthread_mutex_unlock(&park_lock);
+}
+
+static void *sampler_main(void *unused)
+{
+    (void)unused;
+    atomic_store(&sampler.sampler_tid, (int)gettid());
+    do {
+        sample_until_stopped();
+    } while (park());
     return NULL;
 }
 
@@ -438,15 +482,31 @@ static void forget_sampler_in_child(void)
     atomic_store(&sampler.request_pending, 0);
     atomic_store(&sampler.sampler_tid, 0);
     sampler.thread_started = 0;
+    sampler.thread_kept = 0; /* a kept thread is the parent's */
+    sampler.fork_guarded = 0; /* forks.c forgets its clients in the child */
     sampler.active = 0;
     sampler.suspended_for_fork = 0;
     sampler.joining = 0;
     sampler.sampler_ts = NULL;
+    /* The parent's lock may have been held at the fork (by its kept thread). */
+    pthread_mutex_init(&park_lock, NULL);
+    pthread_cond_init(&park_cond, NULL);
+    park_state = THREAD_RUNS;
 }
 
-/* Starts the sampler thread; 0, or an errno value. */
+static void wait_for_other_join(void);
+
+/* Starts the sampler thread, or wakes the one kept; 0, or an errno value. */
 static int launch_thread(void)
 {
+    if (sampler.thread_kept) {
+        sampler.thread_kept = 0;
+        atomic_store(&sampler.running, 1);
+        set_park_state(THREAD_RUNS);
+        sampler.thread_started = 1;
+        return 0;
+    }
+    set_park_state(THREAD_RUNS);
     atomic_store(&sampler.sampler_tid, 0);
     atomic_store(&sampler.running, 1);
     int rc = quiet_thread_create(&sampler.thread, sampler_main, NULL);
@@ -464,7 +524,9 @@ static pid_t join_thread(void)
 {
     pthread_t thread = sampler.thread;
     sampler.thread_started = 0; /* before the GIL is released: another thread may fork */
+    sampler.thread_kept = 0;
     sampler.joining = 1;
+    set_park_state(THREAD_TO_END); /* a running thread ends after its run, a parked one now */
     atomic_store(&sampler.running, 0);
     wake_post();
     Py_BEGIN_ALLOW_THREADS
@@ -472,6 +534,37 @@ static pid_t join_thread(void)
     Py_END_ALLOW_THREADS
     sampler.joining = 0;
     return (pid_t)atomic_exchange(&sampler.sampler_tid, 0); /* its first act was to set it */
+}
+
+/* Stops the sampler thread and waits until it is parked, to run again at the
+ * next start; GIL held (released while waiting). */
+static void park_thread(void)
+{
+    sampler.thread_started = 0;
+    sampler.joining = 1;
+    set_park_state(THREAD_TO_PARK);
+    atomic_store(&sampler.running, 0);
+    wake_post();
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&park_lock);
+    while (park_state == THREAD_TO_PARK) {
+        pthread_cond_wait(&park_cond, &park_lock);
+    }
+    pthread_mutex_unlock(&park_lock);
+    Py_END_ALLOW_THREADS
+    sampler.joining = 0;
+    sampler.thread_kept = 1;
+}
+
+/* Ends the kept thread, if there is one, and waits until it is gone from the
+ * process's threads; GIL held. */
+static void end_kept_thread(void)
+{
+    wait_for_other_join();
+    if (!sampler.thread_kept || getpid() != sampler.owner_pid) {
+        return;
+    }
+    forks_wait_until_thread_gone(join_thread());
 }
 
 /* Another Python thread may be in join_thread (it released the GIL there): wait
@@ -497,6 +590,10 @@ static void wait_for_other_join(void)
 static void stop_for_fork(void)
 {
     wait_for_other_join(); /* two threads forking at once: the second waits */
+    if (sampler.thread_kept) {
+        end_kept_thread(); /* a process that forks has no thread of ours (3.12+ warns) */
+        return;
+    }
     if (!(sampler.active && sampler.thread_started && getpid() == sampler.owner_pid)) {
         return;
     }
@@ -505,10 +602,11 @@ static void stop_for_fork(void)
     pid_t tid = join_thread();
     sampler.suspended_for_fork = 1;
     if (sampler_cpu != CLOCK_UNAVAILABLE) {
-        sampler.earlier_samplers_cpu_ns += sampler_cpu;
+        sampler.earlier_samplers_cpu_ns += delta(sampler_cpu, sampler.sampler_cpu_base_ns);
         sampler.last_process_cpu_ns += delta(sampler_cpu, sampler.last_sampler_cpu_ns);
     }
     sampler.last_sampler_cpu_ns = 0; /* the next sampler thread's clock starts at 0 */
+    sampler.sampler_cpu_base_ns = 0;
     sampler.pause_wall_ns = clock_wall_ns();
     sampler.pause_process_cpu_ns = clock_process_cpu_ns();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(sampler.interp); ts != NULL;
@@ -678,7 +776,11 @@ int sampler_start(const sampler_options *options)
     sampler.totals.n_cpus = sampler.n_cpus;
     sampler.last_wall_ns = sampler.totals.start_wall_ns = clock_wall_ns();
     sampler.last_process_cpu_ns = sampler.totals.process_cpu_ns = clock_process_cpu_ns();
-    sampler.last_sampler_cpu_ns = 0;
+    /* A kept thread's clock has run through earlier runs. */
+    pid_t kept_tid = sampler.thread_kept ? (pid_t)atomic_load(&sampler.sampler_tid) : 0;
+    uint64_t kept_cpu = kept_tid > 0 ? clock_thread_cpu_ns(kept_tid) : CLOCK_UNAVAILABLE;
+    sampler.sampler_cpu_base_ns = kept_cpu != CLOCK_UNAVAILABLE ? kept_cpu : 0;
+    sampler.last_sampler_cpu_ns = sampler.sampler_cpu_base_ns;
     sampler.earlier_samplers_cpu_ns = 0;
     sampler.helper_cpu_at_start_ns = sampler.last_helper_cpu_ns = clock_helpers_cpu_ns();
     sampler.untracked_carry = 0;
@@ -695,12 +797,14 @@ int sampler_start(const sampler_options *options)
     sampler.paused = !control_wanted();
     sampler.paused_since_ns = sampler.last_wall_ns;
     paused_set(sampler.paused);
-    if (forks_register(stop_for_fork, start_after_fork) != 0) {
+    if (!sampler.fork_guarded && forks_register(stop_for_fork, start_after_fork) != 0) {
         return -1;
     }
+    sampler.fork_guarded = 1;
     int rc = launch_thread();
     if (rc != 0) {
         forks_unregister(stop_for_fork);
+        sampler.fork_guarded = 0;
         errno = rc;
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
@@ -709,13 +813,15 @@ int sampler_start(const sampler_options *options)
     return 0;
 }
 
-void sampler_stop(void)
+void sampler_stop(int keep_thread)
 {
     wait_for_other_join();
     if (!sampler.active) {
         return;
     }
-    if (sampler.thread_started) {
+    if (sampler.thread_started && keep_thread && getpid() == sampler.owner_pid) {
+        park_thread();
+    } else if (sampler.thread_started) {
         (void)join_thread();
     }
     if (getpid() == sampler.owner_pid) {
@@ -726,7 +832,11 @@ void sampler_stop(void)
         take_commands();
     }
     place_held_of_gone(1); /* the CPU measured so far, none of it lost */
-    forks_unregister(stop_for_fork);
+    if (!sampler.thread_kept) {
+        /* Kept, the thread is ended before a fork (stop_for_fork): the guard stays. */
+        forks_unregister(stop_for_fork);
+        sampler.fork_guarded = 0;
+    }
     close_main_schedstat();
     sampler.active = 0;
     sampler.suspended_for_fork = 0;
@@ -740,7 +850,18 @@ void sampler_stop(void)
         sampler.paused = 0;
     }
     sampler.totals.process_cpu_ns = delta(clock_process_cpu_ns(), sampler.totals.process_cpu_ns);
-    sampler.totals.sampler_cpu_ns = sampler.earlier_samplers_cpu_ns + sampler.last_sampler_cpu_ns + helper_cpu_since_start();
+    sampler.totals.sampler_cpu_ns = sampler.earlier_samplers_cpu_ns +
+                                    delta(sampler.last_sampler_cpu_ns, sampler.sampler_cpu_base_ns) +
+                                    helper_cpu_since_start();
+}
+
+void sampler_end_kept_thread(void)
+{
+    end_kept_thread();
+    if (!sampler.active && sampler.fork_guarded) {
+        forks_unregister(stop_for_fork);
+        sampler.fork_guarded = 0;
+    }
 }
 
 int sampler_running(void)
@@ -762,7 +883,9 @@ void sampler_get_totals(sampler_totals *out)
          * stop (os._exit, exec, a termination signal, a child's end) needs the
          * CPU used so far. */
         out->process_cpu_ns = delta(clock_process_cpu_ns(), sampler.totals.process_cpu_ns);
-        out->sampler_cpu_ns = sampler.earlier_samplers_cpu_ns + sampler.last_sampler_cpu_ns + helper_cpu_since_start();
+        out->sampler_cpu_ns = sampler.earlier_samplers_cpu_ns +
+                              delta(sampler.last_sampler_cpu_ns, sampler.sampler_cpu_base_ns) +
+                              helper_cpu_since_start();
     }
     if (sampler.active && sampler.paused) {
         out->paused_at_end_ns = delta(end, sampler.paused_since_ns);

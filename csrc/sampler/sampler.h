@@ -55,8 +55,12 @@ typedef struct {
 
 /* Called with the GIL held, on the main thread.  0, or -1 with an exception set. */
 int sampler_start(const sampler_options *options);
-/* Stops and joins the sampler thread; GIL held (released while joining). */
-void sampler_stop(void);
+/* Stops the sampler thread and joins it; GIL held (released while joining).
+ * keep_thread: the thread is parked instead, and the next sampler_start in
+ * this process wakes it (pytest --pyrometer starts once per test); a fork
+ * ends it first, as sampler_end_kept_thread does. */
+void sampler_stop(int keep_thread);
+void sampler_end_kept_thread(void);
 int sampler_running(void);
 /* GIL held: pauses or resumes to match control_wanted() (control.h), charging
  * what ran up to a pause and nothing of the pause itself. */

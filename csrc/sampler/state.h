@@ -188,7 +188,9 @@ typedef struct {
     int thread_started;
     int active;             /* between sampler_start and sampler_stop, thread or not */
     int suspended_for_fork; /* stopped for a fork, to start again in the parent */
-    int joining;            /* a thread waits (GIL released) for the sampler thread to end */
+    int joining;            /* a thread waits (GIL released) for the sampler thread to end or park */
+    int thread_kept;        /* the thread waits, parked, for the next start (sampler_stop(1)) */
+    int fork_guarded;       /* stop_for_fork is registered with forks.c */
     atomic_int main_reporting; /* the main thread makes a periodic report (GIL released while sending) */
 
     /* Everything below is touched only with the GIL held. */
@@ -204,6 +206,7 @@ typedef struct {
     uint64_t last_wall_ns, last_process_cpu_ns, last_sampler_cpu_ns;
     uint64_t pause_wall_ns, pause_process_cpu_ns; /* when it stopped for a fork */
     uint64_t earlier_samplers_cpu_ns; /* CPU of sampler threads ended by forks */
+    uint64_t sampler_cpu_base_ns;     /* a kept thread's CPU clock when this run started */
     int64_t untracked_carry; /* signed: clock-reading noise cancels out over windows */
     int paused;              /* profiling paused (control.h); GIL held */
     uint64_t paused_since_ns;

@@ -207,7 +207,8 @@ def test_profiled_suite(tmp_path):
     _check_profiled_run(run, json.loads((tmp_path / "summary.json").read_text()), tmp_path / "merged.json", 1)
     session = run.read("session")
     assert "pyrometer._core" in session["modules"]
-    # The sampler is a thread of its own while a test runs, and is gone after.
+    # The sampler is a thread of its own while a test runs, kept between
+    # tests, and gone after the last.
     assert run.read("threads_during_test") > 1
     assert session["threads"] == 1
     assert "summary written to summary.json; merged profile to merged.json" in run.out
@@ -417,3 +418,63 @@ def test_a_tests_summary_reads_the_full_profiles_figures():
     assert "verdict" not in short and "call_stacks" not in short
     from pyrometer import model  # noqa: PLC0415
     model.check(short)
+
+
+FORKING_SUITE = '''\
+import json, os, time
+import pytest
+
+def record(name, value):
+    with open(os.path.join(os.environ["TRUTH_DIR"], name), "w") as f:
+        json.dump(value, f)
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+def fork_and_wait():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+@pytest.fixture(scope="module")
+def forked_between_tests():
+    record("threads_between_tests", threads())  # the sampler's thread, parked
+    code = fork_and_wait()
+    record("threads_after_fork", threads())
+    return code
+
+def test_first():
+    assert sum(i * i for i in range(10000))
+
+def test_after_a_fork_between_tests(forked_between_tests):
+    assert forked_between_tests == 7
+    start = time.process_time()
+    while time.process_time() - start < 0.2:
+        sum(i * i for i in range(300))  # busy after the fork
+
+def test_forks_itself():
+    assert fork_and_wait() == 7
+    record("threads_after_fork_in_test", threads())
+'''
+
+
+def test_a_fork_between_tests_finds_no_thread_of_ours(tmp_path):
+    """The sampler's thread is kept between tests (parked: a thread made and
+    ended per test was a third of the core's start and stop), so a fixture
+    forking between two tests would fork a process of two threads, which
+    CPython 3.12+ warns about (an error under -W error).  The thread is ended
+    before the fork, the next test starts a new one and is profiled, and none
+    is left after the last test."""
+    run = run_suite(tmp_path, "--pyrometer", "--pyrometer-summary", "summary.json", "-W", "error::DeprecationWarning",
+                    suite=FORKING_SUITE)
+    assert run.status == 0, run.out
+    assert set(_outcomes(run.out).values()) == {"PASSED"}
+    assert run.read("threads_between_tests") == 2
+    assert run.read("threads_after_fork") == 1
+    assert run.read("threads_after_fork_in_test") > 1  # the running sampler, back after the fork
+    assert run.read("session")["threads"] == 1
+    tests = {t["nodeid"].split("::")[1]: t for t in json.loads((tmp_path / "summary.json").read_text())["tests"]}
+    assert tests["test_after_a_fork_between_tests"]["cpu_sec"] > 0.1
+    assert any("busy after the fork" in t["line"] for t in tests["test_after_a_fork_between_tests"]["top_cpu"])

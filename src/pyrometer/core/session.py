@@ -173,9 +173,12 @@ class Session:
         start_core(s, exclude=_installation_directories(), own=own_prefixes(), program_codes=self.program_codes,
                    control_file=self.control_file)
 
-    def stop(self) -> None:
+    def stop(self, keep_thread: bool = False) -> None:
+        """keep_thread: the sampler's thread is parked for the next run in
+        this process instead of ended (_core.stop; the pytest plugin, which
+        ends it with _core.end_kept_thread() after the last test)."""
         if _core.running():
-            _core.stop()
+            _core.stop(keep_thread=keep_thread)
             self.elapsed = time.perf_counter() - self.t0
 
     def elapsed_now(self) -> float:

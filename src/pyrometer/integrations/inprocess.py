@@ -124,9 +124,10 @@ class InProcessRun:
         """Stop and build the profile; error: what the code raised, if anything."""
         return self.build(self.collect(), error)
 
-    def collect(self) -> dict[str, Any]:
-        """Stop; the core's raw aggregates (children.Merger adds several up)."""
-        self.session.stop()
+    def collect(self, keep_thread: bool = False) -> dict[str, Any]:
+        """Stop; the core's raw aggregates (children.Merger adds several up).
+        keep_thread: Session.stop's."""
+        self.session.stop(keep_thread)
         return self.session.collect()
 
     def build(self, raw: dict[str, Any], error: BaseException | None = None, listing: str = "whole") -> dict[str, Any]:

@@ -241,11 +241,24 @@ class Profiling:
         try:
             yield
         finally:
-            raw = run.collect()
+            # The sampler's thread is kept for the next test (a thread made
+            # and ended per test was a third of the core's start and stop),
+            # ended before any fork and after the last test (pytest_sessionfinish).
+            raw = run.collect(keep_thread=True)
             self.ran_here = True
             item.stash[_result_key] = summary(run.build(raw, listing="data"), item.stash.get(_limits_key, {}),
                                               self.options.memory)
             self._merge(raw, run.session.start_time, run.session.elapsed)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """After the last test (before its fixtures' teardown), the sampler's
+        thread kept between tests ends: the process has no thread of pyrometer's
+        from here on.  A session stopped early (-x, an interrupt) ends it in
+        pytest_sessionfinish."""
+        if nextitem is None:
+            from .. import _core
+            _core.end_kept_thread()
 
     def _merge(self, raw: dict[str, Any], start_time: float, elapsed: float) -> None:
         from ..run.children import Merger
@@ -283,7 +296,9 @@ class Profiling:
     # ---- the merged profile ---------------------------------------------------------
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        from .. import _core
         from .inprocess import process_row
+        _core.end_kept_thread()
         if self.ran_here:
             raw = self._merged_raw()
             started_by = f"pytest-xdist worker {self.config.workerinput['workerid']}" if self.worker else "pytest"
