@@ -243,7 +243,8 @@ class Profiling:
         finally:
             # The sampler's thread is kept for the next test (a thread made
             # and ended per test was a third of the core's start and stop),
-            # ended before any fork and after the last test (pytest_sessionfinish).
+            # and ended before any fork (the core's fork guard) and after the
+            # last test (pytest_runtest_teardown, pytest_sessionfinish).
             raw = run.collect(keep_thread=True)
             self.ran_here = True
             item.stash[_result_key] = summary(run.build(raw, listing="data"), item.stash.get(_limits_key, {}),
