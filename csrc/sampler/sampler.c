@@ -518,17 +518,24 @@ static int launch_thread(void)
     return 0;
 }
 
+/* Tells the sampler thread to stop sampling and then `then` (THREAD_TO_END or
+ * THREAD_TO_PARK); GIL held, and released by the caller while it waits. */
+static void tell_thread(int then)
+{
+    sampler.thread_started = 0; /* before the GIL is released: another thread may fork */
+    sampler.thread_kept = 0;
+    sampler.joining = 1;
+    set_park_state(then);
+    atomic_store(&sampler.running, 0);
+    wake_post();
+}
+
 /* Stops the sampler thread and waits until it has ended; GIL held (released
  * while waiting: the thread may be waiting for it).  Returns its kernel tid. */
 static pid_t join_thread(void)
 {
     pthread_t thread = sampler.thread;
-    sampler.thread_started = 0; /* before the GIL is released: another thread may fork */
-    sampler.thread_kept = 0;
-    sampler.joining = 1;
-    set_park_state(THREAD_TO_END); /* a running thread ends after its run, a parked one now */
-    atomic_store(&sampler.running, 0);
-    wake_post();
+    tell_thread(THREAD_TO_END); /* a running thread ends after its run, a parked one now */
     Py_BEGIN_ALLOW_THREADS
     pthread_join(thread, NULL);
     Py_END_ALLOW_THREADS
@@ -540,11 +547,7 @@ static pid_t join_thread(void)
  * next start; GIL held (released while waiting). */
 static void park_thread(void)
 {
-    sampler.thread_started = 0;
-    sampler.joining = 1;
-    set_park_state(THREAD_TO_PARK);
-    atomic_store(&sampler.running, 0);
-    wake_post();
+    tell_thread(THREAD_TO_PARK);
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&park_lock);
     while (park_state == THREAD_TO_PARK) {
