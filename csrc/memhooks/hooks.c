@@ -190,6 +190,9 @@ static _Atomic int64_t watch_weight[WATCH_SLOTS]; /* changes with the token, und
 /* With the token too: what the owner gave with a Python sample (its block's
  * birth on the owner's clock, 0 for any other block), handed back at the free. */
 static _Atomic uint64_t watch_born[WATCH_SLOTS];
+/* With the token too: the pymalloc span count raised for the slot's block
+ * (span_raise), NULL for none; the one lowered when the block leaves the slot. */
+static _Atomic(_Atomic uint16_t *) watch_span[WATCH_SLOTS];
 /* One bit per slot, set while the slot holds a block (memhooks.h): a free tests
  * its slot's bit in this 4 KiB map, which stays in the first-level cache, and
  * reads the 256 KiB address table only when the bit is set.  A bit changes only
@@ -268,24 +271,27 @@ static int slot_lock(size_t slot, uintptr_t *held)
     return 0;
 }
 
-/* The watch count of the pymalloc region's span holding address
- * (pymalloc_arenas.h), which Python's free tests instead of this table: raised
- * before a watch of the address is published, lowered after one is taken out,
- * so that it is never below the number of watched blocks there.  Addresses
- * outside the region have none. */
-static void span_watched(uintptr_t address, int more)
+/* The watch count of the pymalloc span holding address (pymalloc_arenas.h),
+ * which Python's free tests instead of this table: raised before a watch of the
+ * address is published, lowered after it is taken out (through the slot's
+ * watch_span, so that the count lowered is the one raised, wherever the map
+ * says the address lies by then), so that it is never below the number of
+ * watched blocks there.  Blocks outside pymalloc's arenas have none; the map's
+ * arenas are looked up only for a watch made with the GIL held (python), the
+ * only one that can be of a block in them. */
+static _Atomic uint16_t *span_raise(uintptr_t address, int python)
 {
     pymalloc_arena_map *m = pymalloc_arenas_map();
-    if (m == NULL || address == 0 || address == SLOT_BUSY) {
-        return;
-    }
-    _Atomic uint16_t *count = pymalloc_span_watches(m, address);
-    if (count == NULL) {
-        return;
-    }
-    if (more) {
+    _Atomic uint16_t *count = m != NULL ? pymalloc_span_watches(m, address, python) : NULL;
+    if (count != NULL) {
         atomic_fetch_add_explicit(count, 1, memory_order_relaxed);
-    } else {
+    }
+    return count;
+}
+
+static void span_lower(_Atomic uint16_t *count)
+{
+    if (count != NULL) {
         atomic_fetch_sub_explicit(count, 1, memory_order_relaxed);
     }
 }
@@ -328,7 +334,7 @@ static long choose_slot(size_t bucket, uintptr_t address, int64_t weight, int ev
  * the lighter of the two goes, choose_slot); without it, a full bucket leaves
  * the new watch out (told "evicted" at once), so that following an object that
  * is not a sample (code_life's code objects) never costs a sample its fate. */
-static COLD void watch(void *address, uintptr_t token, int64_t weight, int evict, uint64_t born)
+static COLD void watch(void *address, uintptr_t token, int64_t weight, int evict, uint64_t born, int python)
 {
     uintptr_t evicted = token; /* not watched after all */
     int64_t evicted_weight = weight;
@@ -347,9 +353,10 @@ static COLD void watch(void *address, uintptr_t token, int64_t weight, int evict
         atomic_store_explicit(&watch_weight[slot], weight, memory_order_relaxed);
         atomic_store_explicit(&watch_born[slot], born, memory_order_relaxed);
         occupy(slot);
-        span_watched((uintptr_t)address, 1);
+        _Atomic uint16_t *evicted_span = atomic_load_explicit(&watch_span[slot], memory_order_relaxed);
+        atomic_store_explicit(&watch_span[slot], span_raise((uintptr_t)address, python), memory_order_relaxed);
         atomic_store_explicit(&watch_address[slot], (uintptr_t)address, memory_order_release);
-        span_watched(held, 0);
+        span_lower(evicted_span);
     }
     tell(evicted, 1, evicted_weight, 0);
     atomic_fetch_sub(&calls_out, 1);
@@ -391,9 +398,10 @@ static inline uintptr_t unwatch_quietly(void *address, int64_t *weight, uint64_t
     *weight = atomic_load_explicit(&watch_weight[slot], memory_order_relaxed);
     *born = atomic_load_explicit(&watch_born[slot], memory_order_relaxed);
     atomic_store_explicit(&watch_token[slot], 0, memory_order_relaxed);
+    _Atomic uint16_t *span = atomic_exchange_explicit(&watch_span[slot], NULL, memory_order_relaxed);
     vacate(slot);
     atomic_store_explicit(&watch_address[slot], 0, memory_order_release);
-    span_watched((uintptr_t)address, 0);
+    span_lower(span);
     return token;
 }
 
@@ -416,7 +424,7 @@ static COLD void emit(int kind, int64_t bytes, int64_t python_bytes, void *addre
         T.busy++;
         uintptr_t token = fn(kind, bytes, python_bytes, address);
         if (token != 0 && address != NULL) {
-            watch(address, token, bytes, 1, born);
+            watch(address, token, bytes, 1, born, born != 0); /* a Python sample: the GIL is held */
         }
         T.busy--;
         errno = saved;
@@ -589,7 +597,7 @@ EXPORT EARLY void *realloc(void *p, size_t size)
     if (q == NULL && p != NULL && size != 0) {
         int saved = errno;
         if (token != 0) {
-            watch(p, token, weight, 1, born); /* failed: the old block is still there, still watched */
+            watch(p, token, weight, 1, born, 0); /* failed: the old block is still there, still watched */
         }
         counted_alloc(p);
         errno = saved;
@@ -792,9 +800,10 @@ EXPORT void pyrometer_memhooks_stop(void)
                 sched_yield(); /* a free or a retoken changing this slot: instructions */
             }
             atomic_store_explicit(&watch_token[i], 0, memory_order_relaxed);
+            _Atomic uint16_t *span = atomic_exchange_explicit(&watch_span[i], NULL, memory_order_relaxed);
             vacate(i);
             atomic_store_explicit(&watch_address[i], 0, memory_order_release);
-            span_watched(held, 0);
+            span_lower(span);
         }
     }
 }
@@ -810,6 +819,8 @@ static void forget_other_threads(void)
     for (size_t i = 0; i < WATCH_SLOTS; i++) {
         if (atomic_load_explicit(&watch_address[i], memory_order_relaxed) == SLOT_BUSY) {
             atomic_store_explicit(&watch_token[i], 0, memory_order_relaxed);
+            /* Its span count stays raised: above the truth, which costs only time. */
+            atomic_store_explicit(&watch_span[i], NULL, memory_order_relaxed);
             vacate(i);
             atomic_store_explicit(&watch_address[i], 0, memory_order_relaxed);
         }
@@ -845,7 +856,7 @@ EXPORT void pyrometer_memhooks_watch(void *address, uintptr_t token)
 {
     if (address != NULL && token != 0) {
         T.busy++;
-        watch(address, token, 0, 0, 0);
+        watch(address, token, 0, 0, 0, 1);
         T.busy--;
     }
 }

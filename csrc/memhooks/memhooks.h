@@ -126,7 +126,7 @@ void pyrometer_memhooks_unwatch(void *address);
 /* An allocation sample of Python's allocators, taken now on the calling thread:
  * bytes is its weight (> 0), address the sampled block (watched if the sample
  * function asks).  Nothing happens while counting is off or suspended on this
- * thread (inside the sample function). */
+ * thread (inside the sample function).  With the GIL held; born is never 0. */
 void pyrometer_memhooks_sample_python(int64_t bytes, void *address, uint64_t born);
 /* Changes the token of a watched block from `from` to `to`, atomically with its
  * free: 1 when done, 0 when the block is no longer watched with `from` (freed, or
@@ -137,7 +137,8 @@ int pyrometer_memhooks_retoken(void *address, uintptr_t from, uintptr_t to);
  * Callable from inside the sample function.  For objects that samples name, to
  * know whether they are still alive when the samples are charged.  It never
  * evicts a sampled block: where the slot is taken, token is told "evicted" at
- * once. */
+ * once.  With the GIL held (a Python object's block may lie in pymalloc's
+ * arenas, whose map changes under it). */
 void pyrometer_memhooks_watch(void *address, uintptr_t token);
 /* Whether the block at address is watched under token now (a racy read: a slot
  * being changed reads as not watched). */

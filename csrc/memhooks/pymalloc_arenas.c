@@ -91,7 +91,7 @@ void pymalloc_map_release(pymalloc_arena_map *m)
     }
     for (size_t i = 0; i < PYMALLOC_LEAVES; i++) {
         if (m->leaves[i] != NULL) {
-            munmap(m->leaves[i], PYMALLOC_GRANULES_PER_LEAF * sizeof(pymalloc_granule));
+            munmap(m->leaves[i], sizeof(pymalloc_leaf));
         }
     }
     munmap(m->leaves, PYMALLOC_LEAVES * sizeof *m->leaves);
@@ -103,12 +103,11 @@ static pymalloc_granule *granule_at(pymalloc_arena_map *m, uintptr_t g, int make
 {
     size_t leaf = g >> (PYMALLOC_LEAF_BITS - PYMALLOC_GRANULE_BITS);
     if (m->leaves[leaf] == NULL) {
-        if (!make || (m->leaves[leaf] = map_memory(PYMALLOC_GRANULES_PER_LEAF *
-                                                   sizeof(pymalloc_granule))) == NULL) {
+        if (!make || (m->leaves[leaf] = map_memory(sizeof(pymalloc_leaf))) == NULL) {
             return NULL;
         }
     }
-    return &m->leaves[leaf][g & (PYMALLOC_GRANULES_PER_LEAF - 1)];
+    return &m->leaves[leaf]->granules[g & (PYMALLOC_GRANULES_PER_LEAF - 1)];
 }
 
 /* The pages of granule g that [base, end) covers, as (head, tail) counts; the

@@ -31,8 +31,29 @@ typedef struct {
     uint8_t head, tail;
 } pymalloc_granule;
 
+/* 1 KiB spans: with Python's blocks sampled every 64 KiB, spans of a pool
+ * (16 KiB) sent so many of chaos's frees to the watch table's test that the
+ * free wrapper took 38.9 M instructions of its 2,048 M under callgrind (21.3 M
+ * at a 1 MiB window); with 1 KiB spans, 23.1 M.  Each span costs 2 bytes of a
+ * mapping touched only where watched (64 MiB of address space for the 32 GiB
+ * region, 2 MiB for each GiB of the map). */
+#define PYMALLOC_SPAN_SHIFT 10
+#define PYMALLOC_SPANS_PER_LEAF ((size_t)1 << (PYMALLOC_LEAF_BITS - PYMALLOC_SPAN_SHIFT))
+
+/* A leaf: the granules of one GiB, and the watch count of each 1 KiB span of
+ * it (as the region's, below) for the blocks of the map's arenas there.  The
+ * arenas made before the library was attached are all in the map, and a short
+ * program's objects live in them: without the counts, every free there hashed
+ * into the watch table (integer arithmetic: 60 instructions a free under
+ * callgrind against 27 in the region).  Leaves are never freed while the map
+ * is in use, so a count, once raised, is there to be lowered. */
 typedef struct {
-    pymalloc_granule **leaves; /* PYMALLOC_LEAVES entries */
+    pymalloc_granule granules[PYMALLOC_GRANULES_PER_LEAF];
+    _Atomic uint16_t span_watches[PYMALLOC_SPANS_PER_LEAF];
+} pymalloc_leaf;
+
+typedef struct {
+    pymalloc_leaf **leaves; /* PYMALLOC_LEAVES entries */
     int tracking;              /* every arena of the process is in the region or the map */
     /* The address range reserved for arenas (pymalloc_arenas.c): an arena made
      * there is not in the map, and any block a caller can hold that lies in the
@@ -77,41 +98,50 @@ static inline int pymalloc_maybe_adopted_tail(const pymalloc_arena_map *m, uintp
     return m->adopted_high != 0 && first >= m->adopted_low && first <= m->adopted_high;
 }
 
-/* 1 KiB spans: with Python's blocks sampled every 64 KiB, spans of a pool
- * (16 KiB) sent so many of chaos's frees to the watch table's test that the
- * free wrapper took 38.9 M instructions of its 2,048 M under callgrind (21.3 M
- * at a 1 MiB window); with 1 KiB spans, 23.1 M.  Each span costs 2 bytes of a
- * mapping touched only where watched (64 MiB of address space for the 32 GiB
- * region). */
-#define PYMALLOC_SPAN_SHIFT 10
-
-/* The watch count of the span holding a, or NULL when a lies outside the
- * region's reservation (or there is no region). */
-static inline _Atomic uint16_t *pymalloc_span_watches(const pymalloc_arena_map *m, uintptr_t a)
+/* Whether a lies in the part of the region in service: one compare against
+ * two values that (but for the region's close) never change. */
+static inline int pymalloc_in_region(const pymalloc_arena_map *m, uintptr_t a)
 {
-    uintptr_t off = a - m->region_base;
-    if (m->span_watches == NULL || off >= ((uintptr_t)m->slot_count << m->slot_shift)) {
+    return a - m->region_base < atomic_load_explicit(&m->region_size, memory_order_relaxed);
+}
+
+/* The watch count of the span holding a when a lies in one of the map's
+ * arenas, else NULL: two dependent loads and a compare, with no loop, whatever
+ * the number of arenas.  With the GIL held (the map changes under it). */
+static inline _Atomic uint16_t *pymalloc_map_span(const pymalloc_arena_map *m, uintptr_t a)
+{
+    uintptr_t leaf = a >> PYMALLOC_LEAF_BITS;
+    if (leaf >= PYMALLOC_LEAVES || m->leaves[leaf] == NULL) {
         return NULL;
     }
-    return &m->span_watches[off >> PYMALLOC_SPAN_SHIFT];
+    pymalloc_leaf *l = m->leaves[leaf];
+    const pymalloc_granule *g = &l->granules[(a >> PYMALLOC_GRANULE_BITS) & (PYMALLOC_GRANULES_PER_LEAF - 1)];
+    unsigned page = (unsigned)(a >> PYMALLOC_PAGE_BITS) & (PYMALLOC_PAGES_PER_GRANULE - 1);
+    if (page < g->head || page >= PYMALLOC_PAGES_PER_GRANULE - g->tail) {
+        return &l->span_watches[(a >> PYMALLOC_SPAN_SHIFT) & (PYMALLOC_SPANS_PER_LEAF - 1)];
+    }
+    return NULL;
+}
+
+/* The watch count of the span holding a, a block about to be watched: the
+ * region's where a lies in it, the map's where a lies in one of its arenas
+ * (only with the GIL held: python), else NULL.  Python's free tests the same
+ * count, found the same way, so a watched block's free always sees its count
+ * raised. */
+static inline _Atomic uint16_t *pymalloc_span_watches(const pymalloc_arena_map *m, uintptr_t a, int python)
+{
+    if (pymalloc_in_region(m, a)) {
+        return &m->span_watches[(a - m->region_base) >> PYMALLOC_SPAN_SHIFT];
+    }
+    return python ? pymalloc_map_span(m, a) : NULL;
 }
 
 /* Whether address a, a live block of Python's allocators, lies in one of
- * pymalloc's arenas.  Most arenas are in the region: one compare against two
- * values that never change, where the map costs two dependent loads. */
+ * pymalloc's arenas.  Most arenas are in the region, and the map holds the
+ * rest. */
 static inline int pymalloc_arenas_find(const pymalloc_arena_map *m, uintptr_t a)
 {
-    if (__builtin_expect(a - m->region_base < atomic_load_explicit(&m->region_size, memory_order_relaxed), 1)) {
-        return 1;
-    }
-    uintptr_t leaf = a >> PYMALLOC_LEAF_BITS;
-    if (leaf >= PYMALLOC_LEAVES || m->leaves[leaf] == NULL) {
-        return 0;
-    }
-    const pymalloc_granule *g =
-        &m->leaves[leaf][(a >> PYMALLOC_GRANULE_BITS) & (PYMALLOC_GRANULES_PER_LEAF - 1)];
-    unsigned page = (unsigned)(a >> PYMALLOC_PAGE_BITS) & (PYMALLOC_PAGES_PER_GRANULE - 1);
-    return page < g->head || page >= PYMALLOC_PAGES_PER_GRANULE - g->tail;
+    return __builtin_expect(pymalloc_in_region(m, a), 1) || pymalloc_map_span(m, a) != NULL;
 }
 
 /* The map itself, apart from the interpreter (for tests): 0, or -1 when out of

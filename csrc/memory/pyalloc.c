@@ -342,22 +342,25 @@ static inline void unwatch(void *ptr)
     }
 }
 
-/* Whether a is a block of pymalloc's that the library does not watch: in the
- * region (nearly every arena), one load of its span's watch count
- * (pymalloc_arenas.h), and the watch table's map only in a span that holds a
- * watched block; elsewhere, the arena map and the watch table.  (A span
- * holding a watched block sent every free there the slow way: with Python's
- * blocks sampled every 64 KiB, 7.5 M instructions of alloc_churn's 1,196 M
- * under callgrind went to free_slow, against 0.6 M at 1 MiB.) */
+/* Whether a is a block of pymalloc's that the library does not watch: one load
+ * of its span's watch count (pymalloc_arenas.h), in the region (nearly every
+ * arena made while profiling) or in the map (the arenas made before the library
+ * came, where a short program's objects live), and the watch table only in a
+ * span holding a watched block.  (A span holding a watched block sent every
+ * free there the slow way: with Python's blocks sampled every 64 KiB, 7.5 M
+ * instructions of alloc_churn's 1,196 M under callgrind went to free_slow,
+ * against 0.6 M at 1 MiB.) */
 static inline int unwatched_pymalloc_block(uintptr_t a)
 {
+    const _Atomic uint16_t *span;
     uintptr_t off = a - arenas->region_base;
     if (LIKELY(off < atomic_load_explicit(&arenas->region_size, memory_order_relaxed))) {
-        return LIKELY(atomic_load_explicit(&arenas->span_watches[off >> PYMALLOC_SPAN_SHIFT],
-                                           memory_order_relaxed) == 0) ||
-               !memhooks_is_watched(watched_slots, watched, a);
+        span = &arenas->span_watches[off >> PYMALLOC_SPAN_SHIFT];
+    } else if ((span = pymalloc_map_span(arenas, a)) == NULL) {
+        return 0;
     }
-    return pymalloc_arenas_find(arenas, a) && !memhooks_is_watched(watched_slots, watched, a);
+    return LIKELY(atomic_load_explicit(span, memory_order_relaxed) == 0) ||
+           !memhooks_is_watched(watched_slots, watched, a);
 }
 
 /* Allocator hooks: called with the GIL held, for every Python allocation.  They

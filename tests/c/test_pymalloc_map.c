@@ -144,23 +144,59 @@ static void region_hands_out_and_takes_back_arenas(void)
     /* Each span of the reservation (1 KiB) has its watch count, zero at
      * first; addresses outside it have none. */
     const uintptr_t span = (uintptr_t)1 << PYMALLOC_SPAN_SHIFT;
-    _Atomic uint16_t *first = pymalloc_span_watches(&m, m.region_base);
-    _Atomic uint16_t *last = pymalloc_span_watches(&m, m.region_base + m.region_size - 1);
+    _Atomic uint16_t *first = pymalloc_span_watches(&m, m.region_base, 0);
+    _Atomic uint16_t *last = pymalloc_span_watches(&m, m.region_base + m.region_size - 1, 0);
     REQUIRE(first != NULL && last != NULL);
     CHECK_EQ(span, KiB);
     CHECK_EQ(last - first, (long)(64 * MiB / span) - 1);
-    CHECK(pymalloc_span_watches(&m, m.region_base + span - 1) == first);
-    CHECK(pymalloc_span_watches(&m, m.region_base + span) == first + 1);
+    CHECK(pymalloc_span_watches(&m, m.region_base + span - 1, 0) == first);
+    CHECK(pymalloc_span_watches(&m, m.region_base + span, 1) == first + 1);
     CHECK_EQ(atomic_load(first), 0);
     CHECK_EQ(atomic_load(last), 0);
-    CHECK(pymalloc_span_watches(&m, m.region_base - 1) == NULL);
-    CHECK(pymalloc_span_watches(&m, m.region_base + m.region_size) == NULL);
+    CHECK(pymalloc_span_watches(&m, m.region_base - 1, 1) == NULL);
+    CHECK(pymalloc_span_watches(&m, m.region_base + m.region_size, 1) == NULL);
     for (int i = 0; i < 64; i++) {
         CHECK_EQ(pymalloc_region_free(&m, i == 17 ? again : arena[i], MiB), 1);
     }
     pymalloc_region_release(&m);
     CHECK_EQ(m.region_size, 0);
     CHECK(m.span_watches == NULL);
+    pymalloc_map_release(&m);
+}
+
+/* The map's arenas have their spans' watch counts too, in their leaf: one per
+ * KiB, distinct across leaves, found only inside an arena and only for a
+ * caller holding the GIL (python); a span count outlives its arena's removal
+ * (a count raised is lowered at the same place). */
+static void map_arenas_have_span_counts(void)
+{
+    pymalloc_arena_map m;
+    REQUIRE(pymalloc_map_init(&m) == 0);
+    uintptr_t a = BASE + 40 * KiB, b = BASE + 7 * GiB; /* two leaves */
+    REQUIRE(pymalloc_map_add(&m, a, MiB) == 0);
+    REQUIRE(pymalloc_map_add(&m, b, MiB) == 0);
+    _Atomic uint16_t *first = pymalloc_span_watches(&m, a, 1);
+    REQUIRE(first != NULL);
+    CHECK(pymalloc_map_span(&m, a) == first);
+    CHECK(pymalloc_span_watches(&m, a, 0) == NULL); /* without the GIL: not looked up */
+    CHECK(pymalloc_span_watches(&m, a + KiB - 1, 1) == first); /* a starts on a KiB */
+    CHECK(pymalloc_span_watches(&m, a + KiB, 1) == first + 1);
+    CHECK(pymalloc_span_watches(&m, a + MiB - 1, 1) == first + MiB / KiB - 1);
+    CHECK(pymalloc_span_watches(&m, a - 1, 1) == NULL); /* beside the arena */
+    CHECK(pymalloc_span_watches(&m, a + MiB, 1) == NULL);
+    _Atomic uint16_t *other = pymalloc_span_watches(&m, b, 1);
+    REQUIRE(other != NULL);
+    CHECK(other != first);
+    CHECK_EQ(atomic_load(first), 0);
+    atomic_fetch_add(first, 1);
+    CHECK_EQ(atomic_load(pymalloc_map_span(&m, a + 100)), 1);
+    CHECK_EQ(atomic_load(other), 0);
+    pymalloc_map_remove(&m, a, MiB);
+    CHECK(pymalloc_map_span(&m, a) == NULL);
+    atomic_fetch_sub(first, 1); /* still there */
+    REQUIRE(pymalloc_map_add(&m, a, MiB) == 0);
+    CHECK(pymalloc_map_span(&m, a) == first);
+    CHECK_EQ(atomic_load(first), 0);
     pymalloc_map_release(&m);
 }
 
@@ -183,6 +219,15 @@ static void region_closes_past_its_last_arena(void)
     CHECK_EQ(found(&m, (uintptr_t)a + 100), 1);
     CHECK_EQ(found(&m, (uintptr_t)c + MiB - 1), 1);
     CHECK_EQ(found(&m, last + MiB), 0); /* given back: another mapping may be there */
+    /* An arena the map records there later has the map's span counts, which
+     * Python's free reads there, not the region's. */
+    CHECK(pymalloc_span_watches(&m, last + MiB, 1) == NULL);
+    REQUIRE(pymalloc_map_add(&m, last + MiB, MiB) == 0);
+    CHECK_EQ(found(&m, last + MiB), 1);
+    CHECK(pymalloc_span_watches(&m, last + MiB, 1) == pymalloc_map_span(&m, last + MiB));
+    CHECK(pymalloc_span_watches(&m, last + MiB, 1) != NULL);
+    CHECK(pymalloc_span_watches(&m, last, 1) == &m.span_watches[(last - m.region_base) / KiB]);
+    pymalloc_map_remove(&m, last + MiB, MiB);
     c[0] = 1; /* still mapped */
     pymalloc_region_close(&m); /* once only */
     CHECK_EQ(m.region_size, last + MiB - m.region_base);
@@ -273,5 +318,6 @@ const unit_test pymalloc_map_tests[] = {
     UNIT_TEST(map_finds_exactly_the_arenas),
     UNIT_TEST(map_refuses_what_it_cannot_represent),
     UNIT_TEST(map_handles_many_arenas),
+    UNIT_TEST(map_arenas_have_span_counts),
     {NULL, NULL, NULL},
 };
