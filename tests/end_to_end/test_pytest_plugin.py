@@ -478,3 +478,69 @@ def test_a_fork_between_tests_finds_no_thread_of_ours(tmp_path):
     tests = {t["nodeid"].split("::")[1]: t for t in json.loads((tmp_path / "summary.json").read_text())["tests"]}
     assert tests["test_after_a_fork_between_tests"]["cpu_sec"] > 0.1
     assert any("busy after the fork" in t["line"] for t in tests["test_after_a_fork_between_tests"]["top_cpu"])
+
+
+LOADERS_SUITE = '''\
+import json, os, sys
+
+def record(name, value):
+    with open(os.path.join(os.environ["TRUTH_DIR"], name), "w") as f:
+        json.dump(value, f)
+
+def loader(module):
+    return type(sys.modules[module].__loader__).__name__
+
+def test_first():
+    assert sum(i * i for i in range(10000))
+
+def test_loaders():
+    # pyrometer's model is imported to build the first test's profile
+    record("loaders", {name: loader(name) for name in
+                       ("pyrometer.model.build", "pyrometer.integrations.inprocess", __name__)})
+'''
+
+
+def test_pyrometers_modules_are_not_rewritten_by_pytest(tmp_path):
+    """pytest rewrites the asserts of every module of a package with a pytest
+    plugin, parsing each from its source where no bytecode is written
+    (PYTHONDONTWRITEBYTECODE): 60-90 ms of every run for pyrometer's.  Its
+    modules are imported by Python's own loader; the suite's test modules are
+    still rewritten."""
+    run = run_suite(tmp_path, "--pyrometer", suite=LOADERS_SUITE, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    assert run.status == 0, run.out
+    loaders = run.read("loaders")
+    assert loaders["test_suite"] == "AssertionRewritingHook"
+    assert loaders["pyrometer.model.build"] == "SourceFileLoader"
+    assert loaders["pyrometer.integrations.inprocess"] == "SourceFileLoader"
+
+
+MANY_SUITE = '''\
+import pytest
+
+@pytest.mark.parametrize("i", range(150))
+def test_many(i):
+    assert sum(range(i * 100)) >= 0
+
+@pytest.mark.pyrometer_limit(cpu_seconds=100)
+def test_budgeted():
+    assert sum(range(1000))
+'''
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_test_has_its_figures_whatever_the_batches(tmp_path, workers):
+    """The figures of tests without a budget are built 64 at a time (and, in a
+    pytest-xdist worker, sent at its end), a budgeted test's at once: each of
+    150 + 1 tests is in the summary once, with its own figures, whether a
+    batch was full or left for the end."""
+    if workers:
+        pytest.importorskip("xdist")
+    extra = ["-p", "xdist", "-n", str(workers)] if workers else []
+    run = run_suite(tmp_path, "--pyrometer", "--pyrometer-summary", "summary.json", *extra, suite=MANY_SUITE)
+    assert run.status == 0, run.out
+    tests = json.loads((tmp_path / "summary.json").read_text())["tests"]
+    ids = [t["nodeid"] for t in tests]
+    assert sorted(ids) == sorted([f"test_suite.py::test_many[{i}]" for i in range(150)]
+                                 + ["test_suite.py::test_budgeted"])
+    assert all(t["cpu_sec"] >= 0 and "top_cpu" in t for t in tests)
+    assert "151 tests" in run.out, run.out
