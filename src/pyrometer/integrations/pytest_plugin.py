@@ -276,9 +276,13 @@ class Profiling:
                 item.stash[_result_key] = summary(run.build(raw, listing="data"), limits, self.options.memory)
             else:
                 self.pending.append((item.nodeid, run, raw))
-                if len(self.pending) >= BATCH:
-                    self._build_pending()
             self._merge(raw, run.session.start_time, run.session.elapsed)
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        """After a test's last report: a full batch is built here, outside the
+        phases whose durations pytest reports."""
+        if len(self.pending) >= BATCH:
+            self._build_pending()
 
     def _build_pending(self) -> None:
         """The figures of the tests without a budget, built together: between
