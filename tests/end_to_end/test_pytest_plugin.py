@@ -497,6 +497,7 @@ def test_loaders():
     # pyrometer's model is imported to build the first test's profile
     record("loaders", {name: loader(name) for name in
                        ("pyrometer.model.build", "pyrometer.integrations.inprocess", __name__)})
+    record("hook_has_names", any(isinstance(getattr(f, "_must_rewrite", None), set) for f in sys.meta_path))
 '''
 
 
@@ -508,6 +509,9 @@ def test_pyrometers_modules_are_not_rewritten_by_pytest(tmp_path):
     still rewritten."""
     run = run_suite(tmp_path, "--pyrometer", suite=LOADERS_SUITE, env={"PYTHONDONTWRITEBYTECODE": "1"})
     assert run.status == 0, run.out
+    if not run.read("hook_has_names"):
+        pytest.skip("this pytest's rewriting hook keeps no _must_rewrite set: the plugin cannot take its "
+                    "package out (_not_rewritten)")
     loaders = run.read("loaders")
     assert loaders["test_suite"] == "AssertionRewritingHook"
     assert loaders["pyrometer.model.build"] == "SourceFileLoader"
