@@ -277,8 +277,9 @@ static int slot_lock(size_t slot, uintptr_t *held)
  * watch_span, so that the count lowered is the one raised, wherever the map
  * says the address lies by then), so that it is never below the number of
  * watched blocks there.  Blocks outside pymalloc's arenas have none; the map's
- * arenas are looked up only for a watch made with the GIL held (python), the
- * only one that can be of a block in them. */
+ * arenas are looked up only for a Python object's block (python: a Python
+ * sample, or a code object a sample names), the only kind that can lie in
+ * them. */
 static _Atomic uint16_t *span_raise(uintptr_t address, int python)
 {
     pymalloc_arena_map *m = pymalloc_arenas_map();
@@ -424,7 +425,7 @@ static COLD void emit(int kind, int64_t bytes, int64_t python_bytes, void *addre
         T.busy++;
         uintptr_t token = fn(kind, bytes, python_bytes, address);
         if (token != 0 && address != NULL) {
-            watch(address, token, bytes, 1, born, born != 0); /* a Python sample: the GIL is held */
+            watch(address, token, bytes, 1, born, born != 0); /* born: a Python sample's block */
         }
         T.busy--;
         errno = saved;

@@ -137,8 +137,8 @@ int pyrometer_memhooks_retoken(void *address, uintptr_t from, uintptr_t to);
  * Callable from inside the sample function.  For objects that samples name, to
  * know whether they are still alive when the samples are charged.  It never
  * evicts a sampled block: where the slot is taken, token is told "evicted" at
- * once.  With the GIL held (a Python object's block may lie in pymalloc's
- * arenas, whose map changes under it). */
+ * once.  address is a live Python object's block (it may lie in pymalloc's
+ * arenas: their watch counts are raised). */
 void pyrometer_memhooks_watch(void *address, uintptr_t token);
 /* Whether the block at address is watched under token now (a racy read: a slot
  * being changed reads as not watched). */

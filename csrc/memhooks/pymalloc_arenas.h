@@ -27,8 +27,13 @@
 /* Pages of the granule in an arena: the first `head` (an arena that ends here,
  * or covers the whole granule: head = PAGES_PER_GRANULE) and the last `tail` (an
  * arena that starts here).  All zero: no arena. */
+/* Atomic (plain loads and stores on x86-64 and aarch64 for reads): a block's
+ * own arena is found by a thread that does not hold the GIL too (a code
+ * object that a native thread's sample names, code_life.c), while another
+ * thread adds or removes an arena; the entries of a live block's arena do not
+ * change meanwhile, so such a read is right, and no longer a data race. */
 typedef struct {
-    uint8_t head, tail;
+    _Atomic uint8_t head, tail;
 } pymalloc_granule;
 
 /* 1 KiB spans: with Python's blocks sampled every 64 KiB, spans of a pool
@@ -53,7 +58,7 @@ typedef struct {
 } pymalloc_leaf;
 
 typedef struct {
-    pymalloc_leaf **leaves; /* PYMALLOC_LEAVES entries */
+    _Atomic(pymalloc_leaf *) *leaves; /* PYMALLOC_LEAVES entries; atomic, as the granules */
     int tracking;              /* every arena of the process is in the region or the map */
     /* The address range reserved for arenas (pymalloc_arenas.c): an arena made
      * there is not in the map, and any block a caller can hold that lies in the
@@ -107,14 +112,15 @@ static inline int pymalloc_in_region(const pymalloc_arena_map *m, uintptr_t a)
 
 /* The watch count of the span holding a when a lies in one of the map's
  * arenas, else NULL: two dependent loads and a compare, with no loop, whatever
- * the number of arenas.  With the GIL held (the map changes under it). */
+ * the number of arenas.  Right for a live Python block whether or not the GIL
+ * is held (the granules say why); for other addresses only with the GIL. */
 static inline _Atomic uint16_t *pymalloc_map_span(const pymalloc_arena_map *m, uintptr_t a)
 {
     uintptr_t leaf = a >> PYMALLOC_LEAF_BITS;
-    if (leaf >= PYMALLOC_LEAVES || m->leaves[leaf] == NULL) {
+    pymalloc_leaf *l = leaf < PYMALLOC_LEAVES ? atomic_load_explicit(&m->leaves[leaf], memory_order_acquire) : NULL;
+    if (l == NULL) {
         return NULL;
     }
-    pymalloc_leaf *l = m->leaves[leaf];
     const pymalloc_granule *g = &l->granules[(a >> PYMALLOC_GRANULE_BITS) & (PYMALLOC_GRANULES_PER_LEAF - 1)];
     unsigned page = (unsigned)(a >> PYMALLOC_PAGE_BITS) & (PYMALLOC_PAGES_PER_GRANULE - 1);
     if (page < g->head || page >= PYMALLOC_PAGES_PER_GRANULE - g->tail) {
@@ -125,7 +131,8 @@ static inline _Atomic uint16_t *pymalloc_map_span(const pymalloc_arena_map *m, u
 
 /* The watch count of the span holding a, a block about to be watched: the
  * region's where a lies in it, the map's where a lies in one of its arenas
- * (only with the GIL held: python), else NULL.  Python's free tests the same
+ * (only for a Python object's block, python: a native block is never in an
+ * arena), else NULL.  Python's free tests the same
  * count, found the same way, so a watched block's free always sees its count
  * raised. */
 static inline _Atomic uint16_t *pymalloc_span_watches(const pymalloc_arena_map *m, uintptr_t a, int python)
