@@ -2,13 +2,14 @@
 """pyrometer beside CPython 3.15's own sampling profiler (`python -m
 profiling.sampling`: out of process, wall/CPU/GIL modes), on CPython 3.15.
 
-    python3.15 bench/cpython315.py [--rounds N] [--scale S] [--json OUT] [--markdown OUT]
+    python3.15 bench/cpython315.py [--rounds N] [--scale S] [--suite own|pyperformance] [--json OUT] [--markdown OUT]
 
 Run with a CPython 3.15 that has pyrometer installed (tests/pythons.py makes
 one in build/pythons/3.15, in the Debian sid chroot on machines without a
 3.15 of their own).  Two parts:
 
-- Overhead: each workload of bench/workloads run bare, under pyrometer
+- Overhead: each workload of bench/workloads (or with --suite pyperformance,
+  pyperformance's programs as bench/pyperf_suite.py runs them) run bare, under pyrometer
   (--cpu-only, and full: CPU + memory), and under the 3.15 sampler at its
   default 1 kHz and at 100 Hz (pyrometer's default rate), the tools in a
   new random order within each round; per workload the median over rounds
@@ -76,12 +77,12 @@ def timed(cmd: list[str], env: dict, cwd: Path, timeout: float = 600) -> tuple[f
     return wall, cpu
 
 
-def overhead(rounds: int, scale: float, work: Path) -> dict:
+def overhead(rounds: int, scale: float, work: Path, workloads: list[Path]) -> dict:
     env = dict(os.environ, BENCH_SCALE=str(scale), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     times: dict = {}
     rng = random.Random(15)
     for r in range(rounds):
-        for w in WORKLOADS:
+        for w in workloads:
             order = list(TOOLS)
             rng.shuffle(order)
             for tool in order:
@@ -255,7 +256,9 @@ def accuracy_part(work: Path) -> dict:
 
 
 def markdown(res: dict) -> str:
-    lines = [f"CPython {res['python']}, {res['machine']}; {res['overhead']['rounds']} alternating rounds, "
+    suite = "pyperformance's programs (bench/pyperf_suite.py)" if res.get("suite") == "pyperformance" else \
+        "bench/workloads"
+    lines = [f"CPython {res['python']}, {res['machine']}, {suite}; {res['overhead']['rounds']} alternating rounds, "
              f"BENCH_SCALE={res['overhead']['scale']:g}; median over rounds of each run's time over the same "
              f"round's bare run.", "",
              "| workload | bare s (spread) | " + " | ".join(t for t in TOOLS if t != "bare") + " |",
@@ -270,11 +273,14 @@ def markdown(res: dict) -> str:
     lines.append("| **median** | | " + " | ".join(
         f"**{s[t]['median_wall']:.2f}x** ({s[t]['median_cpu']:.2f}x CPU)" if t in s else "" for t in TOOLS
         if t != "bare") + " |")
-    lines += ["", "| accuracy (points of the total; GIL: % of the truth) | pyrometer | 3.15 sampler |",
-              "| --- | --- | --- |"]
     acc = res["accuracy"]
+    if acc:
+        lines += ["", "| accuracy (points of the total; GIL: % of the truth) | pyrometer | 3.15 sampler |",
+                  "| --- | --- | --- |"]
     for key, label in (("cpu", "cpu_split"), ("cpu_short_calls", "cpu_split, 40 us native calls")):
         p, c = acc.get(key, {}).get("pyrometer", {}), acc.get(key, {}).get("cpython-3.15-sampler", {})
+        if not p:
+            continue
         lines.append(f"| {label}: max share error | {p.get('max_share_error', float('nan')):.1f} | "
                      f"{c.get('max_share_error', float('nan')):.1f} |")
         lines.append(f"| {label}: max on/off-CPU split error | {p.get('max_oncpu_split_error', float('nan')):.1f} | "
@@ -314,19 +320,31 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scale", type=float, default=0.5)
     ap.add_argument("--skip", default="", help="overhead,accuracy")
-    ap.add_argument("--json", type=Path, default=BENCH / "results" / "cpython315.json")
-    ap.add_argument("--markdown", type=Path, default=BENCH / "results" / "cpython315.md")
+    ap.add_argument("--suite", choices=("own", "pyperformance"), default="own",
+                    help="the overhead's workloads: bench/workloads, or pyperformance's programs "
+                         "(bench/pyperf_suite.py; loops calibrated for this interpreter, in its own cache)")
+    ap.add_argument("--json", type=Path, help="default: bench/results/cpython315[-pyperformance].json")
+    ap.add_argument("--markdown", type=Path, help="default: bench/results/cpython315[-pyperformance].md")
     ns = ap.parse_args(argv)
     if sys.version_info < (3, 15):
         print("bench/cpython315.py: needs CPython 3.15 (its profiling.sampling)", file=sys.stderr)
         return 2
     skip = set(filter(None, ns.skip.split(",")))
+    stem = "cpython315" + ("-pyperformance" if ns.suite == "pyperformance" else "")
+    ns.json = ns.json or BENCH / "results" / f"{stem}.json"
+    ns.markdown = ns.markdown or BENCH / "results" / f"{stem}.md"
     import platform
     res = {"python": platform.python_version(),
            "machine": f"{os.cpu_count()} CPUs, {platform.machine()}"}
     with tempfile.TemporaryDirectory(prefix="pyrometer-cpython315-") as tmp:
         work = Path(tmp)
-        res["overhead"] = overhead(ns.rounds, ns.scale, work) if "overhead" not in skip else \
+        if ns.suite == "pyperformance":
+            import pyperf_suite
+            workloads = pyperf_suite.prepare(BENCH / ".venv" / "pyperformance-cpython315")
+        else:
+            workloads = WORKLOADS
+        res["suite"] = ns.suite
+        res["overhead"] = overhead(ns.rounds, ns.scale, work, workloads) if "overhead" not in skip else \
             {"rounds": 0, "scale": ns.scale, "ratios": {}, "summary": {}}
         res["accuracy"] = accuracy_part(work) if "accuracy" not in skip else {}
     ns.json.write_text(json.dumps(res, indent=1))

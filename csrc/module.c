@@ -156,6 +156,11 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
                                      &lists[5], &codes, &gpu, &start_off, &control_file)) {
         return NULL;
     }
+    if (sampler_running()) {
+        /* Before the rules change under a sampler that reads them. */
+        PyErr_SetString(PyExc_RuntimeError, "the CPU sampler is already running");
+        return NULL;
+    }
     if (start_off < -1 || start_off > 1) {
         PyErr_SetString(PyExc_ValueError, "start_off must be 1 (paused), 0 (profiling) or -1 (as inherited)");
         return NULL;
@@ -186,9 +191,15 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
     if (ok) {
         filter_rules rules = {arrays[0], arrays[1], arrays[2], arrays[3], arrays[4], profile_all,
                               arrays[5], code_array};
-        if (filter_configure(&rules) != 0) {
-            PyErr_NoMemory();
-            ok = 0;
+        /* Other rules than the last run's: the codes' facts worked out under
+         * those (which of them are reported) go. */
+        if (!filter_is(&rules)) {
+            if (codes_forget() != 0) {
+                ok = 0;
+            } else if (filter_configure(&rules) != 0) {
+                PyErr_NoMemory();
+                ok = 0;
+            }
         }
     }
     for (int i = 0; i < 6; i++) {
@@ -564,9 +575,8 @@ static PyObject *core_reset(PyObject *module, PyObject *unused)
     awaits_release();
     mem_profile_release();
     gpu_release();
-    codes_release();
+    codes_new_run();
     sampler_release();
-    filter_release();
     Py_RETURN_NONE;
 }
 

@@ -657,12 +657,18 @@ size_t codes_memory_bytes(void)
            sites_memory_bytes();
 }
 
-void codes_release(void)
+void codes_new_run(void)
 {
-    if (!initialised) {
-        return;
+    if (sites_count() > SITES_MAX / 2) {
+        codes_release(); /* the sites of a long series of runs, never removed, must not reach the cap */
     }
-    /* Dropping a weak reference never calls its callback. */
+    registered = 0;
+}
+
+/* Drops every code's facts and weak reference (dropping one never calls its
+ * callback). */
+static void drop_codes(void)
+{
     size_t cursor = 0;
     table_key key;
     code_info *info;
@@ -671,6 +677,29 @@ void codes_release(void)
     }
     table_release(&code_table);
     arena_release(&code_arena);
+}
+
+int codes_forget(void)
+{
+    if (!initialised) {
+        return 0;
+    }
+    drop_codes();
+    arena_init(&code_arena);
+    if (table_init(&code_table, sizeof(code_info), 1024) != 0) {
+        arena_release(&code_arena);
+        initialised = 0; /* codes_init makes the table again (the sites stay) */
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+void codes_release(void)
+{
+    if (initialised) {
+        drop_codes();
+    }
     sites_release();
     registered = 0;
     initialised = 0;

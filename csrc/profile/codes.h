@@ -89,11 +89,24 @@ int codes_line(PyCodeObject *code, int lasti);
  * remembering the last answer; never calls into CPython but to read the line
  * table, so usable inside an allocator with the GIL. */
 int codes_line_known(const code_info *info, PyCodeObject *code, int lasti);
-/* Code objects known now (alive), and ever registered. */
+/* Code objects known now (alive), and registered since the last run began. */
 size_t codes_count(void);
 uint64_t codes_registered(void);
 /* What the table, the instruction maps and the weak references hold. */
 size_t codes_memory_bytes(void);
+/* A run begins (the profile's aggregates were all released): the facts known
+ * stay (they depend only on the code and on the filter's rules, whose change
+ * calls codes_forget), so that a series of runs in one process (the pytest
+ * plugin's, one per test) does not work them out again at each; the count of
+ * registrations starts afresh.  The sites of so many functions that a few more
+ * runs could reach SITES_MAX go, and the facts with them. */
+void codes_new_run(void);
+/* Forgets every code's facts, which were worked out under other rules; the
+ * sites stay (they name functions, whatever is reported, and the profile's
+ * aggregates may still hold their ids).  -1 with an exception set when memory
+ * runs out. */
+int codes_forget(void);
+/* Forgets every code and site: only when no aggregate holds a site id. */
 void codes_release(void);
 
 #endif

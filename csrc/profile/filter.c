@@ -83,6 +83,39 @@ void filter_release(void)
     }
 }
 
+static int same_list(const char *const *a, const char *const *b)
+{
+    b = b != NULL ? b : empty_list;
+    size_t i = 0;
+    for (; a[i] != NULL && b[i] != NULL; i++) {
+        if (strcmp(a[i], b[i]) != 0) {
+            return 0;
+        }
+    }
+    return a[i] == NULL && b[i] == NULL;
+}
+
+static int same_codes(const void *const *a, const void *const *b)
+{
+    b = b != NULL ? b : no_codes;
+    size_t i = 0;
+    for (; a[i] != NULL && a[i] == b[i]; i++) {
+    }
+    return a[i] == b[i];
+}
+
+int filter_is(const filter_rules *rules)
+{
+    return configured && same_list(active.include_prefixes, rules->include_prefixes) &&
+           same_list(active.exclude_prefixes, rules->exclude_prefixes) &&
+           same_list(active.own_prefixes, rules->own_prefixes) &&
+           same_list(active.only_substrings, rules->only_substrings) &&
+           same_list(active.exclude_substrings, rules->exclude_substrings) &&
+           active.profile_all == rules->profile_all &&
+           same_list(active.program_prefixes, rules->program_prefixes) &&
+           same_codes(active.program_codes, rules->program_codes);
+}
+
 static int has_prefix(const char *s, const char *const *prefixes)
 {
     for (; *prefixes != NULL; prefixes++) {

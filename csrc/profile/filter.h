@@ -31,6 +31,10 @@ typedef struct {
 
 /* Copies the rules into profiler-owned memory; 0 on success, -1 out of memory. */
 int filter_configure(const filter_rules *rules);
+/* Whether the rules configured now are these (the same lists, in the same
+ * order, and the same flag): a run started with its predecessor's rules keeps
+ * what was worked out under them (codes.h, codes_new_run). */
+int filter_is(const filter_rules *rules);
 int filter_reports(const char *filename);
 /* As filter_reports, for a code object of that file: also the program's own codes. */
 int filter_reports_code(const char *filename, const void *code);

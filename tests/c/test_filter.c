@@ -253,6 +253,50 @@ static void filter_reconfigure_replaces_the_rules(void)
     CHECK_EQ(mmap_probe_usage().bytes, before.bytes);
 }
 
+/* filter_is: a start with the last run's rules keeps the codes' facts, so it
+ * must tell every difference (each list, its order, the flag, the program's
+ * codes) and not take equal copies for different rules. */
+static void filter_is_tells_the_same_rules(void)
+{
+    filter_rules rules = usual_rules();
+    CHECK(filter_is(&rules) == 0); /* nothing configured */
+    static const void *const code_a[] = {(const void *)0x1000, NULL};
+    static const void *const code_b[] = {(const void *)0x2000, NULL};
+    rules.program_codes = code_a;
+    rules.program_prefixes = LIST("<stdin>");
+    REQUIRE(filter_configure(&rules) == 0);
+    filter_rules copy = rules; /* equal lists in other memory */
+    copy.include_prefixes = LIST(PROJECT, "/srv/app/");
+    copy.exclude_prefixes = LIST(STDLIB, VENV);
+    CHECK(filter_is(&rules) == 1);
+    CHECK(filter_is(&copy) == 1);
+
+    filter_rules changed[9];
+    for (int i = 0; i < 9; i++) {
+        changed[i] = rules;
+    }
+    changed[0].include_prefixes = LIST("/srv/app/", PROJECT); /* order */
+    changed[1].exclude_prefixes = LIST(STDLIB);                /* shorter */
+    changed[2].own_prefixes = LIST(OWN, "/extra/");            /* longer */
+    changed[3].only_substrings = LIST("x");
+    changed[4].exclude_substrings = LIST("test_");
+    changed[5].profile_all = 1;
+    changed[6].program_prefixes = NULL; /* empty */
+    changed[7].program_codes = code_b;
+    changed[8].program_codes = NULL;
+    for (int i = 0; i < 9; i++) {
+        CHECK(filter_is(&changed[i]) == 0);
+    }
+    filter_release();
+    CHECK(filter_is(&rules) == 0);
+
+    filter_rules empty = usual_rules(); /* NULL lists read as empty ones */
+    REQUIRE(filter_configure(&empty) == 0);
+    empty.only_substrings = NULL;
+    CHECK(filter_is(&empty) == 1);
+    filter_release();
+}
+
 static void filter_configure_out_of_memory(void)
 {
     mmap_usage before = mmap_probe_usage();
@@ -345,6 +389,7 @@ const unit_test filter_tests[] = {
     UNIT_TEST(filter_null_lists_are_empty),
     UNIT_TEST(filter_keeps_its_own_copy_of_the_rules),
     UNIT_TEST(filter_reconfigure_replaces_the_rules),
+    UNIT_TEST(filter_is_tells_the_same_rules),
     UNIT_TEST(filter_configure_out_of_memory),
     UNIT_TEST(filter_configure_failure_releases_what_it_mapped),
     {NULL, NULL, NULL},

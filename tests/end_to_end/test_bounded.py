@@ -83,3 +83,70 @@ def test_lines_far_beyond_the_source_do_not_inflate_the_report(profile_program, 
     far = next(e for e in entries if e["lineno"] == 2_000_001)
     assert far["n_samples"] > 0 and far["line"] == ""
     assert json.dumps(run.profile)  # and it is a whole profile
+
+
+RUNS_IN_ONE_PROCESS = """
+import json, os, sys, time
+from pyrometer import _core
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "lib"))
+import work
+
+def run(include, only=()):
+    _core.reset()
+    _core.start(interval=0.001, virtual_time=False, include=include, exclude=[], own=[], only=list(only),
+                exclude_substrings=[], profile_all=False)
+    work.spin(0.3)
+    _core.stop()
+    raw = _core.collect()
+    return sorted({os.path.basename(r[0]) for r in raw["records"]}), raw["code_objects_seen"]
+
+def restart_without_reset(include, only):
+    # A start without a reset adds to the last run's aggregates, which name
+    # their functions by site: other rules must not take those away.
+    _core.start(interval=0.001, virtual_time=False, include=include, exclude=[], own=[], only=list(only),
+                exclude_substrings=[], profile_all=False)
+    work.spin(0.05)
+    _core.stop()
+    return sorted({os.path.basename(r[0]) for r in _core.collect()["records"]})
+
+lib = os.path.join(here, "lib") + os.sep
+runs = [run(["/nowhere/"]), run([lib]), run([lib]), run([lib], only=["nothing"]), run([lib])]
+print(json.dumps([runs, restart_without_reset([lib], ["nothing"])]))
+"""
+
+WORK = """
+import time
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    total = 0
+    while time.perf_counter() < end:
+        total += sum(k * k for k in range(200))
+    return total
+"""
+
+
+def test_runs_in_one_process_keep_what_they_know_of_codes_under_the_same_rules(tmp_path):
+    """Runs one after another in one process (the pytest plugin makes one per
+    test) keep the facts of the code objects met, which depend on the code and
+    on which files are reported: a run with the last one's rules registers
+    none of them again (code_objects_seen counts a run's new ones), and a run
+    with other rules works them out afresh, so that a file reported now and
+    not before (or the reverse) is seen so, and keeps the functions' names
+    that the last run's aggregates hold (a start without a reset adds to
+    them)."""
+    import subprocess
+    import sys
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "work.py").write_text(WORK)
+    (tmp_path / "main.py").write_text(RUNS_IN_ONE_PROCESS)
+    proc = subprocess.run([sys.executable, str(tmp_path / "main.py")], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    runs, files_after_restart = json.loads(proc.stdout)
+    (files1, seen1), (files2, seen2), (files3, seen3), (files4, seen4), (files5, seen5) = runs
+    assert files1 == [] and files2 == ["work.py"] and files3 == ["work.py"], proc.stdout
+    assert files4 == [] and files5 == ["work.py"], proc.stdout  # a change of rules both ways
+    assert seen2 >= 2, proc.stdout  # spin and its generator expression
+    assert seen3 < seen2 and seen5 >= 2, proc.stdout
+    assert files_after_restart == ["work.py"], proc.stdout
