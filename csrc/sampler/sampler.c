@@ -917,15 +917,14 @@ void sampler_get_totals(sampler_totals *out)
     out->unit_runq_ns = sampler.totals.est_runq_units >= 1.0
                             ? (double)sampler.totals.main_live_runq_ns / sampler.totals.est_runq_units
                             : out->unit_ns;
-    /* The CPU of one unit can never exceed its wall time: a ratio above the
-     * common unit comes from CPU the estimates did not see (measured outside
-     * them), and would scale every misjudged window up with it.  Measured on the
-     * 70/30 split program: the native share read 0.717-0.747 (truth 0.700) with
-     * the ratio alone, 0.688-0.737 with it capped, as before the ratio; the
-     * threads-starting case it was made for has a ratio below the unit. */
-    if (out->unit_cpu_ns > out->unit_ns) {
-        out->unit_cpu_ns = out->unit_ns;
-    }
+    /* Not capped at the common unit: a cap (a unit's CPU never above its wall
+     * time) kept misjudged windows from scaling up, and read the 70/30 split
+     * program's native share 0.688-0.737 (truth 0.700) against 0.717-0.747,
+     * but it broke the totals it capped.  A main thread burning 1 s of CPU was
+     * charged 0.93-0.99 s with it on an idle machine (0.90 s beside two busy
+     * processes on two CPUs, where CPU the estimates put on the run queue
+     * pushed the ratio over the unit), and 0.94-0.99 s (0.97-0.98 s loaded)
+     * without it: the measured total is the one thing known exactly. */
     /* Over the time sampled: none is taken while paused. */
     out->mean_interval_ns =
         sampler.totals.snapshots
