@@ -33,7 +33,7 @@ typedef struct {
 int filter_configure(const filter_rules *rules);
 /* Whether the rules configured now are these (the same lists, in the same
  * order, and the same flag): a run started with its predecessor's rules keeps
- * what was worked out under them (codes.h, codes_new_run). */
+ * what was worked out under them (codes.h: codes_new_run, codes_forget). */
 int filter_is(const filter_rules *rules);
 int filter_reports(const char *filename);
 /* As filter_reports, for a code object of that file: also the program's own codes. */

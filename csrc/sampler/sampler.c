@@ -918,13 +918,13 @@ void sampler_get_totals(sampler_totals *out)
                             ? (double)sampler.totals.main_live_runq_ns / sampler.totals.est_runq_units
                             : out->unit_ns;
     /* Not capped at the common unit: a cap (a unit's CPU never above its wall
-     * time) kept misjudged windows from scaling up, and read the 70/30 split
-     * program's native share 0.688-0.737 (truth 0.700) against 0.717-0.747,
-     * but it broke the totals it capped.  A main thread burning 1 s of CPU was
-     * charged 0.93-0.99 s with it on an idle machine (0.90 s beside two busy
-     * processes on two CPUs, where CPU the estimates put on the run queue
-     * pushed the ratio over the unit), and 0.94-0.99 s (0.97-0.98 s loaded)
-     * without it: the measured total is the one thing known exactly. */
+     * time), meant to keep misjudged windows from scaling up, broke the totals
+     * it capped.  A main thread burning 1 s of CPU was charged 0.93-0.99 s with
+     * it on an idle machine (0.90 s beside two busy processes on two CPUs,
+     * where CPU the estimates put on the run queue pushed the ratio over the
+     * unit), and 0.94-0.99 s (0.97-0.98 s loaded) without it.  The 70/30 split
+     * program it was measured on, 8 runs each (rates 2 and 10 ms): native share
+     * 0.699-0.745 capped, 0.695-0.732 not (truth 0.695-0.700). */
     /* Over the time sampled: none is taken while paused. */
     out->mean_interval_ns =
         sampler.totals.snapshots

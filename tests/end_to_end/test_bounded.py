@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 
 EXEC_LOOP = """
 import sys, time
@@ -135,8 +137,6 @@ def test_runs_in_one_process_keep_what_they_know_of_codes_under_the_same_rules(t
     not before (or the reverse) is seen so, and keeps the functions' names
     that the last run's aggregates hold (a start without a reset adds to
     them)."""
-    import subprocess
-    import sys
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "work.py").write_text(WORK)
     (tmp_path / "main.py").write_text(RUNS_IN_ONE_PROCESS)
