@@ -116,6 +116,7 @@ int awaits_loop_waiting(PyThreadState *ts)
     return 0;
 }
 
+#if PY_VERSION_HEX >= 0x030E0000
 /* 3.14+: asyncio.all_tasks(loop) (C, the _asyncio module's: it walks every
  * thread's list of native tasks and the registry of the others) for each loop
  * running in a thread, as a list of tasks; NULL when none runs. */
@@ -166,21 +167,80 @@ static PyObject *running_loops_tasks(PyObject *tasks_module)
     }
     return list;
 }
+#endif
 
-/* The registry of tasks as a list of weak references (a copy: charging calls
- * CPython, whose garbage collections remove dead tasks from the set); NULL when
- * there is none. */
-static PyObject *task_refs(void)
+/* The tasks one snapshot examines: at most AWAITS_TASKS_MAX of them (weak
+ * references to them before 3.14, the tasks from 3.14 on; strong references
+ * held here, as charging calls CPython, whose collections remove dead tasks
+ * from the registry), and how many there are in all. */
+typedef struct {
+    PyObject *refs[AWAITS_TASKS_MAX];
+    Py_ssize_t taken, total;
+} task_slice;
+
+#if PY_VERSION_HEX >= 0x030E0000
+/* 3.14+: the slice of the list of every running loop's tasks, starting where
+ * the last one ended. */
+static void slice_of_list(PyObject *list, task_slice *s)
 {
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    Py_ssize_t start = n > AWAITS_TASKS_MAX ? (Py_ssize_t)(A.rotation % (size_t)n) : 0;
+    s->total = n;
+    s->taken = n < AWAITS_TASKS_MAX ? n : AWAITS_TASKS_MAX;
+    for (Py_ssize_t i = 0; i < s->taken; i++) {
+        s->refs[i] = Py_NewRef(PyList_GET_ITEM(list, (start + i) % n));
+    }
+    A.rotation = (size_t)(start + s->taken);
+}
+#endif
+
+#if PY_VERSION_HEX < 0x030E0000
+/* Up to 3.13: the slice of the registry's set of weak references, read from
+ * the set's table from the slot where the last slice ended, never copied
+ * whole.  A copy of every reference at each snapshot cost in proportion to
+ * the tasks alive: with pyperformance's async_tree (tens of thousands of
+ * tasks) it was most of --cpu-only's 10% there.  A slot holds a reference, a
+ * deleted entry's marker (not a weak reference) or nothing; every slot is
+ * visited in turn, so every task is in a slice equally often. */
+static void slice_of_set(PyObject *set, task_slice *s)
+{
+    s->taken = 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    Py_BEGIN_CRITICAL_SECTION(set);
+#endif
+    PySetObject *so = (PySetObject *)set;
+    size_t slots = (size_t)so->mask + 1;
+    size_t at = A.rotation % slots, seen = 0;
+    s->total = PySet_GET_SIZE(set);
+    for (; seen < slots && s->taken < AWAITS_TASKS_MAX; seen++) {
+        PyObject *key = so->table[(at + seen) & (size_t)so->mask].key;
+        if (key != NULL && PyWeakref_Check(key)) {
+            s->refs[s->taken++] = Py_NewRef(key);
+        }
+    }
+    A.rotation = at + seen;
+#if PY_VERSION_HEX >= 0x030D0000
+    Py_END_CRITICAL_SECTION();
+#endif
+}
+#endif
+
+/* The tasks of this snapshot (none, taken 0, when there is no registry). */
+static void task_slice_take(task_slice *s)
+{
+    s->taken = s->total = 0;
     PyObject *module = PyImport_GetModule(A.tasks_module);
     if (module == NULL) {
-        return NULL;
+        return;
     }
-    if (PY_VERSION_HEX >= 0x030E0000) {
-        PyObject *list = running_loops_tasks(module);
-        Py_DECREF(module);
-        return list;
+#if PY_VERSION_HEX >= 0x030E0000
+    PyObject *list = running_loops_tasks(module);
+    Py_DECREF(module);
+    if (list != NULL) {
+        slice_of_list(list, s);
+        Py_DECREF(list);
     }
+#else
     /* 3.12 keeps non-eager tasks in _scheduled_tasks (an eager task that
      * suspends moves there); 3.10 and 3.11 keep all of them in _all_tasks. */
     PyObject *registry = PyObject_GetAttr(module, A.scheduled_tasks);
@@ -191,9 +251,19 @@ static PyObject *task_refs(void)
     Py_DECREF(module);
     PyObject *set = registry != NULL ? PyObject_GetAttr(registry, A.data) : NULL; /* WeakSet's refs */
     Py_XDECREF(registry);
-    PyObject *list = set != NULL && PyAnySet_Check(set) ? PySequence_List(set) : NULL;
+    if (set != NULL && PyAnySet_Check(set)) {
+        slice_of_set(set, s);
+    }
     Py_XDECREF(set);
-    return list;
+#endif
+}
+
+static void task_slice_release(task_slice *s)
+{
+    for (Py_ssize_t i = 0; i < s->taken; i++) {
+        Py_DECREF(s->refs[i]);
+    }
+    s->taken = 0;
 }
 
 /* The object a weak reference points to (new reference), or NULL; a task
@@ -364,32 +434,28 @@ void awaits_charge(uint64_t window_ns, cpu_sums *unattributed)
     if (!A.in_use || window_ns == 0) {
         return;
     }
-    PyObject *refs = task_refs();
-    if (refs == NULL) {
-        PyErr_Clear();
+    task_slice slice;
+    task_slice_take(&slice);
+    PyErr_Clear();
+    if (slice.taken == 0) {
         return;
     }
-    Py_ssize_t n = PyList_GET_SIZE(refs);
-    Py_ssize_t take = n < AWAITS_TASKS_MAX ? n : AWAITS_TASKS_MAX;
-    Py_ssize_t start = 0;
     uint64_t charge_ns = window_ns;
-    if (take < n) {
-        start = (Py_ssize_t)(A.rotation % (size_t)n);
-        A.rotation = (size_t)start + (size_t)take;
-        charge_ns = (uint64_t)((double)window_ns * (double)n / (double)take + 0.5);
+    if (slice.taken < slice.total) {
+        charge_ns = (uint64_t)((double)window_ns * (double)slice.total / (double)slice.taken + 0.5);
     }
     loop_memo memo = {NULL, 0};
     line_memo lines;
     lines.n = lines.next = 0;
-    for (Py_ssize_t i = 0; i < take; i++) {
-        PyObject *task = referent(PyList_GET_ITEM(refs, (start + i) % n));
+    for (Py_ssize_t i = 0; i < slice.taken; i++) {
+        PyObject *task = referent(slice.refs[i]);
         if (task != NULL) {
             charge_task(task, charge_ns, unattributed, &memo, &lines);
             Py_DECREF(task);
         }
     }
     Py_XDECREF(memo.loop);
-    Py_DECREF(refs);
+    task_slice_release(&slice);
 }
 
 void awaits_release(void)
