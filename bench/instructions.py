@@ -40,9 +40,9 @@ addresses, and a profiler's imports move the program's objects): in one
 run richards read 1.038x under --cpu-only and 1.000x under the full profile,
 which does all that --cpu-only does and more; a loop of it cost 6.8% more
 under --cpu-only in one pair of runs and less than bare in another.  The
-columns of
-pyrometer's own code (its core, its memory library) are what it executes
-itself; --repeat counts each profiled command several times (median).
+columns of pyrometer's own code (its core, its memory library) are what it
+executes itself; --repeat counts each profiled command several times
+(median).
 """
 from __future__ import annotations
 
