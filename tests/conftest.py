@@ -289,6 +289,10 @@ _DEFAULTS_FOR_PROGRAMS = {signal.SIGHUP: signal.SIG_DFL, signal.SIGINT: signal.d
 def pytest_configure(config):
     config.addinivalue_line("markers", "accuracy: profiles a program and compares it with ground truth")
     config.addinivalue_line("markers", "stress: a long run (about 25 s) of many threads, forks and allocations")
+    config.addinivalue_line("markers", "alone: what it measures changes with a test beside it, so it runs with none "
+                                       "(set from accuracy; tests/pythons.py)")
+    config.addinivalue_line("markers", "once: tests what is the same on every CPython (C, a browser, the fuzzer); "
+                                       "tests/pythons.py runs it in one suite")
     for signum, default in _DEFAULTS_FOR_PROGRAMS.items():
         if signal.getsignal(signum) == signal.SIG_IGN:
             signal.signal(signum, default)
@@ -303,9 +307,32 @@ def pytest_configure(config):
 ACCURACY_RERUNS = 1
 
 
+# tests/pythons.py runs each CPython's suite in two parts: the tests marked
+# `alone` one after another with nothing beside them, then the rest spread over
+# the machine's cores (pytest-xdist).  A test that compares what it measures
+# with the truth (accuracy) is `alone`: a second test running beside it would
+# change the time and CPU it measures.  The stress test loads the machine but
+# checks the profile against itself (a loaded machine is its point): spread.
+ALONE_MARKERS = ("accuracy",)
+
+
+# tryfirst: the markers are set before `-m` selects on them.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(item.get_closest_marker(name) is not None for name in ALONE_MARKERS):
+            item.add_marker(pytest.mark.alone)
     if not config.pluginmanager.hasplugin("rerunfailures"):
         return  # pytest-rerunfailures (the test extra) is not installed: one run each
     for item in items:
         if item.get_closest_marker("accuracy") is not None and item.get_closest_marker("flaky") is None:
             item.add_marker(pytest.mark.flaky(reruns=ACCURACY_RERUNS))
+
+
+# pytest-xdist's workers are started with COLUMNS=80 and LINES=24 in their
+# environment (execnet sets them), which the programs the tests start inherit:
+# a report would be cut to 80 columns there and nowhere else.  The suite's
+# programs see the environment a plain `pytest` gives them.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)

@@ -3,7 +3,7 @@
 machine has, each in a fresh virtual environment with pyrometer built for it,
 and the free-threaded refusal test on a free-threaded CPython.
 
-    python3 tests/pythons.py [--pythons 3.10,3.11,...] [--require LIST]
+    python3 tests/pythons.py [--pythons 3.10,3.11,...] [--require LIST] [--workers N]
                              [--no-freethreaded | --require-freethreaded] [-- PYTEST ARGS]
 
 Interpreters are looked for as python3.X on PATH and under pyenv's versions
@@ -17,12 +17,22 @@ instead (CI requires all six).  The
 free-threaded CPython 3.13.5t is built once from Debian's source by
 .ci/python-freethreaded.sh and cached outside the clone.  Exit status: 0 when
 every suite that ran passed (and nothing required was missing), 1 otherwise.
+
+Each suite runs in two parts (tests/conftest.py says which test goes where):
+the tests marked `alone` (they compare measured time with the truth, or load
+the machine) one after another, then the rest spread over --workers processes
+(pytest-xdist; default: this machine's cores).  The tests marked `once` (C
+built by gcc, the web report in a browser, the fuzzer: the same on every
+CPython) run in one suite only: that of the CPython running this script when
+it is among those tested, else the first.  `--workers 1` runs each suite as
+one plain pytest run, the `once` tests still in one suite.
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import concurrent.futures
 import glob
 import os
 import platform
@@ -145,6 +155,14 @@ def make_venv(python: str, name: str, extras: str, prefix: list[str] = ()) -> tu
     return vpython, ""
 
 
+def timed_venv(python: str, minor: str, prefix: list[str]) -> tuple[tuple[str | None, str], float]:
+    """make_venv for one of the suite's CPythons (with the corpus where it runs),
+    and the seconds it took."""
+    started = time.monotonic()
+    made = make_venv(python, minor, "[test,corpus]" if minor in CORPUS_VERSIONS else "[test]", prefix)
+    return made, time.monotonic() - started
+
+
 def freethreaded_python() -> tuple[str | None, str]:
     """A free-threaded CPython with pyrometer installed, or why there is none."""
     if not FREETHREADED_SCRIPT.exists():
@@ -159,6 +177,35 @@ def freethreaded_python() -> tuple[str | None, str]:
 
 
 SUMMARY = re.compile(r"=+ (.*?) in [0-9.]+s")
+NO_TESTS_COLLECTED = 5  # pytest's exit status when a selection is empty
+
+
+def run_suite(vpython: str, prefix: list[str], env: dict[str, str], pytest_args: list[str], workers: int,
+              once: bool) -> tuple[bool, str, str]:
+    """The suite in its parts (the module docstring says which); (passed, the
+    parts' pytest summaries, their output)."""
+    not_once = [] if once else ["not once"]
+    if workers == 1:
+        parts = [("", " and ".join(not_once), [])]
+    else:
+        parts = [("alone", " and ".join(["alone", *not_once]), []),
+                 (f"{workers} workers", " and ".join(["not alone", *not_once]), ["-n", str(workers)])]
+    ok, lines, outputs, ran = True, [], [], False
+    for name, marks, spread in parts:
+        # -rfER: failures, errors and reruns named in pytest's short summary,
+        # which the summary at the end repeats (the tail of a long log is what is read).
+        proc = run([vpython, "-m", "pytest", "tests", "-p", "no:cacheprovider", "-rfER",
+                    *(["-m", marks] if marks else []), *spread, *pytest_args], prefix,
+                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        sys.stdout.write(proc.stdout)
+        sys.stdout.flush()
+        outputs.append(proc.stdout)
+        summaries = SUMMARY.findall(proc.stdout)
+        line = summaries[-1] if summaries else f"exit status {proc.returncode}"
+        lines.append(f"{line} ({name})" if name else line)
+        ran |= proc.returncode != NO_TESTS_COLLECTED
+        ok &= proc.returncode in (0, NO_TESTS_COLLECTED)
+    return ok and ran, "; ".join(lines), "".join(outputs)
 
 
 def named_tests(output: str, most: int = 12, width: int = 400) -> list[str]:
@@ -179,12 +226,16 @@ def main(argv: list[str]) -> int:
                         help="minor versions to test (default: %(default)s)")
     parser.add_argument("--require", default="",
                         help="minor versions that must be found (a missing one fails the run)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="processes for the tests not marked alone (default: this machine's cores, %(default)s)")
     ft = parser.add_mutually_exclusive_group()
     ft.add_argument("--no-freethreaded", action="store_true",
                     help="do not build or test the free-threaded CPython")
     ft.add_argument("--require-freethreaded", action="store_true",
                     help="fail if the free-threaded CPython cannot be built")
     ns = parser.parse_args(argv)
+    if ns.workers < 1:
+        parser.error(f"--workers must be at least 1, not {ns.workers}")
     wanted = [v for v in ns.pythons.split(",") if v]
     required = [v for v in ns.require.split(",") if v]
     unknown = [v for v in wanted + required if v not in SUPPORTED]
@@ -222,21 +273,28 @@ def main(argv: list[str]) -> int:
             labels[minor] = f"Debian sid chroot {prefix[1]}: {found[minor]}"
         if prefix is not None:
             say(f"Debian sid chroot ready in {time.monotonic() - started:.0f} s")
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    once_in = here if here in found else next((v for v in wanted if v in found), None)
     for minor in wanted:
         if minor not in found:
             why = chroot_problem if minor in chroot_wanted and chroot_problem else "no interpreter found"
             results.append((minor, "-", f"skipped: {why}" + (" (REQUIRED)" if minor in required else "")))
             failed |= minor in required
-            continue
-        started = time.monotonic()
+    # Every venv first, --workers at a time (pip and the build wait on the disk
+    # and the network as much as on a core), then the suites one after another.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=ns.workers) as pool:
+        venvs = {minor: pool.submit(timed_venv, found[minor], minor, prefixes.get(minor, []))
+                 for minor in wanted if minor in found}
+    for minor, made in venvs.items():
+        (vpython, problem), venv_seconds = made.result()
+        started = time.monotonic() - venv_seconds
         prefix = prefixes.get(minor, [])
-        vpython, problem = make_venv(found[minor], minor, "[test,corpus]" if minor in CORPUS_VERSIONS else "[test]",
-                                     prefix)
         if vpython is None:
             results.append((minor, labels[minor], f"FAILED: {problem}"))
             failed = True
             continue
-        say(f"CPython {minor}: the whole suite ({labels[minor]})")
+        say(f"CPython {minor}: the whole suite ({labels[minor]})"
+            + ("" if minor == once_in else f"; the tests marked once run under {once_in}"))
         suite_env = dict(env)
         if FUZZ_PLATFORM and minor in FUZZ_VERSIONS:
             suite_env["PYROMETER_REQUIRE_FUZZ"] = "1"
@@ -246,18 +304,11 @@ def main(argv: list[str]) -> int:
             # The host's free-threaded CPython is not in the chroot: the host's
             # suites test the refusal.
             suite_env.pop("PYROMETER_FREETHREADED_PYTHON", None)
-        # -rfER: failures, errors and reruns named in pytest's short summary,
-        # which the summary below repeats (the tail of a long log is what is read).
-        proc = run([vpython, "-m", "pytest", "tests", "-p", "no:cacheprovider", "-rfER", *pytest_args], prefix,
-                   env=suite_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        sys.stdout.write(proc.stdout)
-        sys.stdout.flush()
-        summaries = SUMMARY.findall(proc.stdout)
-        line = summaries[-1] if summaries else f"exit status {proc.returncode}"
-        outcome = ("passed" if proc.returncode == 0 else "FAILED") + f": {line} ({time.monotonic() - started:.0f} s)"
+        ok, line, output = run_suite(vpython, prefix, suite_env, pytest_args, ns.workers, once=minor == once_in)
+        outcome = ("passed" if ok else "FAILED") + f": {line} ({time.monotonic() - started:.0f} s)"
         results.append((minor, labels[minor], outcome))
-        named[minor] = named_tests(proc.stdout)
-        failed |= proc.returncode != 0
+        named[minor] = named_tests(output)
+        failed |= not ok
 
     say("summary")
     for version, python, outcome in results:

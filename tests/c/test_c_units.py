@@ -34,10 +34,12 @@ C_TESTS = pathlib.Path(__file__).resolve().parent
 KNOWN_BUGS: dict[str, str] = {}
 MEMHOOKS_KNOWN_BUGS: dict[str, str] = {}
 
-pytestmark = pytest.mark.skipif(
+# once: C built by gcc, the same whichever CPython runs pytest (tests/pythons.py
+# runs them in one suite).
+pytestmark = [pytest.mark.once, pytest.mark.skipif(
     shutil.which("gcc") is None or shutil.which("make") is None,
     reason="the C unit tests need gcc and make",
-)
+)]
 
 
 @pytest.fixture(scope="module")

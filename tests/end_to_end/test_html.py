@@ -18,10 +18,13 @@ from synthetic import STRING_FIELDS, make_profile
 
 from pyrometer.render import html
 
-pytestmark = pytest.mark.skipif(
+# once: the page's scripts in a browser, the same page whichever CPython wrote
+# it (tests/pythons.py runs them in one suite; test_cli.py and others check the
+# page every suite writes).
+pytestmark = [pytest.mark.once, pytest.mark.skipif(
     chromium() is None,
     reason="chromium is not installed (apt-get install chromium; .ci/run installs it): "
-           "the web report's browser tests need it")
+           "the web report's browser tests need it")]
 
 PROGRAM = """
 import time

@@ -19,15 +19,17 @@ def test_the_core_names_its_cpu_sums_as_the_contract_does():
 
 
 def _spin(seconds: float) -> int:
-    end, n = time.perf_counter() + seconds, 0
-    while time.perf_counter() < end:
+    """Runs for `seconds` of this thread's CPU time (not wall time: with tests
+    beside it on the machine, a wall-time loop got half a core)."""
+    end, n = time.thread_time() + seconds, 0
+    while time.thread_time() < end:
         n += sum(range(20))
     return n
 
 
 def test_records_hold_the_contracts_sums():
     """A real run's records: one CPU sum per named position, the CPU time
-    (Python and native: the loop calls sum() and perf_counter()) where the loop
+    (Python and native: the loop calls sum() and thread_time()) where the loop
     ran, and its sample count a whole number."""
     run = InProcessRun(default_options(memory=False), "t", program_directory=os.path.dirname(__file__))
     run.start()

@@ -22,6 +22,10 @@ from synthetic import make_profile
 
 FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
 
+# once: the loader and renderers are Python whose branches do not depend on the
+# CPython running them (tests/pythons.py fuzzes in one suite).
+pytestmark = pytest.mark.once
+
 
 def test_fuzz_view(tmp_path):
     try:
