@@ -56,11 +56,32 @@ static int intern_names(void)
     return 0;
 }
 
+/* sys.modules[name], a new reference, or NULL (no exception) when it is not
+ * there: a dictionary lookup, which runs no Python code.  Not
+ * PyImport_GetModule: for a module still being imported that goes through
+ * importlib's Python code to wait on the module's lock, which a snapshot must
+ * not run.  Taken on the main thread at a bytecode boundary inside importlib's
+ * own _ModuleLock.acquire (while `import asyncio` ran asyncio.tasks), the
+ * nested acquire removed the outer one's entry from _blocking_on, and the
+ * program's import failed with a KeyError (3.10, 3.11; 3.12 made that
+ * reentrant); on another thread the snapshot would wait for the import. */
+static PyObject *loaded_module(PyObject *name)
+{
+    PyObject *modules = PySys_GetObject("modules"); /* borrowed; NULL without an exception */
+    PyObject *module = modules != NULL && PyDict_Check(modules) ? PyDict_GetItemWithError(modules, name) : NULL;
+    if (module == NULL || module == Py_None) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_INCREF(module);
+    return module;
+}
+
 /* module.cls.method.__code__, a new reference; NULL (no exception) when any of
  * them is missing. */
 static PyCodeObject *method_code(PyObject *module_name, const char *cls, const char *method)
 {
-    PyObject *module = PyImport_GetModule(module_name);
+    PyObject *module = loaded_module(module_name);
     PyObject *type = module != NULL ? PyObject_GetAttrString(module, cls) : NULL;
     PyObject *function = type != NULL ? PyObject_GetAttrString(type, method) : NULL;
     PyObject *code = function != NULL ? PyObject_GetAttrString(function, "__code__") : NULL;
@@ -82,9 +103,8 @@ int awaits_begin(void)
         return 0;
     }
     /* The gate: without asyncio.tasks in sys.modules no task can exist. */
-    PyObject *tasks = PyImport_GetModule(A.tasks_module);
+    PyObject *tasks = loaded_module(A.tasks_module);
     if (tasks == NULL) {
-        PyErr_Clear();
         return 0;
     }
     Py_DECREF(tasks);
@@ -229,7 +249,7 @@ static void slice_of_set(PyObject *set, task_slice *s)
 static void task_slice_take(task_slice *s)
 {
     s->taken = s->total = 0;
-    PyObject *module = PyImport_GetModule(A.tasks_module);
+    PyObject *module = loaded_module(A.tasks_module);
     if (module == NULL) {
         return;
     }
