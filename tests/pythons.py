@@ -19,13 +19,14 @@ free-threaded CPython 3.13.5t is built once from Debian's source by
 every suite that ran passed (and nothing required was missing), 1 otherwise.
 
 Each suite runs in two parts (tests/conftest.py says which test goes where):
-the tests marked `alone` (they compare measured time with the truth, or load
-the machine) one after another, then the rest spread over --workers processes
+the tests marked `alone` (they compare what they measure with the truth)
+one after another, then the rest spread over --workers processes
 (pytest-xdist; default: this machine's cores).  The tests marked `once` (C
 built by gcc, the web report in a browser, the fuzzer: the same on every
 CPython) run in one suite only: that of the CPython running this script when
 it is among those tested, else the first.  `--workers 1` runs each suite as
-one plain pytest run, the `once` tests still in one suite.
+one plain pytest run, the `once` tests still in one suite; so does a `-m`
+of your own after `--` (it selects in place of the parts' own).
 """
 
 from __future__ import annotations
@@ -185,7 +186,7 @@ def run_suite(vpython: str, prefix: list[str], env: dict[str, str], pytest_args:
     """The suite in its parts (the module docstring says which); (passed, the
     parts' pytest summaries, their output)."""
     not_once = [] if once else ["not once"]
-    if workers == 1:
+    if workers == 1 or "-m" in pytest_args:  # a -m of the caller's would replace each part's
         parts = [("", " and ".join(not_once), [])]
     else:
         parts = [("alone", " and ".join(["alone", *not_once]), []),
