@@ -262,14 +262,6 @@ malloc_bytes(PyObject *arg, int release_gil)
     if (size_arg(arg, &n, "n") < 0) {
         return NULL;
     }
-    Py_ssize_t h = 0;
-    while (h < next_handle && handles[h] != NULL) {
-        h++;
-    }
-    if (h == MAX_HANDLES) {
-        PyErr_SetString(PyExc_MemoryError, "no free handle");
-        return NULL;
-    }
     unsigned char *p;
     if (release_gil) {
         Py_BEGIN_ALLOW_THREADS
@@ -286,6 +278,18 @@ malloc_bytes(PyObject *arg, int release_gil)
     }
     if (p == NULL) {
         return PyErr_NoMemory();
+    }
+    /* The slot is chosen with the GIL held again: chosen before the GIL was
+     * released, another thread could take the same one meanwhile, and both
+     * got one handle (the stress test's second free of it failed). */
+    Py_ssize_t h = 0;
+    while (h < next_handle && handles[h] != NULL) {
+        h++;
+    }
+    if (h == MAX_HANDLES) {
+        free(p);
+        PyErr_SetString(PyExc_MemoryError, "no free handle");
+        return NULL;
     }
     handles[h] = p;
     if (h == next_handle) {
