@@ -299,13 +299,14 @@ def test_more_tasks_than_a_snapshot_examines(profile_program, tasks):
 # program imports small modules for 2.5 s, each through importlib's module
 # lock (about 1,200 snapshots at 2 ms).
 IMPORTS_DURING_SNAPSHOTS = """
-import importlib, os, sys, tempfile, time, types
+import importlib, os, sys, time, types
 
 saved = sys.modules.get("asyncio.tasks")
 initializing = types.ModuleType("asyncio.tasks")
 initializing.__spec__ = types.SimpleNamespace(name="asyncio.tasks", _initializing=True)
 sys.modules["asyncio.tasks"] = initializing
-folder = tempfile.mkdtemp()
+folder = os.path.abspath("modules")  # in the test's own folder
+os.makedirs(folder)
 sys.path.insert(0, folder)
 for i in range(100):
     with open(os.path.join(folder, f"m{i}.py"), "w") as f:
