@@ -781,10 +781,7 @@ def test_calls_of_python_functions_are_python(profile_program, kind):
     cpu = run.profile["cpu_time_sec"]
     info = run.describe(f"# @{kind}") + f"\n  run: Python {cpu['python']:.3f}s native {cpu['native']:.3f}s"
     print(info)
-    # 15%: the method calls read 0-6.8% native in 16 runs on a quiet machine
-    # (the builds before and after stop 47's change alike) and 12.7% in a CI
-    # run and its rerun; the defect this guards read 35-69%.
-    assert cpu["native"] <= 0.15 * (cpu["python"] + cpu["native"]), info
+    assert cpu["native"] <= 0.08 * (cpu["python"] + cpu["native"]), info
 
 
 PYTHON_LOOP = """
