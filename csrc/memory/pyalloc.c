@@ -14,6 +14,11 @@
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define COLD __attribute__((noinline, cold))
+/* Out of the fast wrappers' way (they keep no frame), but not cold: the paths
+ * of blocks over 512 bytes, taken hundreds of thousands of times a second by
+ * programs that build large strings and lists.  (Cold, they were compiled for
+ * size, without their helpers inlined.) */
+#define WARM __attribute__((noinline))
 
 /* Where the library's entry points are: the global scope when preloaded, its
  * own handle once attached (memhooks_api_attach). */
@@ -301,14 +306,26 @@ static int debug_header_intact(const void *ptr)
     return 1;
 }
 
+/* The size of a live Python block outside the known arenas, under pymalloc's
+ * sizing: malloc's (above 512 bytes), sized by malloc's own malloc_usable_size
+ * (malloc_sized), or by the library's where it may lie in the 64th pool of an
+ * arena adopted while attaching, which the library tells apart.  0 when not
+ * every arena is known (tracking off): the block may then be pymalloc's. */
+static inline size_t unpooled_size(void *ptr)
+{
+    if (UNLIKELY(!arenas->tracking)) {
+        return 0;
+    }
+    if (UNLIKELY(pymalloc_maybe_adopted_tail(arenas, (uintptr_t)ptr))) {
+        return malloc_usable_size(ptr); /* the library's: it tells an adopted arena's tail */
+    }
+    return malloc_sized(ptr);
+}
+
 /* The size of a live Python block, and whether it is pymalloc's (pooled: freed
  * without reaching free()) or not.  With pymalloc, its arenas are looked up
- * inline and the block's pool header read; a block outside them is malloc's
- * (above 512 bytes), sized by malloc's own malloc_usable_size (malloc_sized),
- * or by the library's where it may lie in the 64th pool of an arena adopted
- * while attaching, which the library tells apart.  0 when not every arena is
- * known (tracking off): a block outside the map may then be pymalloc's.  Not
- * called with PYALLOC_NOT_SIZED. */
+ * inline and the block's pool header read; a block outside them is sized by
+ * unpooled_size.  Not called with PYALLOC_NOT_SIZED. */
 static inline size_t block_size(void *ptr, int *pooled)
 {
     uintptr_t a = (uintptr_t)ptr;
@@ -323,14 +340,23 @@ static inline size_t block_size(void *ptr, int *pooled)
     case PYALLOC_MALLOC:
         return malloc_usable_size(ptr); /* the library's, which never reads 0 for a live block */
     default: /* PYALLOC_POOLS */
-        if (UNLIKELY(!arenas->tracking)) {
-            return 0;
-        }
-        if (UNLIKELY(pymalloc_maybe_adopted_tail(arenas, a))) {
-            return malloc_usable_size(ptr); /* the library's: it tells an adopted arena's tail */
-        }
-        return malloc_sized(ptr);
+        return unpooled_size(ptr);
     }
+}
+
+/* The size of the block that a Python allocator call asking for `asked` bytes
+ * (malloc, calloc, realloc) just gave.  pymalloc passes every request over 512
+ * bytes on to malloc, a realloc to such a size included, so such a block is
+ * malloc's, sized by malloc at once: the arenas looked up for nothing (and again
+ * at its free) were 313 M of regex_v8's 20,104 M instructions under the full
+ * profile, at 50 a block. */
+static inline size_t new_block_size(void *p, size_t asked)
+{
+    if (LIKELY(sizing == PYALLOC_POOLS) && asked > SMALL_OBJECT_BYTES && LIKELY(arenas->tracking)) {
+        return malloc_sized(p);
+    }
+    int pooled;
+    return block_size(p, &pooled);
 }
 
 /* A block stops being watched (for leaks) before it is given back: afterwards
@@ -342,25 +368,36 @@ static inline void unwatch(void *ptr)
     }
 }
 
-/* Whether a is a block of pymalloc's that the library does not watch: one load
- * of its span's watch count (pymalloc_arenas.h), in the region (nearly every
- * arena made while profiling) or in the map (the arenas made before the library
- * came, where a short program's objects live), and the watch table only in a
+/* The watch count of the 1 KiB span (pymalloc_arenas.h) holding a, a live
+ * Python block, when a lies in one of pymalloc's arenas: in the region (nearly
+ * every arena made while profiling) or in the map (the arenas made before the
+ * library came, where a short program's objects live); else NULL. */
+static inline const _Atomic uint16_t *pymalloc_span(uintptr_t a)
+{
+    uintptr_t off = a - arenas->region_base;
+    if (LIKELY(off < atomic_load_explicit(&arenas->region_size, memory_order_relaxed))) {
+        return &arenas->span_watches[off >> PYMALLOC_SPAN_SHIFT];
+    }
+    return pymalloc_map_span(arenas, a);
+}
+
+/* Whether pymalloc's block a, whose span is `span`, is not watched by the
+ * library: one load of the span's watch count, and the watch table only in a
  * span holding a watched block.  (A span holding a watched block sent every
  * free there the slow way: with Python's blocks sampled every 64 KiB, 7.5 M
  * instructions of alloc_churn's 1,196 M under callgrind went to free_slow,
  * against 0.6 M at 1 MiB.) */
-static inline int unwatched_pymalloc_block(uintptr_t a)
+static inline int unwatched_in(const _Atomic uint16_t *span, uintptr_t a)
 {
-    const _Atomic uint16_t *span;
-    uintptr_t off = a - arenas->region_base;
-    if (LIKELY(off < atomic_load_explicit(&arenas->region_size, memory_order_relaxed))) {
-        span = &arenas->span_watches[off >> PYMALLOC_SPAN_SHIFT];
-    } else if ((span = pymalloc_map_span(arenas, a)) == NULL) {
-        return 0;
-    }
     return LIKELY(atomic_load_explicit(span, memory_order_relaxed) == 0) ||
            !memhooks_is_watched(watched_slots, watched, a);
+}
+
+/* Whether a is a block of pymalloc's that the library does not watch. */
+static inline int unwatched_pymalloc_block(uintptr_t a)
+{
+    const _Atomic uint16_t *span = pymalloc_span(a);
+    return span != NULL && unwatched_in(span, a);
 }
 
 /* Allocator hooks: called with the GIL held, for every Python allocation.  They
@@ -368,15 +405,14 @@ static inline int unwatched_pymalloc_block(uintptr_t a)
  * every call when sizes cannot be read back) raise the thread's python_depth, so
  * that the library does not count that malloc again as native. */
 
-static COLD void *malloc_through(wrapped_domain *d, size_t size)
+static WARM void *malloc_through(wrapped_domain *d, size_t size)
 {
     memhooks_thread *t = hooks.thread();
     t->python_depth++;
     void *p = d->original.malloc(d->original.ctx, size);
     t->python_depth--;
     if (p != NULL) {
-        int pooled;
-        size_t n = block_size(p, &pooled);
+        size_t n = new_block_size(p, size);
         count((int64_t)(n != 0 ? n : size), p);
     }
     return p;
@@ -404,15 +440,14 @@ static void *wrapped_malloc(void *ctx, size_t size)
     return malloc_through(d, size);
 }
 
-static COLD void *calloc_through(wrapped_domain *d, size_t nelem, size_t elsize)
+static WARM void *calloc_through(wrapped_domain *d, size_t nelem, size_t elsize)
 {
     memhooks_thread *t = hooks.thread();
     t->python_depth++;
     void *p = d->original.calloc(d->original.ctx, nelem, elsize);
     t->python_depth--;
     if (p != NULL) {
-        int pooled;
-        size_t n = block_size(p, &pooled);
+        size_t n = new_block_size(p, nelem * elsize); /* no overflow: calloc gave a block */
         count((int64_t)(n != 0 ? n : nelem * elsize), p);
     }
     return p;
@@ -443,7 +478,7 @@ static void *wrapped_calloc(void *ctx, size_t nelem, size_t elsize)
 /* Counted as a free of the old block and an allocation of the new one.  The old
  * block's watch ends before the call (if the call fails, that sample counts as
  * freed: rare, and never a false leak). */
-static COLD void *realloc_slow(wrapped_domain *d, void *ptr, size_t size)
+static WARM void *realloc_slow(wrapped_domain *d, void *ptr, size_t size)
 {
     size_t before = 0;
     if (ptr != NULL) {
@@ -459,8 +494,7 @@ static COLD void *realloc_slow(wrapped_domain *d, void *ptr, size_t size)
         if (before != 0) {
             count(-(int64_t)before, ptr);
         }
-        int pooled;
-        size_t n = block_size(p, &pooled);
+        size_t n = new_block_size(p, size);
         count((int64_t)(n != 0 ? n : size), p);
     }
     return p;
@@ -487,7 +521,7 @@ static void *wrapped_realloc(void *ctx, void *ptr, size_t size)
     return realloc_slow(d, ptr, size);
 }
 
-static COLD void free_through(wrapped_domain *d, void *ptr)
+static inline void free_through(wrapped_domain *d, void *ptr)
 {
     memhooks_thread *t = hooks.thread();
     t->python_depth++;
@@ -495,16 +529,11 @@ static COLD void free_through(wrapped_domain *d, void *ptr)
     t->python_depth--;
 }
 
-/* Every free that is not a plain pymalloc block below the window: NULL, a block
- * malloc serves, another allocator, a watched block, a net crossing the window. */
-static COLD void free_slow(wrapped_domain *d, void *ptr)
+/* A free counted: the block's watch ended and its size taken from the net (a
+ * size of 0: not known, not counted), then the block given back, through
+ * free() for one that is not pymalloc's (pooled 0). */
+static WARM void free_counted(wrapped_domain *d, void *ptr, size_t size, int pooled)
 {
-    if (ptr == NULL) {
-        free_through(d, ptr);
-        return;
-    }
-    int pooled;
-    size_t size = block_size(ptr, &pooled); /* before: the block may vanish */
     if (size != 0) {
         unwatch(ptr);
         count(-(int64_t)size, ptr);
@@ -516,22 +545,52 @@ static COLD void free_slow(wrapped_domain *d, void *ptr)
     }
 }
 
-/* The common free, of a pymalloc block, has no call but the final one (a tail
- * call), so it saves no registers and sets up no frame: whatever needs more goes
- * to free_slow, which counts the block itself (python_net is left as it was). */
+/* A free under any sizing: NULL, or a block sized (block_size) before it is
+ * given back, as it may vanish. */
+static WARM void free_slow(wrapped_domain *d, void *ptr)
+{
+    if (ptr == NULL) {
+        free_through(d, ptr);
+        return;
+    }
+    int pooled;
+    size_t size = block_size(ptr, &pooled);
+    free_counted(d, ptr, size, pooled);
+}
+
+/* A free under pymalloc's sizing of NULL or a block outside pymalloc's arenas
+ * (malloc's), sized without looking the arenas up again. */
+static WARM void free_unpooled(wrapped_domain *d, void *ptr)
+{
+    if (ptr == NULL) {
+        free_through(d, ptr);
+        return;
+    }
+    free_counted(d, ptr, unpooled_size(ptr), 0);
+}
+
+/* free under pymalloc's sizing.  The common free, of an unwatched pymalloc
+ * block below the window, has no call but the final one (a tail call), so it
+ * saves no registers and sets up no frame; a block outside pymalloc's arenas
+ * (NULL, malloc's) is sized without looking the arenas up again, and a watched
+ * block or a net crossing the window goes to free_counted. */
 static void wrapped_free(void *ctx, void *ptr)
 {
     wrapped_domain *d = ctx;
     uintptr_t a = (uintptr_t)ptr;
-    if (LIKELY(unwatched_pymalloc_block(a))) {
-        int64_t net = python_net - (int64_t)pymalloc_pool_block_size(a);
-        if (LIKELY(!beyond_window(net))) {
+    const _Atomic uint16_t *span = pymalloc_span(a);
+    if (LIKELY(span != NULL)) {
+        int64_t size = (int64_t)pymalloc_pool_block_size(a);
+        int64_t net = python_net - size;
+        if (LIKELY(unwatched_in(span, a)) && LIKELY(!beyond_window(net))) {
             python_net = net;
             d->original.free(d->original.ctx, ptr);
             return;
         }
+        free_counted(d, ptr, (size_t)size, 1);
+        return;
     }
-    free_slow(d, ptr);
+    free_unpooled(d, ptr);
 }
 
 /* free without pymalloc's fast path (small_limit 0: the sizes of its blocks
