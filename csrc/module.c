@@ -721,6 +721,16 @@ static PyObject *core_follow_code(PyObject *module, PyObject *code)
     Py_RETURN_NONE;
 }
 
+static PyObject *core_code_lines(PyObject *module, PyObject *code)
+{
+    (void)module;
+    if (!PyCode_Check(code)) {
+        PyErr_SetString(PyExc_TypeError, "code_lines: a code object is needed");
+        return NULL;
+    }
+    return codes_lines_both_ways((PyCodeObject *)code);
+}
+
 static PyObject *core_running(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -846,6 +856,9 @@ static PyMethodDef core_methods[] = {
     {"gc_release", core_gc_release, METH_NOARGS, "gc_mark() undone, nothing set aside (core/gc_aside.py)."},
     {"follow_code", core_follow_code, METH_O,
      "follow_code(code)\nThe program's top-level code, about to run: known to the profiler from its start."},
+    {"code_lines", core_code_lines, METH_O,
+     "code_lines(code) -> (asked, filled): each instruction's line as the profiler reads it one "
+     "at a time and as it reads them all in one pass (for tests: they must agree)."},
     {"attach_memory", core_attach_memory, METH_O,
      "attach_memory(path): load the memory library at path into this running process "
      "and put its allocator and copy functions in every loaded object's tables "

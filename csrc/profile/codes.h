@@ -40,6 +40,10 @@ typedef struct {
      * table for them (about 2,900 instructions a sample under callgrind, with
      * Python's blocks sampled every 64 KiB). */
     int32_t *lines;
+    /* Instructions of a reported code whose line was read from the line table
+     * so far (codes_line_known fills the rest at once at a few); -1: not to be
+     * filled (the fill's check failed). */
+    int lines_read;
 } code_info;
 
 /* Reads the opcode numbers the classification needs; -1 with an exception set. */
@@ -90,6 +94,9 @@ int codes_line(PyCodeObject *code, int lasti);
  * table, so usable inside an allocator with the GIL. */
 int codes_line_known(const code_info *info, PyCodeObject *code, int lasti);
 /* Code objects known now (alive), and registered since the last run began. */
+/* For tests: the line of each instruction of code, as a first ask reads it
+ * (line_of) and as the one-pass fill has it (codes_line_known), as two lists. */
+PyObject *codes_lines_both_ways(PyCodeObject *code);
 size_t codes_count(void);
 uint64_t codes_registered(void);
 /* What the table, the instruction maps and the weak references hold. */
