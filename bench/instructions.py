@@ -26,6 +26,13 @@ the two counts: what grows with the work is counted per unit of it, the rest
 (start-up, imports, the profile's making and writing) once, and the ratio is
 given at the program's full length (bench/run.py's loops, about 2.5 s
 natively).  An empty program is counted too, for start-up and exit alone.
+What a profile costs to make and write grows with what it holds (its call
+stacks, its lines with data), which grows with the work but less and less:
+the line through a short and a long count puts that growth in every unit and
+overstates a long run (regex_v8's full profile read 1.218x that way from 1
+and 7 loops, and 1.134x counted at its full 67).  `--scale 1` makes the long
+count the full-length run itself (pyperformance: about 75 minutes of two
+CPUs for the suite), so that the ratios are counted, not drawn.
 
 Where the instructions go: callgrind's self cost per object file (the
 interpreter, libc, pyrometer's core `_core*.so` and its memory library
@@ -256,8 +263,11 @@ def report(results: dict, empty: dict, repeat: int, suite: str, elapsed: float) 
         "`PYTHONHASHSEED=0`.",
         "- Columns: the units of work (pyperformance: loops) of the two counted runs and "
         "of the full-length run (bench/run.py's); bare's instructions (millions) at "
-        "full length; each command's ratio to bare at full length (from the two "
-        "counts: what grows with the work per unit, the rest once), its fixed cost "
+        "full length; each command's ratio to bare at full length ("
+        + ("counted there: the long count is the full-length run"
+           if all(r["units"][1] == r["units"][2] for r in results.values()) else
+           "from the two counts: what grows with the work per unit, the rest once; "
+           "`--scale 1` counts it at full length instead") + "), its fixed cost "
         "(start-up, imports, the profile made and written; millions) and its samples "
         "against a native run's (the long count's); and the full profile's cost per "
         "unit of work, over bare's, by where it ran: pyrometer's core, its memory "
@@ -321,7 +331,8 @@ def main(argv=None) -> int:
                          "the slowdown that scales the interval is measured in "
                          "the same conditions; default 1)")
     ap.add_argument("--write", action="store_true",
-                    help=f"write {RESULTS}/instructions-SUITE.md and .json")
+                    help=f"write {RESULTS}/instructions-SUITE.md and .json "
+                         "(instructions-SUITE-full-length.* with --scale 1)")
     args = ap.parse_args(argv)
     if args.scale <= 0 or args.repeat < 1 or args.jobs < 1:
         ap.error("--scale must be positive, --repeat and --jobs at least 1")
@@ -381,10 +392,11 @@ def main(argv=None) -> int:
     print(text)
     if args.write:
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"instructions-{args.suite}.md").write_text(
+        name = f"instructions-{args.suite}" + ("-full-length" if args.scale == 1 else "")
+        (RESULTS / f"{name}.md").write_text(
             f"# pyrometer's overhead in instructions: {args.suite}\n\n"
             f"`python3 bench/instructions.py {' '.join(argv or sys.argv[1:])}`\n\n" + text)
-        (RESULTS / f"instructions-{args.suite}.json").write_text(json.dumps(
+        (RESULTS / f"{name}.json").write_text(json.dumps(
             {"plans": plans, "empty": empty, "results": results}, indent=1) + "\n")
     return 0
 
