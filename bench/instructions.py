@@ -163,8 +163,11 @@ def counted(tool: str, script: Path, env: dict, outdir: Path, interval: float,
                           stderr=subprocess.PIPE, text=True, errors="replace")
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
-        raise RuntimeError(f"{tool} on {script.name} under callgrind: exit status "
-                           f"{proc.returncode}: {bench_run.short(proc.stderr, 400)}")
+        # Not callgrind's own lines (its summary ends every process's output):
+        # what the command said, which is what tells why.
+        said = "\n".join(ln for ln in proc.stderr.splitlines() if not ln.startswith("==")).strip()
+        raise RuntimeError(f"{tool} on {script.name} under callgrind ({' '.join(map(str, cmd))}): "
+                           f"exit status {proc.returncode}: {said[-1500:] or bench_run.short(proc.stderr, 400)}")
     per_object: dict[str, int] = {}
     for out in sorted(outdir.glob(prefix.name + ".*")):
         for ob, n in callgrind_self_cost(out).items():
@@ -371,7 +374,19 @@ def main(argv=None) -> int:
         empty_script.write_text(bench_run.EMPTY_PROGRAM)
         empty = measure(empty_script, bench_run.workload_env(1, 1), outdir, args.repeat)
 
-        def one(script: Path) -> tuple[str, dict]:
+        failed: dict[str, str] = {}
+
+        def one(script: Path) -> tuple[str, dict | None]:
+            try:
+                return counted_program(script)
+            except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
+                # One program's failure (a command that failed under callgrind,
+                # a profile not written) is reported, and the others counted.
+                log(f"{script.stem}: FAILED: {e}")
+                failed[script.stem] = str(e)
+                return script.stem, None
+
+        def counted_program(script: Path) -> tuple[str, dict]:
             own = outdir / script.stem
             own.mkdir()
             (scale_s, n_s), (scale_l, n_l), n_full = plans[script.stem]
@@ -386,9 +401,12 @@ def main(argv=None) -> int:
             return script.stem, result
 
         with ThreadPoolExecutor(args.jobs) as pool:
-            results = dict(sorted(pool.map(one, scripts)))
+            results = {name: r for name, r in sorted(pool.map(one, scripts)) if r is not None}
     elapsed = time.perf_counter() - started
     text = report(results, empty, args.repeat, args.suite, elapsed)
+    if failed:
+        text += "".join(f"- {name} FAILED, not in the table: {bench_run.short(why, 600)}\n"
+                        for name, why in sorted(failed.items()))
     print(text)
     if args.write:
         RESULTS.mkdir(exist_ok=True)
@@ -397,8 +415,8 @@ def main(argv=None) -> int:
             f"# pyrometer's overhead in instructions: {args.suite}\n\n"
             f"`python3 bench/instructions.py {' '.join(argv or sys.argv[1:])}`\n\n" + text)
         (RESULTS / f"{name}.json").write_text(json.dumps(
-            {"plans": plans, "empty": empty, "results": results}, indent=1) + "\n")
-    return 0
+            {"plans": plans, "empty": empty, "results": results, "failed": failed}, indent=1) + "\n")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

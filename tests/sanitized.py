@@ -81,7 +81,10 @@ DEFAULT_TESTS = ["tests/accuracy/test_accuracy_memory.py", "tests/end_to_end/tes
                  "tests/end_to_end/test_children.py::test_a_short_childs_module_level_memory_is_on_its_line",
                  # The library attached to a running interpreter (got.c), the
                  # blocks Python made before it freed after; and preloaded.
-                 "tests/end_to_end/test_attach.py", "tests/end_to_end/test_preload.py", "tests/end_to_end/test_native_libraries.py"]
+                 "tests/end_to_end/test_attach.py", "tests/end_to_end/test_preload.py", "tests/end_to_end/test_native_libraries.py",
+                 # A code's lines read in one pass over its line table, beside
+                 # one at a time, on every instruction of many codes.
+                 "tests/end_to_end/test_lines.py"]
 STRESS_SECONDS = "8"
 INJECTED = (
     "csrc/memory/pyalloc.c",
