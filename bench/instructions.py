@@ -31,7 +31,7 @@ stacks, its lines with data), which grows with the work but less and less:
 the line through a short and a long count puts that growth in every unit and
 overstates a long run (regex_v8's full profile read 1.218x that way from 1
 and 7 loops, and 1.134x counted at its full 67).  `--scale 1` makes the long
-count the full-length run itself (pyperformance: about 75 minutes of two
+count the full-length run itself (pyperformance: some two hours of two
 CPUs for the suite), so that the ratios are counted, not drawn.
 
 Where the instructions go: callgrind's self cost per object file (the
