@@ -142,7 +142,7 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
     static char *keywords[] = {"interval", "virtual_time", "include", "exclude", "own",
                                "only", "exclude_substrings", "profile_all", "memory_window",
                                "leak_detector", "program", "program_codes", "gpu", "start_off",
-                               "control_file", NULL};
+                               "control_file", "gpu_library_dirs", NULL};
     double interval;
     int virtual_time, profile_all, leak_detector = 1, start_off = 0;
     int gpu = 0; /* 0: off, 1: when a GPU is found, 2: asked for (--gpu) */
@@ -150,10 +150,12 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
     PyObject *lists[6] = {NULL};
     PyObject *codes = NULL;
     const char *control_file = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "dpOOOOOp|LpOOiiz:start", keywords, &interval,
+    const char *gpu_library_dirs = NULL; /* where the kernel tier's library may be, beyond the search path */
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "dpOOOOOp|LpOOiizz:start", keywords, &interval,
                                      &virtual_time, &lists[0], &lists[1], &lists[2], &lists[3],
                                      &lists[4], &profile_all, &memory_window, &leak_detector,
-                                     &lists[5], &codes, &gpu, &start_off, &control_file)) {
+                                     &lists[5], &codes, &gpu, &start_off, &control_file,
+                                     &gpu_library_dirs)) {
         return NULL;
     }
     if (sampler_running()) {
@@ -226,7 +228,7 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
     }
     /* gpu: 0 off, 1 when a GPU is found, 2 asked for (--gpu); plus
      * 4 for the kernel tier (--gpu-kernels). */
-    if ((gpu & 3) > 0 && gpu_start((gpu & 3) > 1, (gpu & 4) != 0, pyalloc_own_thread) != 0) {
+    if ((gpu & 3) > 0 && gpu_start((gpu & 3) > 1, (gpu & 4) != 0, gpu_library_dirs, pyalloc_own_thread) != 0) {
         sampler_stop(0);
         mem_profile_stop();
         return NULL;

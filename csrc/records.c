@@ -120,6 +120,7 @@ static const record_field GPU_KERNELS_FIELDS[] = {
     FIELD(gpu_kernels_record, backend, FIELD_STR),
     FIELD(gpu_kernels_record, status, FIELD_STR),
     FIELD(gpu_kernels_record, why, FIELD_STR),
+    FIELD(gpu_kernels_record, library, FIELD_STR),
     FIELD(gpu_kernels_record, kernels, FIELD_U64),
     FIELD(gpu_kernels_record, copies, FIELD_U64),
     FIELD(gpu_kernels_record, memsets, FIELD_U64),

@@ -1,7 +1,10 @@
 /* The CUPTI kernel tier (gpu.h): NVIDIA's tracing library, loaded at run time
- * with dlopen through the ordinary search path (libcupti.so.13, .12, ...), so
- * that nothing of CUDA is needed to build or install pyrometer, and
- * LD_LIBRARY_PATH reaches a test double (tests/gpu/fake_cupti.c).
+ * with dlopen (libcupti.so.13, .12, ...), so that nothing of CUDA is needed to
+ * build or install pyrometer: a copy already loaded, else from the
+ * directories the caller names (LD_LIBRARY_PATH's, which reach a test double,
+ * tests/gpu/fake_cupti.c; then where pip's CUDA packages and the CUDA toolkit
+ * keep it, which no search path names: PyTorch loads its copy only once
+ * imported), else through the ordinary search path.
  *
  * What CUPTI does (its headers, and the H100 trace in ../shared/gpu/):
  *  - cuptiSubscribe registers the one callback function of a process: a second
@@ -24,12 +27,14 @@
 #include "launches.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* ---- CUPTI's declarations ---------------------------------------------------
  * Checked against the headers of CUDA 12.9 (CUPTI_API_VERSION 28) and CUDA 13.5
@@ -150,6 +155,7 @@ _Static_assert(offsetof(cupti_memory_record, bytes) == 24, "CUpti_ActivityMemory
 
 static struct {
     void *library;
+    char path[PATH_MAX]; /* the file it was loaded from, as the loader says */
     CUpti_SubscriberHandle subscriber;
     int subscribed;
     CUptiResult (*get_result_string)(CUptiResult, const char **);
@@ -382,16 +388,44 @@ static void enable_calls(int domain)
     }
 }
 
-static int cupti_open(char *why, size_t why_size)
+static const char *const library_names[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so.11.8", "libcupti.so",
+                                            NULL};
+
+/* The library: a copy the process has already loaded (by its soname: the
+ * program's framework, under pytest --pyrometer or attach), else the first of
+ * dirs (':' between them) that holds one of library_names, else the ordinary
+ * search's. */
+static void *load_library(const char *dirs)
 {
-    static const char *const names[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so.11.8", "libcupti.so",
-                                        NULL};
-    memset(&C, 0, sizeof C);
-    for (const char *const *n = names; *n != NULL && C.library == NULL; n++) {
-        C.library = dlopen(*n, RTLD_NOW | RTLD_LOCAL);
+    void *library = NULL;
+    for (const char *const *n = library_names; *n != NULL && library == NULL; n++) {
+        library = dlopen(*n, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
     }
+    for (const char *d = dirs != NULL ? dirs : ""; library == NULL && *d != '\0';) {
+        const char *end = strchr(d, ':');
+        size_t length = end != NULL ? (size_t)(end - d) : strlen(d);
+        for (const char *const *n = library_names; *n != NULL && library == NULL && length > 0; n++) {
+            char path[PATH_MAX];
+            int written = snprintf(path, sizeof path, "%.*s/%s", (int)length, d, *n);
+            if (written > 0 && (size_t)written < sizeof path && access(path, R_OK) == 0) {
+                library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+            }
+        }
+        d += length + (end != NULL);
+    }
+    for (const char *const *n = library_names; *n != NULL && library == NULL; n++) {
+        library = dlopen(*n, RTLD_NOW | RTLD_LOCAL);
+    }
+    return library;
+}
+
+static int cupti_open(const char *dirs, char *why, size_t why_size)
+{
+    memset(&C, 0, sizeof C);
+    C.library = load_library(dirs);
     if (C.library == NULL) {
-        snprintf(why, why_size, "no CUPTI library (libcupti.so.13 or .12) found");
+        snprintf(why, why_size, "no CUPTI library (libcupti.so.13 or .12) on the library search path, in "
+                                "Python's nvidia packages or in the CUDA toolkit");
         return GPU_UNSUPPORTED;
     }
     int missing = 0;
@@ -412,6 +446,12 @@ static int cupti_open(char *why, size_t why_size)
     if (missing) {
         snprintf(why, why_size, "the CUPTI library lacks entry points pyrometer uses (too old?)");
         return GPU_FAILED;
+    }
+    Dl_info info;
+    void *subscribe;
+    memcpy(&subscribe, &C.subscribe, sizeof subscribe);
+    if (dladdr(subscribe, &info) != 0 && info.dli_fname != NULL) {
+        snprintf(C.path, sizeof C.path, "%s", info.dli_fname);
     }
     CUptiResult rc = C.subscribe(&C.subscriber, on_api_call, NULL);
     if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
@@ -485,10 +525,16 @@ static uint64_t cupti_dropped(void)
     return atomic_load(&C.dropped);
 }
 
+static const char *cupti_library(void)
+{
+    return C.path;
+}
+
 const gpu_kernel_backend gpu_cupti_backend = {
     .name = "CUPTI",
     .open = cupti_open,
     .flush = cupti_flush,
     .close = cupti_close,
     .dropped = cupti_dropped,
+    .library = cupti_library,
 };

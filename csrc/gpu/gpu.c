@@ -590,7 +590,7 @@ static void forget_in_child(void)
 
 /* The kernel tier's start, before the program launches anything: a failure
  * leaves the NVML tier on its own, with one notice saying why. */
-static void kernels_start(void)
+static void kernels_start(const char *library_dirs)
 {
     char why[NOTICE_SIZE] = "";
     G.kernel_backend = &gpu_cupti_backend;
@@ -599,7 +599,7 @@ static void kernels_start(void)
     G.kernel_why[0] = '\0';
     pthread_mutex_unlock(&G.lock);
     launches_start();
-    int rc = G.kernel_backend->open(why, sizeof why);
+    int rc = G.kernel_backend->open(library_dirs, why, sizeof why);
     char text[NOTICE_SIZE];
     if (rc == GPU_OK) {
         atomic_store(&G.kernel_status, KERNELS_ON);
@@ -688,7 +688,7 @@ static void resume_after_fork(void)
     }
 }
 
-int gpu_start(int explicit_request, int kernels, void (*own_thread)(int own))
+int gpu_start(int explicit_request, int kernels, const char *kernel_library_dirs, void (*own_thread)(int own))
 {
     static int atfork_registered;
     if (G.started || G.thread_started) {
@@ -762,7 +762,7 @@ int gpu_start(int explicit_request, int kernels, void (*own_thread)(int own))
     }
     G.started = 1;
     if (kernels) {
-        kernels_start();
+        kernels_start(kernel_library_dirs);
     }
     return 0;
 }
@@ -842,6 +842,7 @@ int gpu_records_kernels(gpu_kernels_record *out)
         .backend = G.kernel_backend != NULL ? G.kernel_backend->name : "",
         .status = names[status],
         .why = G.kernel_why,
+        .library = status == KERNELS_ON && G.kernel_backend->library != NULL ? G.kernel_backend->library() : "",
         .kernels = t->kernels,
         .copies = t->copies,
         .memsets = t->memsets,

@@ -48,11 +48,13 @@
  * threads).  explicit: the user asked for --gpu (a missing library is then a
  * notice, not a silent absence).  kernels: also the kernel tier
  * (--gpu-kernels), whose library is loaded and subscribed here, before the
- * program launches anything.  own_thread: called with 1 first on the GPU
+ * program launches anything: a copy already loaded, else from one of
+ * kernel_library_dirs (':' between them; NULL: none), else from the search
+ * path.  own_thread: called with 1 first on the GPU
  * thread, so that what the vendor library allocates there is counted as the
  * profiler's, not the program's, and with 0 as it ends (the memory side's,
  * given by module.c); NULL: nothing. */
-int gpu_start(int explicit_request, int kernels, void (*own_thread)(int own));
+int gpu_start(int explicit_request, int kernels, const char *kernel_library_dirs, void (*own_thread)(int own));
 /* Stops and joins the GPU thread (GIL released while waiting; at most a few
  * seconds: a backend call that never returns leaves its thread behind). */
 void gpu_stop(void);
@@ -88,7 +90,7 @@ typedef struct {
 } gpu_stack_record;
 
 typedef struct {
-    const char *backend, *status, *why;
+    const char *backend, *status, *why, *library;
     uint64_t kernels, copies, memsets, allocations, kernel_ns;
     uint64_t copy_htod_bytes, copy_dtoh_bytes, copy_dtod_bytes;
     uint64_t unattributed_kernel_ns, unattributed_copy_bytes;
@@ -178,15 +180,19 @@ extern const gpu_backend gpu_nvml_backend;
  * library's callbacks call launches_note and launches_charge (launches.h). */
 typedef struct {
     const char *name; /* "CUPTI" */
-    /* Loads and subscribes: GPU_OK (why may hold a notice), GPU_UNSUPPORTED (no
-     * library), GPU_BUSY (another subscriber holds it) or GPU_FAILED. */
-    int (*open)(char *why, size_t why_size);
+    /* Loads (a copy already loaded, else from one of dirs: ':' between them,
+     * may be NULL; else from the search path) and subscribes: GPU_OK (why may hold a notice),
+     * GPU_UNSUPPORTED (no library), GPU_BUSY (another subscriber holds it) or
+     * GPU_FAILED. */
+    int (*open)(const char *dirs, char *why, size_t why_size);
     /* Has the records of finished work delivered; final: all of them. */
     void (*flush)(int final);
     /* Stops recording, delivers the rest, unsubscribes. */
     void (*close)(void);
     /* Records the library could not write (no buffer in time). */
     uint64_t (*dropped)(void);
+    /* The file the library was loaded from ("" when unknown). */
+    const char *(*library)(void);
 } gpu_kernel_backend;
 
 extern const gpu_kernel_backend gpu_cupti_backend;

@@ -17,6 +17,7 @@ import ctypes
 import json
 import os
 import re
+import shutil
 
 import pytest
 
@@ -124,6 +125,7 @@ def _check_truth(run) -> None:
     p = run.profile
     why = _figures(run, "MANY", "FEW", "DRIVER", "COPY_IN", "COPY_OUT", "COPY_ON", "SET_MEM", "ALLOCATE", "IDLE", "SYNC")
     assert p["gpu"] is True and p["gpu_kernel_tier"] == "on", why
+    assert os.path.basename(p["gpu_kernel_library"]) == "libcupti.so.13", why
     many, few, driver = run.line("MANY"), run.line("FEW"), run.line("DRIVER")
     assert many["n_gpu_kernels"] == 4000, why
     assert many["n_gpu_kernel_sec"] == pytest.approx(0.1, rel=KERNEL_TOLERANCE), why
@@ -312,6 +314,47 @@ def test_no_cupti_library_leaves_the_nvml_tier(profile_program, kernel_env):
     assert len(p["notices"]) == 1 and "no CUPTI library" in p["notices"][0], why
     assert run.line("BUSY")["n_gpu_sec"] > 0.3, why
     assert "n_gpu_kernel_sec" not in run.line("BUSY"), why
+
+
+# Where CUPTI lies when nothing puts it on the library search path: pip's CUDA
+# 13 packages (PyTorch's and JAX's wheels depend on them), CUDA 12's, and the
+# CUDA toolkit.  The program loads it by its path, as PyTorch does once
+# imported: the same file, so the same library as pyrometer's.  Those places
+# come before the search path's (where this machine may have a real CUPTI of
+# a system CUDA: the framework's own copy is the one to share).
+OFF_THE_SEARCH_PATH = """
+import ctypes, sys
+cu = ctypes.PyDLL(sys.argv[1])
+cu.fake_cupti_launch.argtypes = [ctypes.c_uint64]
+cu.fake_cupti_memcpy.argtypes = [ctypes.c_int, ctypes.c_uint64]
+for _ in range(10):
+    cu.fake_cupti_launch(2_000_000)                            # LAUNCH
+cu.fake_cupti_memcpy(1, 8 << 20)                               # COPY_IN
+cu.fake_cupti_synchronize()
+"""
+
+
+@pytest.mark.parametrize("layout", ["pip-cuda13", "pip-cuda12", "toolkit"])
+def test_cupti_found_where_pip_and_the_toolkit_put_it(profile_program, kernel_env, fake_cupti_dir, tmp_path,
+                                                      layout):
+    place, name, env = {
+        "pip-cuda13": ("site/nvidia/cu13/lib", "libcupti.so.13", {"PYTHONPATH": str(tmp_path / "site")}),
+        "pip-cuda12": ("site/nvidia/cuda_cupti/lib", "libcupti.so.12", {"PYTHONPATH": str(tmp_path / "site")}),
+        "toolkit": ("cuda/extras/CUPTI/lib64", "libcupti.so.13", {"CUDA_HOME": str(tmp_path / "cuda")}),
+    }[layout]
+    library = tmp_path / place / name
+    library.parent.mkdir(parents=True)
+    shutil.copy(fake_cupti_dir / "libcupti.so.13", library)
+    run = profile_program(OFF_THE_SEARCH_PATH, options=["--gpu-kernels"], args=[str(library)],
+                          env={**kernel_env(cupti=False), **env})
+    p = run.profile
+    why = _figures(run, "LAUNCH", "COPY_IN")
+    assert p["gpu_kernel_tier"] == "on", why
+    assert os.path.samefile(p["gpu_kernel_library"], library), why
+    assert run.line("LAUNCH")["n_gpu_kernels"] == 10, why
+    assert run.line("LAUNCH")["n_gpu_kernel_sec"] == pytest.approx(0.02, rel=KERNEL_TOLERANCE), why
+    assert run.line("COPY_IN")["n_gpu_copy_htod_mb"] == 8.0, why
+    assert p["notices"] == [], why
 
 
 def test_kernel_tier_off_by_default(profile_program, kernel_env):

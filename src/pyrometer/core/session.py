@@ -105,6 +105,29 @@ def gpu_mode(gpu: bool | None, kernels: bool = False) -> int:
     return (2 if gpu else 1) | (4 if kernels else 0)
 
 
+# Where CUPTI lies in pip's CUDA packages, under a directory of sys.path: CUDA
+# 13's wheels put every library in nvidia/cu13/lib, 12's (and 11's) CUPTI in
+# nvidia/cuda_cupti/lib.  And in the CUDA toolkit, under its root.
+_PIP_CUPTI_DIRS = (os.path.join("nvidia", "cu13", "lib"), os.path.join("nvidia", "cuda_cupti", "lib"))
+_TOOLKIT_CUPTI_DIR = os.path.join("extras", "CUPTI", "lib64")
+
+
+def kernel_library_dirs() -> str:
+    """Where the kernel tier looks for CUPTI, in order, before the library
+    search path's other places (':' between them): LD_LIBRARY_PATH's
+    directories (the user's choice, as the search path would honour it), then
+    the pip packages PyTorch's and JAX's CUDA wheels depend on, in sys.path's
+    order (the copy the framework loads, but only once imported, after the
+    tier has started; else a system CUDA's, on the search path, would be
+    taken first and lent to the framework by its soname), then the toolkit's
+    ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda)."""
+    places = os.environ.get("LD_LIBRARY_PATH", "").split(":")
+    places += [os.path.join(entry, sub) for entry in sys.path if entry for sub in _PIP_CUPTI_DIRS]
+    places += [os.path.join(root, _TOOLKIT_CUPTI_DIR)
+               for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda") if root]
+    return ":".join(dict.fromkeys(p for p in places if p and ":" not in p and os.path.isdir(p)))
+
+
 def start_core(settings: dict, *, exclude: list[str], own: list[str], program_codes: list = (),
                control_file: str | None = None, **replaced) -> None:
     """_core.start with a run's core settings (Session.core_settings: this
@@ -128,6 +151,7 @@ def start_core(settings: dict, *, exclude: list[str], own: list[str], program_co
         gpu=s["gpu"],
         start_off=int(s.get("start_off", False)),
         control_file=control_file,
+        gpu_library_dirs=kernel_library_dirs() if s["gpu"] & 4 else None,
     )
 
 

@@ -354,6 +354,7 @@ def _gpu_kernel_run(kernels: dict[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"gpu_kernel_tier": kernels["status"]}
     if kernels["status"] == "on":
         out.update({
+            "gpu_kernel_library": kernels["library"],
             "gpu_kernels": kernels["kernels"],
             "gpu_copies": kernels["copies"],
             "gpu_memsets": kernels["memsets"],

@@ -301,6 +301,7 @@ _RUN = _Object({
                                    "peak_memory_mb": (_NONNEG, 0.0), "utilization_source": (_STR, "device"),
                                    "shared": (_BOOL, False), "samples": (_COUNT, 0)})), _OPTIONAL),
     "gpu_kernel_tier": (_STR, _OPTIONAL),  # "off", "on", "absent", "busy", "failed": checked by check()
+    "gpu_kernel_library": (_STR, _OPTIONAL),
     "gpu_kernels": (_COUNT, _OPTIONAL),
     "gpu_copies": (_COUNT, _OPTIONAL),
     "gpu_memsets": (_COUNT, _OPTIONAL),

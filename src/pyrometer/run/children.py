@@ -901,5 +901,5 @@ def _merge_kernel_tier(mine: dict[str, Any] | None, theirs: dict[str, Any] | Non
         if isinstance(value, int) and not isinstance(value, bool):
             merged[name] = merged.get(name, 0) + value
     if theirs["status"] == "on" and mine["status"] != "on":
-        merged.update(status="on", why="", backend=theirs["backend"])
+        merged.update(status="on", why="", backend=theirs["backend"], library=theirs.get("library", ""))
     return merged
