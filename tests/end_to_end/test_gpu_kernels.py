@@ -18,10 +18,12 @@ import json
 import os
 import re
 import shutil
+import sys
 
 import pytest
 
 from pyrometer import model
+from pyrometer.core.session import _PIP_CUPTI_DIRS, kernel_library_dirs
 from pyrometer.render import html, text
 
 MIB = 1 << 20
@@ -86,14 +88,21 @@ python_work(0.3)
 KERNEL_TOLERANCE = 0.01
 
 
+CUPTI_NAMES = ("libcupti.so.13", "libcupti.so.12", "libcupti.so.11.8", "libcupti.so")
+
+
 def _real_cupti_present() -> bool:
-    for name in ("libcupti.so.13", "libcupti.so.13", "libcupti.so"):
+    """Whether pyrometer's search finds a CUPTI library here without the
+    double's directory: on the search path, or where pip's CUDA packages or
+    the toolkit keep it (a GPU machine's PyTorch brings one)."""
+    for name in CUPTI_NAMES:
         try:
             ctypes.CDLL(name)
         except OSError:
             continue
         return True
-    return False
+    return any(os.path.exists(os.path.join(d, name))
+               for d in kernel_library_dirs().split(":") if d for name in CUPTI_NAMES)
 
 
 @pytest.fixture
@@ -335,18 +344,22 @@ cu.fake_cupti_synchronize()
 
 
 @pytest.mark.parametrize("layout", ["pip-cuda13", "pip-cuda12", "toolkit"])
-def test_cupti_found_where_pip_and_the_toolkit_put_it(profile_program, kernel_env, fake_cupti_dir, tmp_path,
+def test_cupti_found_where_pip_and_the_toolkit_put_it(profile_program, fake_nvml_dir, fake_cupti_dir, tmp_path,
                                                       layout):
     place, name, env = {
         "pip-cuda13": ("site/nvidia/cu13/lib", "libcupti.so.13", {"PYTHONPATH": str(tmp_path / "site")}),
         "pip-cuda12": ("site/nvidia/cuda_cupti/lib", "libcupti.so.12", {"PYTHONPATH": str(tmp_path / "site")}),
         "toolkit": ("cuda/extras/CUPTI/lib64", "libcupti.so.13", {"CUDA_HOME": str(tmp_path / "cuda")}),
     }[layout]
+    if layout == "toolkit" and any(os.path.exists(os.path.join(entry, sub, n)) for entry in sys.path if entry
+                                   for sub in _PIP_CUPTI_DIRS for n in CUPTI_NAMES):
+        pytest.skip("pip's CUPTI is installed here, and comes before the toolkit's")
     library = tmp_path / place / name
     library.parent.mkdir(parents=True)
     shutil.copy(fake_cupti_dir / "libcupti.so.13", library)
+    # LD_LIBRARY_PATH only the NVML double's: none of this machine's own.
     run = profile_program(OFF_THE_SEARCH_PATH, options=["--gpu-kernels"], args=[str(library)],
-                          env={**kernel_env(cupti=False), **env})
+                          env={"LD_LIBRARY_PATH": str(fake_nvml_dir), **env})
     p = run.profile
     why = _figures(run, "LAUNCH", "COPY_IN")
     assert p["gpu_kernel_tier"] == "on", why
