@@ -346,6 +346,31 @@ time.sleep(0.4)
     assert "n_gpu_percent" in out.read_text()
 
 
+def test_a_program_that_never_used_the_gpu_gets_no_gpu_columns(profile_program, gpu_env):
+    """On a machine with a GPU (measured by default), a program that never
+    touched it: the run's GPU line says the device was measured and idle, and
+    no line gets columns of zeros (they pushed the source out of an 800 px
+    page).  The kernel tier's columns follow the same rule."""
+    source = "import time\ntotal = sum(range(3_000_000))                      # WORK\ntime.sleep(0.3)\n"
+    for options in ([], ["--gpu-kernels"]):
+        run = profile_program(source, options=options, env=gpu_env())
+        p = run.profile
+        assert p["gpu"] is True and p["gpu_time_sec"] == 0.0 and p["gpu_peak_memory_mb"] == 0.0, p
+        assert model.gpu_columns(p) == (False, False)
+        report = text.render(p, width=200)
+        header = next(line for line in report.splitlines() if line.startswith("Line"))
+        assert "GPU" not in header, report
+        assert "GPU: Fake H100 80GB HBM3 #0 · busy 0.0" in report, report
+        page = html.page_data(p)
+        assert not any(f.startswith("n_gpu") for f in page["fields"]), page["fields"]
+    # Memory held, or a line's share: the columns are back.
+    p["gpu_peak_memory_mb"] = 300.0
+    assert model.gpu_columns(p) == (True, False)
+    p["gpu_peak_memory_mb"] = 0.0
+    run.line("WORK")["n_gpu_percent"] = 5.0
+    assert model.gpu_columns(p) == (True, False)
+
+
 # ---------------------------------------------------------------------------
 # The schema.
 # ---------------------------------------------------------------------------

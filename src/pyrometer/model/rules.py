@@ -1,7 +1,8 @@
 """The rules every report follows, decided once here: a line's share of the
 run's time, what is significant (kept by --reduced-profile and the page's
 reduced view), what is hot or warm, and whether the samples were too few to
-trust the shares.  The terminal calls them; the web page reads their
+trust the shares, and which of the GPU's columns are shown.  The terminal
+calls them; the web page reads their
 outcomes from its page data (render/html.py), so that no renderer has a copy
 of a rule (tests/end_to_end/test_html.py checks the page against them)."""
 
@@ -71,6 +72,30 @@ def reduced(profile: dict[str, Any]) -> dict[str, Any]:
                         functions=[e for e in f["functions"] if significant(e, threshold, malloc_threshold)])
              for name, f in profile["files"].items()}
     return dict(profile, options=options, files=files)
+
+
+# A line's GPU figures, NVML's and the kernel tier's.
+_GPU_LINE_FIELDS = ("n_gpu_percent", "n_gpu_peak_memory_mb", "n_gpu_kernel_sec", "n_gpu_copy_mb",
+                    "n_gpu_memset_mb", "n_gpu_alloc_mb")
+
+
+def gpu_columns(profile: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether the reports give the lines GPU columns, and the kernel tier's:
+    when the GPU was measured and the program used it (busy time, memory held,
+    a kernel, copy or allocation, on a line or in the run's totals).  A GPU is
+    measured by default wherever one is found, so a program that never touched
+    it would otherwise get columns of zeros, which push the source out of a
+    narrow window; the run's GPU line (device, busy time) still says it was
+    measured."""
+    if not profile.get("gpu"):
+        return False, False
+    kernels = profile.get("gpu_kernel_tier") == "on"
+    used = (profile.get("gpu_time_sec", 0.0) > 0 or profile.get("gpu_peak_memory_mb", 0.0) > 0
+            or (kernels and any(profile.get(k, 0) for k in ("gpu_kernels", "gpu_copies", "gpu_memsets",
+                                                            "gpu_allocations")))
+            or any(e.get(k, 0.0) for f in profile["files"].values() for part in ("lines", "functions")
+                   for e in f[part] for k in _GPU_LINE_FIELDS))
+    return used, used and kernels
 
 
 # Fewer CPU samples than this and the shares are rough: the reports say so,

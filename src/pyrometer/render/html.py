@@ -24,7 +24,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..model import mark, sampling, significant, thresholds, time_share
+from ..model import gpu_columns, mark, sampling, significant, thresholds, time_share
 from ..model.units import display_name
 
 DEFAULT_OUTFILE = "pyrometer-profile.html"
@@ -150,10 +150,11 @@ def page_data(profile: dict[str, Any]) -> dict[str, Any]:
         fields += AWAIT_FIELDS
     if profile.get("memory"):
         fields += MEMORY_FIELDS
-    if profile.get("gpu"):
+    gpu, kernels = gpu_columns(profile)  # the page's GPU columns are those of the fields shipped
+    if gpu:
         fields += GPU_FIELDS
-        if profile.get("gpu_kernel_tier") == "on":
-            fields += GPU_KERNEL_FIELDS
+    if kernels:
+        fields += GPU_KERNEL_FIELDS
     summary = {k: v for k, v in profile.items() if k not in ("files", "call_stacks")}
     limits = thresholds(profile)
     files = []

@@ -11,7 +11,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..model import mark, sampling, significant, thresholds, time_share
+from ..model import gpu_columns, mark, sampling, significant, thresholds, time_share
 from ..model.units import display_name
 from ..visible import terminal_columns, visible
 
@@ -473,10 +473,9 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         show_awaits = _shows_awaits(profile)
         header = (["Line", "Time Python", "native", "system"] + (["wait"] if show_waits else [])
                   + (["await"] if show_awaits else []))
-        gpu = bool(profile.get("gpu"))
+        gpu, kernels = gpu_columns(profile)
         if gpu:
             header += ["GPU", "GPU memory"]
-        kernels = profile.get("gpu_kernel_tier") == "on"
         if kernels:
             header += ["GPU kernel", "GPU copy", "GPU alloc"]
         if memory:

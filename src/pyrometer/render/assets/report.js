@@ -21,6 +21,9 @@
   var COL = {};  // field name -> position in a data row (position 0 is the entry's index)
   D.fields.forEach(function (f, i) { COL[f] = i + 1; });
   var MEMORY = !!S.memory, GPU = !!S.gpu, KERNELS = GPU && S.gpu_kernel_tier === "on";
+  // The lines' GPU columns: the model's rule (model.gpu_columns) ships their
+  // fields only where the program used the GPU.
+  var GPU_COLUMNS = COL.n_gpu_percent !== undefined, KERNEL_COLUMNS = COL.n_gpu_kernel_sec !== undefined;
   var AWAITS = num(S.await_time_sec, 0) > 0;  // the await column, only for a program that had any
   var CHURN = MEMORY && num(S.churn_mb, 0) >= 1;  // the churn column, likewise (the card's rule)
   // Shown in the header and used to pick the files opened at first (the
@@ -148,12 +151,12 @@
       key: function (E, k) { return E.get(k, "n_await_percent"); },
       cell: function (E, k) { return pct(E.get(k, "n_await_percent")); } },
   ] : [];
-  var GPU_COLS = GPU ? [field("n_gpu_percent", "GPU", pct, "52px", "46px"),
-                        field("n_gpu_peak_memory_mb", "GPU memory", mb, "90px", "52px", "GPU MB")] : [];
+  var GPU_COLS = GPU_COLUMNS ? [field("n_gpu_percent", "GPU", pct, "52px", "46px"),
+                                field("n_gpu_peak_memory_mb", "GPU memory", mb, "90px", "52px", "GPU MB")] : [];
   function seconds(v) { return v >= 0.0005 ? (v < 1 ? Math.round(v * 1000) + "ms" : v.toFixed(2) + "s") : ""; }
   // The kernel tier's: device time of the kernels a line launched, the bytes it
   // copied (the tooltip: by direction), the device memory it allocated.
-  var KERNEL_COLS = KERNELS ? [
+  var KERNEL_COLS = KERNEL_COLUMNS ? [
     field("n_gpu_kernel_sec", "GPU kernel", seconds, "90px", "52px", "kern"),
     { id: "n_gpu_copy_mb", label: "GPU copy", width: "80px", narrow: "52px", short: "GPU cp",
       title: "MB copied to, from and on the GPU by the work the line launched",
