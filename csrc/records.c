@@ -70,6 +70,7 @@ static const record_field RUN_FIELDS[] = {
     FIELD(mem_run_record, native_thread_free_bytes, FIELD_U64),
     FIELD(mem_run_record, native_thread_copy_bytes, FIELD_U64),
     FIELD(mem_run_record, dropped_samples, FIELD_U64),
+    FIELD(mem_run_record, dropped_bytes, FIELD_U64),
     FIELD(mem_run_record, queued_samples, FIELD_U64),
     FIELD(mem_run_record, python_memory_profiled, FIELD_BOOL),
     FIELD(mem_run_record, leak_detector, FIELD_BOOL),

@@ -17,7 +17,15 @@
 
 #define LINE_POINTS 100   /* memory_samples per line */
 #define RUN_POINTS 300    /* footprint timeline */
-#define RING_SLOTS 2048
+/* Samples queued between two drains.  A drain needs the GIL and a bytecode
+ * boundary: one C call that allocates (sum(range(32_000_000)): 1 GB of ints
+ * made and freed; list(range(10**8)): 3.2 GB kept) queues every sample it
+ * takes in a function met for the first time, 16,000 of them at the 64 KiB
+ * window for the first; 2,048 slots dropped seven of eight, silently.  16,384
+ * slots (about 10 MB of address space, in memory as far as used) hold 1 GB of
+ * such a call's samples; past them samples are dropped, counted, and the
+ * profile says so (memory_samples_dropped, memory_dropped_mb, a notice). */
+#define RING_SLOTS 16384
 
 /* A timeline that keeps at most `cap` points by dropping every other point and
  * halving its rate when full: its size is fixed, whatever the run length. */
@@ -109,7 +117,7 @@ static struct {
     /* Where the frees of samples with no line go: no reported line on the stack,
      * and a thread without Python state. */
     leak_site unattributed_site, native_thread_site;
-    _Atomic uint64_t dropped;
+    _Atomic uint64_t dropped, dropped_bytes; /* samples the full queue refused, and their weights */
     _Atomic uint64_t queued; /* samples that could not be charged where they were taken */
     _Atomic uint64_t ring_head; /* next slot a writer claims */
     _Atomic uint64_t ring_tail; /* next slot the drain reads (GIL held) */
@@ -486,6 +494,9 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
     do {
         if (head - atomic_load_explicit(&M.ring_tail, memory_order_acquire) >= RING_SLOTS) {
             atomic_fetch_add(&M.dropped, 1);
+            if (kind == MEMHOOKS_ALLOC) {
+                atomic_fetch_add(&M.dropped_bytes, (uint64_t)bytes);
+            }
             return 0;
         }
     } while (!atomic_compare_exchange_weak(&M.ring_head, &head, head + 1));
@@ -1015,6 +1026,7 @@ void mem_profile_run(mem_run_record *out)
         .native_thread_free_bytes = atomic_load(&M.native_thread_site.freed_bytes),
         .native_thread_copy_bytes = atomic_load(&M.native_thread_copy),
         .dropped_samples = atomic_load(&M.dropped),
+        .dropped_bytes = atomic_load(&M.dropped_bytes),
         .queued_samples = atomic_load(&M.queued),
         .python_memory_profiled = M.python_sizing != PYALLOC_NOT_SIZED,
         .leak_detector = M.leak_detector,
@@ -1068,6 +1080,7 @@ void mem_profile_release(void)
     M.native_thread_site = none;
     atomic_store(&M.native_thread_copy, 0);
     atomic_store(&M.dropped, 0);
+    atomic_store(&M.dropped_bytes, 0);
     atomic_store(&M.queued, 0);
 }
 

@@ -70,7 +70,7 @@ typedef struct {
     uint64_t unattributed_alloc_bytes, unattributed_python_bytes, unattributed_free_bytes,
         unattributed_churn_bytes, unattributed_copy_bytes;
     uint64_t native_thread_alloc_bytes, native_thread_free_bytes, native_thread_copy_bytes;
-    uint64_t dropped_samples, queued_samples;
+    uint64_t dropped_samples, dropped_bytes, queued_samples;
     int python_memory_profiled, leak_detector;
     const char *python_allocator, *python_memory_why;
     const mem_series *footprint;

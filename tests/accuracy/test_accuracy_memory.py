@@ -582,6 +582,45 @@ def test_churn_of_tiny_temporaries_is_not_allocation(profile_program):
             assert e.get("n_peak_mb", 0) <= process_peak + 1e-9, (e["lineno"], e.get("n_peak_mb"), process_peak)
 
 
+ONE_LONG_CALL = """
+def churn():
+    return sum(range(12_000_000))               # @sum
+
+def keep():
+    return list(range(5_000_000))               # @list
+
+churn()
+kept = keep()
+"""
+
+
+def test_one_call_that_allocates_a_lot_in_a_new_function(profile_program):
+    """One C call that allocates all the time, in a function met for the first
+    time: no sample can be charged where it is taken (the function's code is
+    not known yet) and none drained before the call returns, so every one
+    waits in the queue.  sum() of 12 million ints: 366 MiB of 32-byte ints
+    made and freed at once (churn: about 5,900 samples at the 64 KiB window,
+    where a queue of 2,048 kept 35% of them); list() of 5 million: 153 MiB of
+    ints kept, and the list's 38 MiB.  Within 10%, none dropped; with a window
+    of 4 KiB the queue overflows: the samples it could not hold are counted,
+    their bytes too, and a notice says the lines are short."""
+    run = profile_program(ONE_LONG_CALL)
+    p = run.profile
+    info = memory_summary(run)
+    assert p["memory_samples_dropped"] == 0 and p["notices"] == [], info
+    assert run.line("# @sum")["n_churn_mb"] == pytest.approx(12_000_000 * 32 / MB, rel=0.10), info
+    kept = run.line("# @list")
+    assert kept["n_malloc_mb"] == pytest.approx((5_000_000 * 32 + 5_000_000 * 8) / MB, rel=0.10), info
+    run = profile_program(ONE_LONG_CALL, options=["--allocation-sampling-window", "4096"])
+    p = run.profile
+    info = memory_summary(run)
+    assert p["memory_samples_dropped"] > 0 and p["memory_dropped_mb"] > 50, info
+    assert len(p["notices"]) == 1 and "memory samples" in p["notices"][0], p["notices"]
+    charged = run.line("# @sum")["n_churn_mb"] + run.line("# @list")["n_malloc_mb"]
+    truth = (12_000_000 * 32 + 5_000_000 * 40) / MB
+    assert charged + p["memory_dropped_mb"] == pytest.approx(truth, rel=0.10), info
+
+
 KEPT_SMALL_OBJECTS = """
 keep = []
 for _ in range(100_000):

@@ -744,6 +744,7 @@ def _run_memory(memory: dict[str, Any], mem_lines: dict, elapsed: float) -> dict
         "allocation_sampling_window_bytes": memory["window_bytes"],
         "python_sampling_window_bytes": memory["python_window_bytes"],
         "memory_samples_dropped": memory["dropped_samples"],
+        "memory_dropped_mb": memory.get("dropped_bytes", 0) / MB,
         "memory_samples_queued": memory.get("queued_samples", 0),
         "python_allocator": memory["python_allocator"],
         "python_memory_profiled": bool(memory["python_memory_profiled"]),
@@ -758,6 +759,11 @@ def _notices(memory: dict[str, Any] | None, functions_overflowed: int = 0) -> li
     if functions_overflowed:
         out.append(f"more than {SITES_MAX:,} distinct functions: {functions_overflowed:,} code objects "
                    "of further ones are reported together as <other functions>")
+    if memory and memory["dropped_samples"]:
+        out.append(f"{memory['dropped_samples']:,} memory samples (about "
+                   f"{memory.get('dropped_bytes', 0) / MB:,.0f} MB allocated) are on no line: single calls "
+                   "allocated more than the queue holds until Python runs again, so the lines' memory "
+                   "figures are short by that much (the footprint is not)")
     if memory and not memory["python_memory_profiled"]:
         name = memory["python_allocator"]
         why = memory.get("python_memory_why") or (

@@ -340,6 +340,7 @@ _MEMORY_TOP = _Object({
     "allocation_sampling_window_bytes": (_COUNT, _OPTIONAL),
     "python_sampling_window_bytes": (_COUNT, _OPTIONAL),
     "memory_samples_dropped": (_COUNT, _OPTIONAL),
+    "memory_dropped_mb": (_NONNEG, _OPTIONAL),
     "memory_samples_queued": (_COUNT, _OPTIONAL),
     "python_allocator": (_STR, _OPTIONAL),
     "python_memory_profiled": (_BOOL, _OPTIONAL),

@@ -623,7 +623,7 @@ _SCALARS_SUMMED = ("snapshots", "main_snapshots", "threads_seen", "process_cpu_n
 _MEMORY_SUMMED = ("unattributed_alloc_bytes", "unattributed_python_bytes", "unattributed_free_bytes",
                   "unattributed_churn_bytes",
                   "unattributed_copy_bytes", "native_thread_alloc_bytes", "native_thread_free_bytes",
-                  "native_thread_copy_bytes", "dropped_samples", "queued_samples")
+                  "native_thread_copy_bytes", "dropped_samples", "dropped_bytes", "queued_samples")
 _LINE_SUMMED = ("alloc_bytes", "python_bytes", "free_bytes", "churn_bytes", "window_sampled_bytes",
                 "python_window_sampled_bytes", "freed_window_sampled_bytes",
                 "freed_python_window_sampled_bytes", "copy_bytes",
