@@ -219,6 +219,21 @@ def test_keyboard_interrupt(tmp_path, run_pyrometer):
     load_json(out)  # the profile is still written
 
 
+def test_keyboard_interrupt_while_waiting_for_a_child(tmp_path, run_pyrometer):
+    """Ctrl-C lands inside os.waitpid, which pyrometer wraps (to note what a
+    program reaps): the traceback is python's, without the wrapper's frame."""
+    write_program(tmp_path, """
+        import os, signal, subprocess, threading
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        subprocess.Popen(["sleep", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).wait()
+        """)
+    proc = run_pyrometer(["--quiet", "--cpu-only", "prog.py"], cwd=tmp_path)
+    ref = run_python(["prog.py"], cwd=tmp_path)
+    assert ref.returncode == proc.returncode == -2, proc.stderr
+    assert "pyrometer" not in proc.stderr, proc.stderr
+    assert proc.stderr == ref.stderr, "traceback differs from python's"
+
+
 def test_missing_script(tmp_path, run_pyrometer):
     """python's own line and status (tests/end_to_end/test_start.py has every such case)."""
     proc = run_pyrometer(["does_not_exist.py"], cwd=tmp_path)

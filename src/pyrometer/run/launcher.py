@@ -269,11 +269,22 @@ class Outcome:
 
 
 def _strip_own_frames(tb: types.TracebackType | None):
-    """The traceback from the first frame that is not pyrometer's, as Python would
-    print it (runpy's frames stay for -m and directories: python shows them)."""
+    """The traceback as Python would print it: from the first frame that is not
+    pyrometer's (runpy's frames stay for -m and directories: python shows
+    them), and without pyrometer's frames further in (the wrappers it puts
+    around os.waitpid and the like, where a Ctrl-C lands while a program waits
+    for its child), unlinked in place."""
     from ..installed import PACKAGE_DIR
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR):
+
+    def own(t: types.TracebackType) -> bool:
+        return t.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR)
+    while tb is not None and own(tb):
         tb = tb.tb_next
+    at = tb
+    while at is not None:
+        while at.tb_next is not None and own(at.tb_next):
+            at.tb_next = at.tb_next.tb_next
+        at = at.tb_next
     return tb
 
 
