@@ -201,7 +201,10 @@ def measure(script: Path, env: dict, outdir: Path, repeat: int) -> dict:
     first = counted("pyrometer", script, env, outdir, interval, "probe")
     got = first.get("cpu_samples") or 0
     if expected >= 10 and got and abs(got / expected - 1) > SAMPLES_TOLERANCE:
-        interval = max(INTERVAL_MIN, interval * got / expected)
+        # Within what the option takes (a program that kept more samples than
+        # its share, xml_etree, had its interval raised past 1 s: pyrometer
+        # refused it, exit status 2).
+        interval = min(INTERVAL_MAX, max(INTERVAL_MIN, interval * got / expected))
         first = None
     out = {"native_seconds": native, "slowdown": slowdown, "interval": interval,
            "expected_samples": expected, "bare": bare}
