@@ -234,6 +234,47 @@ def test_keyboard_interrupt_while_waiting_for_a_child(tmp_path, run_pyrometer):
     assert proc.stderr == ref.stderr, "traceback differs from python's"
 
 
+def test_keyboard_interrupt_goes_through_the_programs_excepthook(tmp_path, run_pyrometer):
+    """python hands an uncaught KeyboardInterrupt to sys.excepthook like any
+    other exception: a program's own hook sees it under pyrometer too."""
+    write_program(tmp_path, """
+        import sys
+        def hook(kind, value, tb):
+            print(f"hook: {kind.__name__}", file=sys.stderr)
+        sys.excepthook = hook
+        raise KeyboardInterrupt
+        """)
+    proc = run_pyrometer(["--quiet", "--cpu-only", "prog.py"], cwd=tmp_path)
+    ref = run_python(["prog.py"], cwd=tmp_path)
+    assert proc.returncode == ref.returncode == -2, proc.stderr
+    assert proc.stderr == ref.stderr == "hook: KeyboardInterrupt\n", proc.stderr
+
+
+def test_a_second_ctrl_c_before_the_traceback_is_printed(tmp_path, run_pyrometer):
+    """A second Ctrl-C (`timeout` sends one to the process and one to its
+    group) that lands in pyrometer's way to printing the first one's
+    traceback: made here by a hook that is interrupted once.  The traceback is
+    printed all the same (it was lost: nothing, or its first line)."""
+    write_program(tmp_path, """
+        import sys
+        calls = []
+        def hook(kind, value, tb):
+            calls.append(kind)
+            if len(calls) == 1:
+                raise KeyboardInterrupt  # as a Ctrl-C landing there
+            sys.__excepthook__(kind, value, tb)
+        sys.excepthook = hook
+        def main():
+            raise KeyboardInterrupt
+        main()
+        """)
+    proc = run_pyrometer(["--quiet", "--cpu-only", "prog.py"], cwd=tmp_path)
+    assert proc.returncode == -2, proc.stderr
+    assert proc.stderr.startswith("Traceback (most recent call last):\n"), proc.stderr
+    assert proc.stderr.count("Traceback") == 1 and "in main" in proc.stderr, proc.stderr
+    assert proc.stderr.rstrip().endswith("KeyboardInterrupt") and "pyrometer" not in proc.stderr, proc.stderr
+
+
 def test_missing_script(tmp_path, run_pyrometer):
     """python's own line and status (tests/end_to_end/test_start.py has every such case)."""
     proc = run_pyrometer(["does_not_exist.py"], cwd=tmp_path)

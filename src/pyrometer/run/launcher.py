@@ -439,10 +439,14 @@ def _run_program(target: Target) -> Outcome:
         outcome.status = _exit_status(e)
         outcome.ran = _program_ran(_strip_own_frames(e.__traceback__))
     except KeyboardInterrupt as e:
-        tb = _strip_own_frames(e.__traceback__)
-        import traceback  # only here: with textwrap, ~1 ms of every start
-        traceback.print_exception(type(e), e.with_traceback(tb), tb)
         outcome = Outcome(130, interrupted=True)
+        again = _print_interrupt(e)
+        if again:
+            # A second Ctrl-C (a terminal's, or `timeout`'s to the process and
+            # then its group) ends the way out as it ends python's: the
+            # non-daemon threads are not waited for; atexit still runs.
+            atexit._run_exitfuncs()
+            return outcome
     except BaseException as e:
         # The exception must carry the stripped traceback itself: excepthook
         # prints e.__traceback__ when it has one, whatever tb it is given.
@@ -458,6 +462,22 @@ def _run_program(target: Target) -> Outcome:
         outcome = Outcome(130, interrupted=True)
     atexit._run_exitfuncs()
     return outcome
+
+
+def _print_interrupt(e: KeyboardInterrupt) -> bool:
+    """Prints the program's KeyboardInterrupt as python does (sys.excepthook,
+    which is C unless the program set its own: a Ctrl-C cannot cut it).  A
+    second Ctrl-C that lands first, in pyrometer's own steps before it, would
+    lose the traceback: the print is made again until done.  Whether one
+    came."""
+    again = False
+    while True:
+        try:
+            tb = _strip_own_frames(e.__traceback__)
+            sys.excepthook(type(e), e.with_traceback(tb), tb)
+            return again
+        except KeyboardInterrupt:
+            again = True
 
 
 def _ignore(signum, frame) -> None:
