@@ -363,12 +363,14 @@ def test_a_program_that_never_used_the_gpu_gets_no_gpu_columns(profile_program, 
         assert "GPU: Fake H100 80GB HBM3 #0 · busy 0.0" in report, report
         page = html.page_data(p)
         assert not any(f.startswith("n_gpu") for f in page["fields"]), page["fields"]
-    # Memory held, or a line's share: the columns are back.
+    # Memory held, or a line's share: the columns are back (the kernel tier's
+    # with them where a real CUPTI put the tier on).
+    kernels = p["gpu_kernel_tier"] == "on"
     p["gpu_peak_memory_mb"] = 300.0
-    assert model.gpu_columns(p) == (True, False)
+    assert model.gpu_columns(p) == (True, kernels)
     p["gpu_peak_memory_mb"] = 0.0
     run.line("WORK")["n_gpu_percent"] = 5.0
-    assert model.gpu_columns(p) == (True, False)
+    assert model.gpu_columns(p) == (True, kernels)
 
 
 # ---------------------------------------------------------------------------

@@ -119,10 +119,14 @@ def kernel_library_dirs() -> str:
     the pip packages PyTorch's and JAX's CUDA wheels depend on, in sys.path's
     order (the copy the framework loads, but only once imported, after the
     tier has started; else a system CUDA's, on the search path, would be
-    taken first and lent to the framework by its soname), then the toolkit's
-    ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda)."""
+    taken first and lent to the framework by its soname), the environment's
+    own lib (conda's), then the toolkit's ($CUDA_HOME, $CUDA_PATH,
+    /usr/local/cuda).  Each directory is tried for CUDA 13's, then 12's: an
+    environment with both pip packages (JAX's cu13 beside a cu12 PyTorch) gets
+    13's, and PyTorch loads its own 12 beside it."""
     places = os.environ.get("LD_LIBRARY_PATH", "").split(":")
     places += [os.path.join(entry, sub) for entry in sys.path if entry for sub in _PIP_CUPTI_DIRS]
+    places.append(os.path.join(sys.prefix, "lib"))  # conda's cuda-cupti package
     places += [os.path.join(root, _TOOLKIT_CUPTI_DIR)
                for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda") if root]
     return ":".join(dict.fromkeys(p for p in places if p and ":" not in p and os.path.isdir(p)))
