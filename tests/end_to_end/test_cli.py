@@ -248,6 +248,18 @@ def test_keyboard_interrupt_goes_through_the_programs_excepthook(tmp_path, run_p
     ref = run_python(["prog.py"], cwd=tmp_path)
     assert proc.returncode == ref.returncode == -2, proc.stderr
     assert proc.stderr == ref.stderr == "hook: KeyboardInterrupt\n", proc.stderr
+    # A hook that fails: python's "Error in sys.excepthook", then the original.
+    write_program(tmp_path, """
+        import sys
+        def hook(kind, value, tb):
+            raise ValueError("bad hook")
+        sys.excepthook = hook
+        raise KeyboardInterrupt
+        """)
+    proc = run_pyrometer(["--quiet", "--cpu-only", "prog.py"], cwd=tmp_path)
+    ref = run_python(["prog.py"], cwd=tmp_path)
+    assert proc.returncode == ref.returncode, proc.stderr
+    assert proc.stderr == ref.stderr and "Original exception was" in proc.stderr, proc.stderr
 
 
 def test_a_second_ctrl_c_before_the_traceback_is_printed(tmp_path, run_pyrometer):

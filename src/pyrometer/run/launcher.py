@@ -268,19 +268,21 @@ class Outcome:
     ran: bool = True
 
 
-def _strip_own_frames(tb: types.TracebackType | None):
+def _strip_own_frames(tb: types.TracebackType | None, interrupted: bool = False):
     """The traceback as Python would print it: from the first frame that is not
     pyrometer's (runpy's frames stay for -m and directories: python shows
-    them), and without pyrometer's frames further in (the wrappers it puts
-    around os.waitpid and the like, where a Ctrl-C lands while a program waits
-    for its child), unlinked in place."""
+    them).  interrupted (a KeyboardInterrupt): pyrometer's frames further in
+    are unlinked too (in place), where a Ctrl-C lands while the program waits
+    in a call pyrometer wraps (os.waitpid, to note what it reaps); any other
+    exception keeps them, so that one raised by pyrometer's own code shows
+    where."""
     from ..installed import PACKAGE_DIR
 
     def own(t: types.TracebackType) -> bool:
         return t.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR)
     while tb is not None and own(tb):
         tb = tb.tb_next
-    at = tb
+    at = tb if interrupted else None
     while at is not None:
         while at.tb_next is not None and own(at.tb_next):
             at.tb_next = at.tb_next.tb_next
@@ -464,20 +466,42 @@ def _run_program(target: Target) -> Outcome:
     return outcome
 
 
+# Tries at printing the program's KeyboardInterrupt through its hook before
+# python's own printer is used (a hook that raises it every time).
+_PRINT_TRIES = 3
+
+
 def _print_interrupt(e: KeyboardInterrupt) -> bool:
-    """Prints the program's KeyboardInterrupt as python does (sys.excepthook,
-    which is C unless the program set its own: a Ctrl-C cannot cut it).  A
-    second Ctrl-C that lands first, in pyrometer's own steps before it, would
-    lose the traceback: the print is made again until done.  Whether one
-    came."""
+    """Prints the program's KeyboardInterrupt as python does: through
+    sys.excepthook (C, unless the program set its own: a Ctrl-C cannot cut
+    it), and a hook's own error as python reports it.  A second Ctrl-C that
+    lands first, in pyrometer's steps before it, would lose the traceback:
+    the print is made again, a few times, then by python's own printer.
+    Whether one came."""
     again = False
-    while True:
+    tb = None
+    for _ in range(_PRINT_TRIES):
         try:
-            tb = _strip_own_frames(e.__traceback__)
-            sys.excepthook(type(e), e.with_traceback(tb), tb)
+            tb = _strip_own_frames(e.__traceback__, interrupted=True)
+            hook = sys.excepthook
+            try:
+                hook(type(e), e.with_traceback(tb), tb)
+            except KeyboardInterrupt:
+                raise
+            except Exception as err:
+                if hook is sys.__excepthook__:
+                    raise
+                print("Error in sys.excepthook:", file=sys.stderr)
+                err.__context__ = None  # python prints the hook's error alone, then the original
+                err_tb = _strip_own_frames(err.__traceback__)
+                sys.__excepthook__(type(err), err.with_traceback(err_tb), err_tb)
+                print("\nOriginal exception was:", file=sys.stderr)
+                sys.__excepthook__(type(e), e, tb)
             return again
         except KeyboardInterrupt:
             again = True
+    sys.__excepthook__(type(e), e.with_traceback(tb), tb)
+    return again
 
 
 def _ignore(signum, frame) -> None:
