@@ -22,8 +22,8 @@
  * made and freed; list(range(10**8)): 3.2 GB kept) queues every sample it
  * takes in a function met for the first time, 16,000 of them at the 64 KiB
  * window for the first; 2,048 slots dropped seven of eight, silently.  16,384
- * slots (about 10 MB of address space, in memory as far as used) hold 1 GB of
- * such a call's samples; past them samples are dropped, counted, and the
+ * slots (about 11 MB with pending, deferred and pending_freed_ns: in memory as
+ * the ring goes round) hold 1 GB of such a call's samples; past them samples are dropped, counted, and the
  * profile says so (memory_samples_dropped, memory_dropped_mb, a notice). */
 #define RING_SLOTS 16384
 

@@ -760,10 +760,11 @@ def _notices(memory: dict[str, Any] | None, functions_overflowed: int = 0) -> li
         out.append(f"more than {SITES_MAX:,} distinct functions: {functions_overflowed:,} code objects "
                    "of further ones are reported together as <other functions>")
     if memory and memory["dropped_samples"]:
-        out.append(f"{memory['dropped_samples']:,} memory samples (about "
-                   f"{memory.get('dropped_bytes', 0) / MB:,.0f} MB allocated) are on no line: single calls "
-                   "allocated more than the queue holds until Python runs again, so the lines' memory "
-                   "figures are short by that much (the footprint is not)")
+        out.append(f"{memory['dropped_samples']:,} memory samples ({memory.get('dropped_bytes', 0) / MB:,.1f} MB "
+                   "allocated) were dropped: the queue of samples waiting for their line was full (a C call "
+                   "that allocated without end in a function met for the first time, or threads allocating "
+                   "without the GIL while the main thread was held up); the lines' memory figures are short "
+                   "by that much (the footprint is not)")
     if memory and not memory["python_memory_profiled"]:
         name = memory["python_allocator"]
         why = memory.get("python_memory_why") or (
