@@ -193,7 +193,7 @@ def measure(script: Path, env: dict, outdir: Path, repeat: int) -> dict:
     bare = counted("bare", script, env, outdir, DEFAULT_INTERVAL, "0")
     slowdown = bare["seconds"] / native
     interval = min(INTERVAL_MAX, DEFAULT_INTERVAL * slowdown)
-    expected = native / DEFAULT_INTERVAL
+    expected = bare["seconds"] / interval  # native / DEFAULT_INTERVAL, unless the interval was clamped
     # Under callgrind the sampler keeps less than its interval's share of
     # samples (each waits for the program's thread to be scheduled by
     # valgrind, which runs one thread at a time): one CPU-only count shows by
