@@ -5,29 +5,16 @@ cp.asarray and cp.asnumpy for the transfers, its memory pool for HOLD).
     python3 cupy_phases.py TRUTH.json
 """
 import json
-import os
 import sys
 import threading
 import time
 
 import cupy as cp
 import numpy as np
+from nvml_reading import nvml_process_mb
 
 GIB = 1 << 30
 MIB = 1 << 20
-
-
-def nvml_process_mb():
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if p.pid == os.getpid():
-                return p.usedGpuMemory / MIB
-    except Exception:
-        return None
-    return None
 
 
 def settle():

@@ -19,21 +19,9 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from nvml_reading import nvml_process_mb  # noqa: E402
 
 MIB = 1 << 20
-
-
-def nvml_process_mb():
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if p.pid == os.getpid():
-                return p.usedGpuMemory / MIB
-    except Exception:
-        return None
-    return None
 
 
 @jax.jit

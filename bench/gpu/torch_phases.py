@@ -20,24 +20,10 @@ import threading
 import time
 
 import torch
+from nvml_reading import nvml_process_mb
 
 GIB = 1 << 30
 MIB = 1 << 20
-
-
-def nvml_process_mb():
-    """This process's GPU memory as NVML has it (nvidia-ml-py), or None."""
-    try:
-        import os
-        import pynvml
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if p.pid == os.getpid():
-                return p.usedGpuMemory / MIB
-    except Exception:
-        return None
-    return None
 
 
 def settle():
@@ -71,7 +57,7 @@ def hold(seconds, truth):
     torch.cuda.synchronize()
     truth["hold_reserved_mb"] = torch.cuda.memory_reserved() / MIB
     time.sleep(seconds / 2)                                            # HOLD
-    truth["hold_nvml_mb"] = nvml_process_mb()
+    truth["hold_nvml_mb"] = nvml_process_mb(torch.cuda.current_device())
     time.sleep(seconds / 2)                                            # HOLD_MORE
     del held
     torch.cuda.empty_cache()
@@ -98,7 +84,7 @@ def main(truth_path, with_torch_profiler):
     a = torch.randn(8192, 8192, device="cuda")
     b = torch.randn(8192, 8192, device="cuda")
     torch.cuda.synchronize()
-    truth["base_nvml_mb"] = nvml_process_mb()
+    truth["base_nvml_mb"] = nvml_process_mb(torch.cuda.current_device())
     phases = {}
     profiler = contextlib.nullcontext()
     if with_torch_profiler:
