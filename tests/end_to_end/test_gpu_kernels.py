@@ -23,7 +23,7 @@ import sys
 import pytest
 
 from pyrometer import model
-from pyrometer.core.session import _PIP_CUPTI_DIRS, kernel_library_dirs
+from pyrometer.core.session import PIP_CUPTI_DIRS, kernel_library_dirs
 from pyrometer.render import html, text
 
 MIB = 1 << 20
@@ -352,7 +352,7 @@ def test_cupti_found_where_pip_and_the_toolkit_put_it(profile_program, fake_nvml
         "toolkit": ("cuda/extras/CUPTI/lib64", "libcupti.so.13", {"CUDA_HOME": str(tmp_path / "cuda")}),
     }[layout]
     if layout == "toolkit" and any(os.path.exists(os.path.join(entry, sub, n)) for entry in sys.path if entry
-                                   for sub in _PIP_CUPTI_DIRS for n in CUPTI_NAMES):
+                                   for sub in PIP_CUPTI_DIRS for n in CUPTI_NAMES):
         pytest.skip("pip's CUPTI is installed here, and comes before the toolkit's")
     library = tmp_path / place / name
     library.parent.mkdir(parents=True)

@@ -108,7 +108,7 @@ def gpu_mode(gpu: bool | None, kernels: bool = False) -> int:
 # Where CUPTI lies in pip's CUDA packages, under a directory of sys.path: CUDA
 # 13's wheels put every library in nvidia/cu13/lib, 12's (and 11's) CUPTI in
 # nvidia/cuda_cupti/lib.  And in the CUDA toolkit, under its root.
-_PIP_CUPTI_DIRS = (os.path.join("nvidia", "cu13", "lib"), os.path.join("nvidia", "cuda_cupti", "lib"))
+PIP_CUPTI_DIRS = (os.path.join("nvidia", "cu13", "lib"), os.path.join("nvidia", "cuda_cupti", "lib"))
 _TOOLKIT_CUPTI_DIR = os.path.join("extras", "CUPTI", "lib64")
 
 
@@ -125,7 +125,7 @@ def kernel_library_dirs() -> str:
     environment with both pip packages (JAX's cu13 beside a cu12 PyTorch) gets
     13's, and PyTorch loads its own 12 beside it."""
     places = os.environ.get("LD_LIBRARY_PATH", "").split(":")
-    places += [os.path.join(entry, sub) for entry in sys.path if entry for sub in _PIP_CUPTI_DIRS]
+    places += [os.path.join(entry, sub) for entry in sys.path if entry for sub in PIP_CUPTI_DIRS]
     places.append(os.path.join(sys.prefix, "lib"))  # conda's cuda-cupti package
     places += [os.path.join(root, _TOOLKIT_CUPTI_DIR)
                for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda") if root]
