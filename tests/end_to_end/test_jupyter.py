@@ -48,11 +48,14 @@ keep = np.ones(50 * 1048576 // 8)  # alloc line
 LINE_MAGIC = "%pyrometer --cli busy(0.3)"
 
 # profile_this in a notebook: the function of another cell is the program's too.
+# The line is picked by how it ends: this cell is the program's as well, and
+# when a sample lands in profile_this itself (before or after the call) the cell's
+# line that called it is charged, and the whole cell listed, this line among them.
 PROFILE_THIS_CELL = """\
 import json, pyrometer
 result, profile = pyrometer.profile_this(busy, 0.3)
 print(json.dumps([[l["line"], l["n_cpu_percent_python"] + l["n_cpu_percent_c"]]
-                  for f in profile["files"].values() for l in f["lines"] if "busy line" in l["line"]]))
+                  for f in profile["files"].values() for l in f["lines"] if l["line"].endswith("# busy line")]))
 """
 
 # The user's own module, in the notebook's folder: the program's too.
