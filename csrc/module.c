@@ -247,6 +247,7 @@ static PyObject *core_stop(PyObject *module, PyObject *args, PyObject *kwargs)
     gpu_stop();
     mem_profile_stop();
     sampler_stop(keep_thread);
+    codes_follow_program(NULL);
     Py_RETURN_NONE;
 }
 
@@ -723,6 +724,22 @@ static PyObject *core_follow_code(PyObject *module, PyObject *code)
     Py_RETURN_NONE;
 }
 
+/* The program's module dictionary, for the run: a sample whose frames have
+ * returned into pyrometer's own (the program's last call, a long native one)
+ * finds the functions it ran there (codes_find_through). */
+static PyObject *core_follow_program(PyObject *module, PyObject *globals)
+{
+    (void)module;
+    if (!PyDict_Check(globals)) {
+        PyErr_SetString(PyExc_TypeError, "follow_program: a dictionary is needed");
+        return NULL;
+    }
+    if (sampler_running()) {
+        codes_follow_program(globals);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *core_code_lines(PyObject *module, PyObject *code)
 {
     (void)module;
@@ -856,6 +873,8 @@ static PyMethodDef core_methods[] = {
     {"gc_set_aside", core_gc_set_aside, METH_NOARGS,
      "The objects tracked since gc_mark() to the permanent generation, those it froze back (core/gc_aside.py)."},
     {"gc_release", core_gc_release, METH_NOARGS, "gc_mark() undone, nothing set aside (core/gc_aside.py)."},
+    {"follow_program", core_follow_program, METH_O,
+     "follow_program(globals)\nThe program's module dictionary, searched for its functions until stop()."},
     {"follow_code", core_follow_code, METH_O,
      "follow_code(code)\nThe program's top-level code, about to run: known to the profiler from its start."},
     {"code_lines", core_code_lines, METH_O,

@@ -514,10 +514,48 @@ static int dict_holds_code(PyObject *dict, PyObject *code, int what, int *budget
     return 0;
 }
 
+/* The program's module dictionary (codes_follow_program), held for the run. */
+static PyObject *program_globals;
+
+void codes_follow_program(PyObject *globals)
+{
+    Py_XINCREF(globals);
+    Py_XSETREF(program_globals, globals);
+}
+
+/* Whether one of the dictionaries holds a function running code: their own
+ * functions first, then their classes' methods, then their modules'. */
+static int dicts_hold_code(PyObject *const *dicts, int n, PyObject *code)
+{
+    int budget = THROUGH_BUDGET;
+    for (int what = 0; what <= 2; what++) {
+        for (int i = 0; i < n; i++) {
+            if (dict_holds_code(dicts[i], code, what, &budget)) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 const code_info *codes_find_through(PyCodeObject *code, PyObject *globals)
 {
     const code_info *info = codes_find(code);
-    if (info != NULL || globals == NULL || !PyDict_Check(globals)) {
+    if (globals != NULL && !PyDict_Check(globals)) {
+        globals = NULL;
+    }
+    /* Where a frame has returned into a frame of another module (the program's
+     * last call, returned into the launcher), its functions are in the
+     * program's dictionary. */
+    PyObject *dicts[2];
+    int n = 0;
+    if (globals != NULL) {
+        dicts[n++] = globals;
+    }
+    if (program_globals != NULL && program_globals != globals) {
+        dicts[n++] = program_globals;
+    }
+    if (info != NULL || n == 0) {
         return info;
     }
     for (int i = 0; i < through_n_missed; i++) {
@@ -527,10 +565,7 @@ const code_info *codes_find_through(PyCodeObject *code, PyObject *globals)
     }
     /* Reading dictionaries with the GIL: no Python code runs, nothing is
      * allocated, no reference is taken (PyDict_Next, the functions' fields). */
-    int budget = THROUGH_BUDGET;
-    PyObject *wanted = (PyObject *)code;
-    if (dict_holds_code(globals, wanted, 0, &budget) || dict_holds_code(globals, wanted, 1, &budget) ||
-        dict_holds_code(globals, wanted, 2, &budget)) {
+    if (dicts_hold_code(dicts, n, (PyObject *)code)) {
         return codes_lookup(code); /* held by a live function: alive */
     }
     if (through_n_missed == THROUGH_MISSES) {

@@ -63,6 +63,9 @@ const code_info *codes_find(PyCodeObject *code);
  * function of a module imported there.  NULL when not found (a closure, a
  * lambda: then not looked for again soon).  Calls CPython only to register. */
 const code_info *codes_find_through(PyCodeObject *code, PyObject *globals);
+/* The program's module dictionary (__main__'s), searched by codes_find_through
+ * besides the frame's: a reference is held until the next call (NULL: none). */
+void codes_follow_program(PyObject *globals);
 /* Whether the live opcode (specialised or not) calls something: a running thread
  * whose innermost frame executes it is in a call into native code.  Callable
  * without the GIL once codes_init has run. */

@@ -47,8 +47,9 @@ static int t0_on_stack(const pyframe_peeked *at, pyframe innermost, pyframe *mee
  * holds the thread until it returns, and the caller's jump back is where it
  * answers.  Only codes known alive are read (codes_find_through: registered,
  * and forgotten by their weak reference's callback before their memory can be
- * reused, or found held by a function of the caller's module); 0 when one is
- * not, or when none of them is reported. */
+ * reused, or found held by a function of the caller's module or of the
+ * program's); 0 when none of those read, up to the first not known, is
+ * reported. */
 static int locate_returned(location *loc, const pyframe_peeked *at, int k, pyframe innermost, int innermost_lasti)
 {
     stack_frame gone[1 + PYFRAME_PEEK_CALLERS];
@@ -58,7 +59,12 @@ static int locate_returned(location *loc, const pyframe_peeked *at, int k, pyfra
         PyCodeObject *code = (PyCodeObject *)p.code;
         const code_info *info = codes_find_through(code, pyframe_globals(innermost));
         if (info == NULL || p.lasti < 0 || p.lasti >= info->n_units) {
-            return 0;
+            /* This code and its callers' cannot be read: the frames read
+             * so far are the sample's, if one is reported (a script's
+             * top-level code is freed as it returns; the function of its
+             * last call, found in its dictionary, is still the line), their
+             * stack going on from innermost without the frames between. */
+            break;
         }
         if (info->reported && info->site != SITE_NONE) {
             gone[n].site = info->site;

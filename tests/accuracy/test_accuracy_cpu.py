@@ -1277,3 +1277,61 @@ def test_native_operator_in_a_returned_function_keeps_its_line(profile_program, 
     native_there = sum(s["native_sec"] for s in run.profile["call_stacks"]["stacks"]
                        if [(frames[i]["function"], frames[i]["lineno"]) for i in s["path"][-2:]] == wanted)
     assert native_there >= 0.85 * native, f"{info}\n  on the stack run -> burn: {native_there:.3f} s"
+
+
+# ---------------------------------------------------------------------------
+# (k) the program's last call: native work in a function whose frames, the
+#     script's too, have all returned by the time the thread answers
+# ---------------------------------------------------------------------------
+
+# Nothing after the operator checks for a request (a store, returns): the
+# thread answers in pyrometer's launcher, with none of the program's frames on
+# its stack.  The atexit handler writes what the spinner measured.
+LAST_CALL_NATIVE = """
+import atexit, json, sys
+import _groundtruth as gt
+
+SPINNER = gt.Spinner()
+TIMES = None
+
+def save():
+    start, stop = TIMES
+    with open(sys.argv[1], "w") as f:
+        json.dump(stop - start, f)
+
+atexit.register(save)
+
+def burn(ms):
+    global TIMES
+    TIMES = SPINNER * ms  # @op
+
+def main():
+    burn(600.0)  # @call
+
+main()
+"""
+
+
+@pytest.mark.parametrize("options", [["--cpu-only"], []], ids=["cpu-only", "full"])
+def test_native_work_that_ends_the_program_keeps_its_line(profile_program, tmp_path, options):
+    """The program's last 0.6 s burn in C inside `burn`, called by `main`, called
+    last by the script.  The request made meanwhile is answered only once every
+    frame of the program has returned: the sample was unattributed (`--cpu-only`:
+    0.4 s native, 1 sample, no line of the program in the report), as the
+    frames seen at the request could not be read, their functions not known to
+    be alive.  The program's module dictionary holds them.  Tolerances: the
+    operator's line holds at least 85% of the time the spinner measured, as
+    native, on the stack main -> burn; the run's unattributed time at most 10%."""
+    truth_file = tmp_path / "truth.json"
+    run = profile_program(LAST_CALL_NATIVE, options=options, args=[str(truth_file)])
+    native = json.loads(truth_file.read_text())
+    info = run.describe("# @op", "# @call") + f"\n  truth: {native:.3f} s native"
+    op = run.line("# @op")
+    assert op["n_cpu_native_sec"] >= 0.85 * native, info
+    unattributed = run.profile["unattributed"]
+    assert sum(v for k, v in unattributed.items() if k.endswith("_sec")) <= 0.1 * native, f"{info}\n  {unattributed}"
+    frames = run.profile["call_stacks"]["frames"]
+    wanted = [("main", run.lineno("# @call")), ("burn", run.lineno("# @op"))]
+    native_there = sum(s["native_sec"] for s in run.profile["call_stacks"]["stacks"]
+                       if [(frames[i]["function"], frames[i]["lineno"]) for i in s["path"][-2:]] == wanted)
+    assert native_there >= 0.85 * native, f"{info}\n  on the stack main -> burn: {native_there:.3f} s"

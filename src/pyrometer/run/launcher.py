@@ -325,6 +325,8 @@ def _fresh_main(loader) -> types.ModuleType:
         main.__annotations__ = {}
     main.__builtins__ = builtins
     sys.modules["__main__"] = main  # stays: atexit handlers and pickling see it
+    from .. import _core
+    _core.follow_program(main.__dict__)  # its functions, once their frames have returned
     return main
 
 
