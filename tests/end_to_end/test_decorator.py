@@ -445,3 +445,47 @@ def test_the_decorator_called_with_parentheses_or_other_profilers_options(profil
     assert {e["line"] for e in p.file()["functions"]} == {"alpha", "gamma"}
     plain = run_bare("from pyrometer import profile\n" + source)
     assert plain.returncode == 0 and plain.stdout == "done\n", plain.stderr
+
+
+# A program written for kernprof (line_profiler), which makes `profile` a
+# builtin LineProfiler and lets the program use it as one.
+KERNPROF_CALLS = """\
+import helper
+profile.add_function(beta)
+print(profile.add_module(helper))
+with profile:
+    alpha()
+profile.enable_by_count()
+beta()
+profile.disable_by_count()
+print(profile.runcall(gamma) > 0)
+helper.spin(0.25)
+profile.enable(); profile.disable()
+profile.print_stats()
+profile.dump_stats("prog.lprof")"""
+
+HELPER = """
+import time
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end: pass  # helper hot
+"""
+
+
+def test_a_program_written_for_kernprof_runs_and_marks_what_it_names(profile_program, tmp_path):
+    """add_function, add_module and runcall mark what they are given as
+    @profile does; `with profile:`, enable_by_count and the rest run and change
+    nothing (before: `profile` was a function, and the program ended on an
+    AttributeError); print_stats and dump_stats write nothing."""
+    write_program(tmp_path, HELPER, "helper.py")
+    source = busy(a="@profile", b="", c="").replace("alpha(); beta(); gamma()", KERNPROF_CALLS)
+    p = profile_program(source, options=["--cpu-only"])
+    assert p.proc.stdout == "1\nTrue\ndone\n", p.proc.stderr
+    assert sorted(e["function"] for e in p.profile["profiled_functions"]) == ["alpha", "beta", "gamma", "spin"]
+    assert {e["line"] for e in p.file()["functions"]} == {"alpha", "beta", "gamma"}
+    helper_lines = {e["lineno"]: e for e in p.file(tmp_path / "helper.py")["lines"]}
+    hot = next(i + 1 for i, t in enumerate(HELPER.lstrip("\n").splitlines()) if "helper hot" in t)
+    assert helper_lines[hot]["n_samples"] >= 5, helper_lines
+    assert p.lineno("module hot") not in {e["lineno"] for e in p.file()["lines"]}
+    assert not (tmp_path / "prog.lprof").exists()

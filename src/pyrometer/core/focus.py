@@ -36,20 +36,81 @@ _active = False
 _UNWRAP_MAX = 100
 
 
-def profile(obj: Any = None, /, **options: Any) -> Any:
-    """Marks a function (or the methods of a class) for the report, while
-    pyrometer profiles the program; returns obj itself, unchanged.  Also as
-    @profile() and with other profilers' options (memory_profiler's
+class Profile:
+    """`profile`: marks a function (or the methods of a class) for the report,
+    while pyrometer profiles the program, and returns it itself, unchanged.
+    Also as @profile() and with other profilers' options (memory_profiler's
     @profile(precision=4)), which are ignored: called without a function, it
-    returns itself, the decorator."""
-    if obj is None:
-        return profile
+    returns itself, the decorator.
+
+    A program written for kernprof (line_profiler) uses the same builtin as an
+    object: add_function, add_module, runcall and wrap_function mark as the
+    decorator does; enable_by_count, disable_by_count, enable, disable and
+    `with profile:` are accepted and change nothing (pyrometer measures the
+    whole run; the marks narrow the report); print_stats and dump_stats write
+    nothing (pyrometer's report is written when the run ends)."""
+
+    __slots__ = ()
+
+    def __call__(self, obj: Any = None, /, **options: Any) -> Any:
+        if obj is None:
+            return self
+        _note(obj)
+        return obj
+
+    def __repr__(self) -> str:
+        return "<pyrometer.profile>"
+
+    # line_profiler's LineProfiler, as kernprof makes it the builtin `profile`.
+    def add_function(self, func: Any) -> None:
+        _note(func)
+
+    def add_module(self, module: types.ModuleType) -> int:
+        """Marks the functions and classes the module defines; how many."""
+        name = getattr(module, "__name__", None)
+        found = [v for v in list(vars(module).values())
+                 if isinstance(v, (types.FunctionType, type)) and getattr(v, "__module__", None) == name]
+        for value in found:
+            _note(value)
+        return len(found)
+
+    def wrap_function(self, func: Any) -> Any:
+        _note(func)
+        return func
+
+    def runcall(self, func: Any, /, *args: Any, **kwargs: Any) -> Any:
+        _note(func)
+        return func(*args, **kwargs)
+
+    def runctx(self, cmd: Any, globals: dict[str, Any] | None, locals: Any) -> Profile:
+        exec(cmd, globals, locals)
+        return self
+
+    def run(self, cmd: Any) -> Profile:
+        import __main__
+        return self.runctx(cmd, __main__.__dict__, __main__.__dict__)
+
+    def enable_by_count(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    disable_by_count = enable = disable = print_stats = dump_stats = enable_by_count
+
+    def __enter__(self) -> Profile:
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False  # an exception goes on
+
+
+def _note(obj: Any) -> None:
     if _active:
         try:
             _mark(obj, 0)
         except Exception:
             pass  # marking is a note for the report: it must never break the program
-    return obj
+
+
+profile = Profile()
 
 
 def _mark(obj: Any, depth: int) -> None:
