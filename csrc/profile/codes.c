@@ -538,9 +538,39 @@ static int dicts_hold_code(PyObject *const *dicts, int n, PyObject *code)
     return 0;
 }
 
-const code_info *codes_find_through(PyCodeObject *code, PyObject *globals)
+/* Frames of the stack whose codes' constants are searched (codes_find_through),
+ * and how deep into nested codes. */
+#define THROUGH_FRAMES 8
+#define THROUGH_NESTING 3
+
+/* Whether code is among the constants of outer (a code object), or of the codes
+ * nested in them, nesting levels deep: a lambda's or a closure's code is a
+ * constant of the code it is written in, which holds it alive while alive.
+ * At most *budget constants read in all. */
+static int consts_hold_code(PyCodeObject *outer, PyObject *code, int nesting, int *budget)
+{
+    PyObject *consts = outer->co_consts;
+    if (consts == NULL || !PyTuple_Check(consts)) {
+        return 0;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(consts);
+    for (Py_ssize_t i = 0; i < n && *budget > 0; i++) {
+        (*budget)--;
+        PyObject *k = PyTuple_GET_ITEM(consts, i);
+        if (k == code) {
+            return 1;
+        }
+        if (nesting > 1 && PyCode_Check(k) && consts_hold_code((PyCodeObject *)k, code, nesting - 1, budget)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+const code_info *codes_find_through(PyCodeObject *code, pyframe frame)
 {
     const code_info *info = codes_find(code);
+    PyObject *globals = frame != NULL ? pyframe_globals(frame) : NULL;
     if (globals != NULL && !PyDict_Check(globals)) {
         globals = NULL;
     }
@@ -555,7 +585,7 @@ const code_info *codes_find_through(PyCodeObject *code, PyObject *globals)
     if (program_globals != NULL && program_globals != globals) {
         dicts[n++] = program_globals;
     }
-    if (info != NULL || n == 0) {
+    if (info != NULL) {
         return info;
     }
     for (int i = 0; i < through_n_missed; i++) {
@@ -567,6 +597,13 @@ const code_info *codes_find_through(PyCodeObject *code, PyObject *globals)
      * allocated, no reference is taken (PyDict_Next, the functions' fields). */
     if (dicts_hold_code(dicts, n, (PyObject *)code)) {
         return codes_lookup(code); /* held by a live function: alive */
+    }
+    int budget = THROUGH_BUDGET;
+    pyframe f = frame;
+    for (int depth = 0; f != NULL && depth < THROUGH_FRAMES; depth++, f = pyframe_caller(f)) {
+        if (consts_hold_code(pyframe_code(f), (PyObject *)code, THROUGH_NESTING, &budget)) {
+            return codes_lookup(code); /* a constant of a running code: alive */
+        }
     }
     if (through_n_missed == THROUGH_MISSES) {
         through_n_missed = 0;

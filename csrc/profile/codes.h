@@ -17,6 +17,9 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "../cpython/pyframe.h"
+#include "sites.h"
+
 typedef struct {
     int reported;
     uint32_t site;                /* reported codes: their function (sites.h); else SITE_NONE */
@@ -58,11 +61,13 @@ const code_info *codes_lookup(PyCodeObject *code);
 const code_info *codes_find(PyCodeObject *code);
 /* codes_find, or for a code not registered yet (say, of a frame that has
  * returned since it was seen without the GIL, so that it may be gone), proof
- * that it is alive, then registered: a function in `globals` (the dictionary
- * of a frame still running) that runs it, or a method of a class there, or a
- * function of a module imported there.  NULL when not found (a closure, a
- * lambda: then not looked for again soon).  Calls CPython only to register. */
-const code_info *codes_find_through(PyCodeObject *code, PyObject *globals);
+ * that it is alive, then registered: a function in frame's module dictionary
+ * (frame: one still running) or in the program's (codes_follow_program) that
+ * runs it, or a method of a class there, or a function of a module imported
+ * there; or a constant of the code of frame or of one of its first callers, or
+ * of a code nested in one (a lambda, a closure written there).  NULL when not
+ * found (then not looked for again soon).  Calls CPython only to register. */
+const code_info *codes_find_through(PyCodeObject *code, pyframe frame);
 /* The program's module dictionary (__main__'s), searched by codes_find_through
  * besides the frame's: a reference is held until the next call (NULL: none). */
 void codes_follow_program(PyObject *globals);
@@ -83,8 +88,6 @@ int codes_python_at(const code_info *info, int lasti);
 /* The nearest frame of a reported file on a thread's stack, from the innermost
  * outward: *reported is NULL when there is none, *innermost the thread's current
  * frame (NULL: no Python frame).  Returns 0 when memory runs out. */
-#include "../cpython/pyframe.h"
-#include "sites.h"
 int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported);
 /* The same from frame f outward. */
 int codes_reported_from(pyframe f, pyframe *reported);

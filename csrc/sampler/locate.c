@@ -48,7 +48,7 @@ static int t0_on_stack(const pyframe_peeked *at, pyframe innermost, pyframe *mee
  * answers.  Only codes known alive are read (codes_find_through: registered,
  * and forgotten by their weak reference's callback before their memory can be
  * reused, or found held by a function of the caller's module or of the
- * program's); 0 when none of those read, up to the first not known, is
+ * program's, or by the code of a frame still running: a lambda's); 0 when none of those read, up to the first not known, is
  * reported. */
 static int locate_returned(location *loc, const pyframe_peeked *at, int k, pyframe innermost, int innermost_lasti)
 {
@@ -57,7 +57,7 @@ static int locate_returned(location *loc, const pyframe_peeked *at, int k, pyfra
     for (int i = 0; i < k; i++) {
         pyframe_position p = peeked_position(at, i);
         PyCodeObject *code = (PyCodeObject *)p.code;
-        const code_info *info = codes_find_through(code, pyframe_globals(innermost));
+        const code_info *info = codes_find_through(code, innermost);
         if (info == NULL || p.lasti < 0 || p.lasti >= info->n_units) {
             /* This code and its callers' cannot be read: the frames read
              * so far are the sample's, if one is reported (a script's

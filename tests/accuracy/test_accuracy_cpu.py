@@ -1279,6 +1279,58 @@ def test_native_operator_in_a_returned_function_keeps_its_line(profile_program, 
     assert native_there >= 0.85 * native, f"{info}\n  on the stack run -> burn: {native_there:.3f} s"
 
 
+# The same in a lambda and in a closure, written in the function that calls
+# them: no module dictionary holds them, their code objects are constants of
+# the caller's code.
+NATIVE_OPERATOR_LAMBDA_AND_CLOSURE = """
+import json, sys, time
+import _groundtruth as gt
+
+SPINNER = gt.Spinner()
+
+def run(seconds):
+    burn = lambda ms: SPINNER * ms  # @lambda-op
+    native = 0.0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        start, stop = burn(2.0)  # @lambda-call
+        native += stop - start
+    return native
+
+def outer(seconds):
+    def inner(ms):
+        return SPINNER * ms  # @inner-op
+    native = 0.0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        start, stop = inner(2.0)  # @inner-call
+        native += stop - start
+    return native
+
+with open(sys.argv[1], "w") as f:
+    json.dump([run(1.5), outer(1.5)], f)
+"""
+
+
+@pytest.mark.parametrize("options", [["--cpu-only"], []], ids=["cpu-only", "full"])
+def test_native_operator_in_a_returned_lambda_or_closure_keeps_its_line(profile_program, tmp_path, options):
+    """As the test above, with the operator in a lambda and in a nested function
+    made by their caller: neither is in a module's dictionary, so their code
+    objects could not be proved alive once returned, and the time went to the
+    call's line (0% on each operator's line, 48-50% on each call's).  A lambda's
+    code is a constant of the code it is written in, alive while that runs.
+    Tolerances as above: each operator's line at least 85% of its native time,
+    each call's line at most 10%."""
+    truth_file = tmp_path / "truth.json"
+    run = profile_program(NATIVE_OPERATOR_LAMBDA_AND_CLOSURE, options=options, args=[str(truth_file)])
+    truth = json.loads(truth_file.read_text())
+    pairs = [("# @lambda-op", "# @lambda-call"), ("# @inner-op", "# @inner-call")]
+    info = run.describe(*(m for pair in pairs for m in pair)) + f"\n  truth: {truth} s native"
+    for (op, call), native in zip(pairs, truth):
+        assert run.line(op)["n_cpu_native_sec"] >= 0.85 * native, info
+        assert total_with_waits(run.line(call)) <= 0.1 * native, info
+
+
 # ---------------------------------------------------------------------------
 # (k) the program's last call: native work in a function whose frames, the
 #     script's too, have all returned by the time the thread answers
