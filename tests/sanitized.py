@@ -56,6 +56,10 @@ DEFAULT_TESTS = ["tests/accuracy/test_accuracy_memory.py", "tests/end_to_end/tes
                  # Frames that returned between the request and the answer:
                  # codes proven alive through the caller's module.
                  "tests/accuracy/test_accuracy_cpu.py::test_native_operator_in_a_returned_function_keeps_its_line",
+                 # ... through the constants of the running codes (a lambda), and
+                 # through the program's module once all its frames returned.
+                 "tests/accuracy/test_accuracy_cpu.py::test_native_operator_in_a_returned_lambda_or_closure_keeps_its_line",
+                 "tests/accuracy/test_accuracy_cpu.py::test_native_work_that_ends_the_program_keeps_its_line",
                  # Also the new bounded tests (an exec loop's code objects come
                  # and go: the weak references' callbacks under ASan).
                  "tests/end_to_end/test_bounded.py",
