@@ -209,7 +209,7 @@ location charge_other_thread(PyThreadState *ts, thread_track *t, const thread_pe
  * saw (read as the answer reads t0's), *moved_cpu the main thread's CPU clock
  * at the move, and the move's time is returned; else 0. */
 static uint64_t moved_on_before(PyThreadState *ts, uint64_t now, uint64_t cpu, location *where,
-                                uint64_t *moved_cpu)
+                                uint64_t *moved_cpu, int *gil_wait)
 {
     pyframe_peeked there;
     int standing = STANDING_UNKNOWN;
@@ -224,6 +224,7 @@ static uint64_t moved_on_before(PyThreadState *ts, uint64_t now, uint64_t cpu, l
         moved = atomic_load(&sampler.moved_wall_ns);
         standing = load_look(&sampler.moved_at, &there);
         *moved_cpu = atomic_load(&sampler.moved_main_cpu_ns);
+        *gil_wait = atomic_load(&sampler.moved_gil_wait) == THREAD_WAIT_IN_SPAN;
         if (atomic_load(&sampler.moved_seq) == seq) {
             break;
         }
@@ -340,6 +341,25 @@ static void charge_estimate(const location *loc, const answer_window *a, uint64_
     }
 }
 
+/* A measured part of the main thread's answer window: where the thread slept
+ * on the GIL at t0 (another thread held it: a worker's long native call that
+ * keeps it, while the main thread returns from a lock or I/O), its time off
+ * the CPU is GIL wait, even standing in a call, as another thread's is
+ * (waited_at_request).  Read as system time, the main thread's `t.start()`
+ * beside a worker running a 0.4 s operator held 38% system and no GIL wait. */
+static void charge_answer_part(const location *loc, int gil_wait, uint64_t wall, uint64_t cpu, uint64_t runq,
+                               double core_fraction)
+{
+    if (!gil_wait || !loc->native || sampler.gil_alone || cpu >= wall) {
+        charge(loc, wall, cpu, runq, core_fraction);
+        return;
+    }
+    location off = *loc;
+    off.native = 0;
+    charge(&off, wall - cpu, 0, runq, core_fraction);
+    charge_cpu(loc, cpu, 1, core_fraction);
+}
+
 /* The main thread answering its own request at `now`.  Its time since it was last
  * accounted (at `last`) has two parts:
  *  - the answer delay [t0, now], measured exactly: where t0 saw the thread, up
@@ -355,12 +375,14 @@ location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t now, ui
                             uint64_t runq_now, double core_fraction)
 {
     answer_window a = split_answer(t, now, cpu, runq_before, runq_now);
+    int gil_wait = atomic_load(&sampler.request_main_gil_wait) == THREAD_WAIT_IN_SPAN;
     pyframe_peeked at;
     int standing = load_look(&sampler.request_at, &at);
     location loc = locate(ts, 1, a.delay, delta(cpu, a.cpu_t0), standing, at.frame != 0 ? &at : NULL);
     location later;
     uint64_t moved_cpu = 0;
-    uint64_t moved = moved_on_before(ts, now, cpu, &later, &moved_cpu);
+    int later_gil_wait = 0;
+    uint64_t moved = moved_on_before(ts, now, cpu, &later, &moved_cpu, &later_gil_wait);
     if (moved != 0) {
         /* The wait up to the latest look that found the thread moved on is
          * t0's; from that look on it is where the look saw it (second_look). */
@@ -369,10 +391,11 @@ location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t now, ui
         early_cpu = early_cpu > early ? early : early_cpu;
         early_cpu = early_cpu > a.dead_cpu ? a.dead_cpu : early_cpu;
         uint64_t early_runq = a.dead > 0 ? (uint64_t)((double)a.dead_runq * ((double)early / (double)a.dead)) : 0;
-        charge(&loc, early, early_cpu, early_runq, core_fraction);
-        charge(&later, a.dead - early, a.dead_cpu - early_cpu, a.dead_runq - early_runq, core_fraction);
+        charge_answer_part(&loc, gil_wait, early, early_cpu, early_runq, core_fraction);
+        charge_answer_part(&later, later_gil_wait, a.dead - early, a.dead_cpu - early_cpu, a.dead_runq - early_runq,
+                           core_fraction);
     } else {
-        charge(&loc, a.dead, a.dead_cpu, a.dead_runq, core_fraction);
+        charge_answer_part(&loc, gil_wait, a.dead, a.dead_cpu, a.dead_runq, core_fraction);
     }
     if (!a.looked_meanwhile) {
         charge_estimate(&loc, &a, cpu, core_fraction);
@@ -400,8 +423,13 @@ location charge_main_away(PyThreadState *ts, uint64_t cpu, uint64_t wall, uint64
     if (used > 0 && at.frame != 0) {
         then = locate(ts, 0, 0, 0, STANDING_UNKNOWN, &at);
     }
+    /* Asleep on the GIL at the sampler thread's last look, just before it
+     * took the GIL itself (second_look): another thread had it. */
+    int gil_wait = atomic_load(atomic_load(&sampler.moved_wall_ns) != 0 ? &sampler.moved_gil_wait
+                                                                        : &sampler.request_main_gil_wait) ==
+                   THREAD_WAIT_IN_SPAN;
     if (!then.ok || (then.site == here.site && then.lineno == here.lineno && then.stack == here.stack)) {
-        charge(&here, wall, used, runq, core_fraction);
+        charge_answer_part(&here, gil_wait, wall, used, runq, core_fraction);
         return here;
     }
     if (standing == STANDING_IN_CALL) {
@@ -409,7 +437,7 @@ location charge_main_away(PyThreadState *ts, uint64_t cpu, uint64_t wall, uint64
     } else if (standing == STANDING_PYTHON) {
         then.native = delta(cpu, atomic_load(&sampler.request_main_cpu_ns)) > NATIVE_DELAY_NS;
     }
-    charge(&here, wall - used, 0, runq, core_fraction);
+    charge_answer_part(&here, gil_wait, wall - used, 0, runq, core_fraction);
     charge_cpu(&then, used, then.native, core_fraction);
     return here;
 }

@@ -249,6 +249,8 @@ static void make_request(void)
      * CPU after its CPU t0 (while 15-80 us of wall after its wall t0), past the
      * 100 us native threshold: up to 27% of a pure-Python line read as native. */
     atomic_store(&sampler.request_main_runq_ns, read_runq_fd(sampler.main_schedstat_fd));
+    atomic_store(&sampler.request_main_gil_wait, thread_wait_in(&sampler.main_wait, sampler.main_tid,
+                                                                sampler.gil_start, sampler.gil_size));
     pyframe_peeked at = {.lasti = -1}; /* frame 0: no position (only a full peek sets it) */
     store_look(&sampler.request_at, main_standing(&at), &at);
     atomic_store(&sampler.moved_wall_ns, 0);
@@ -418,6 +420,7 @@ static void sample_until_stopped(void)
     for (int i = 0; i < PEEK_THREADS; i++) {
         thread_wait_close(&sampler.peek_waits[i]); /* none left open across a fork (the thread is joined first) */
     }
+    thread_wait_close(&sampler.main_wait);
     if (have_thread_state) {
         PyEval_RestoreThread(sampler.sampler_ts);
         sampler.sampler_ts = NULL;
@@ -770,6 +773,8 @@ int sampler_start(const sampler_options *options)
     for (int i = 0; i < PEEK_THREADS; i++) {
         sampler.peek_waits[i] = (thread_wait_file)THREAD_WAIT_FILE_INIT;
     }
+    sampler.main_wait = (thread_wait_file)THREAD_WAIT_FILE_INIT;
+    atomic_store(&sampler.request_main_gil_wait, THREAD_WAIT_UNKNOWN);
     sampler.main_ts = PyThreadState_Get();
     sampler.sampler_ts = NULL;
     sampler.owner_pid = getpid();

@@ -704,6 +704,42 @@ def total_with_waits(entry: dict) -> float:
     return total(entry) + waits(entry)
 
 
+# The main thread waits for the GIL standing on a call: it sleeps 1 ms (the
+# GIL released), then a worker's C call keeps the GIL 50 ms (as a numpy
+# operation or a large list's `*` does), and the main thread, done sleeping,
+# waits for it.
+MAIN_WAITS_FOR_A_WORKERS_GIL = """
+import threading, time
+import _groundtruth as gt
+
+def work():
+    for _ in range(16):
+        gt.spin_gil(50)
+
+worker = threading.Thread(target=work)
+worker.start()
+while worker.is_alive():
+    time.sleep(0.001)  # @sleep
+worker.join()
+"""
+
+
+def test_the_main_thread_waiting_for_a_workers_gil_is_gil_wait(profile_program):
+    """The main thread's own wait for the GIL, standing on a call: the sampler
+    thread reads its /proc/self/task/<tid>/syscall at the request and at each
+    look while the request waits, as it does for the other threads; asleep on
+    the GIL's state, the main thread's time off the CPU is GIL wait.  Read by
+    its position (a call), all of it was system time: `t.start()` beside a
+    worker's 0.4 s operator read 38% system, no GIL wait.  Truth: about 2% of
+    the loop's time sleeping, 98% waiting for the GIL.  Tolerances: the sleep
+    line's GIL wait at least 60% of its time, its system time at most 30%."""
+    run = profile_program(MAIN_WAITS_FOR_A_WORKERS_GIL, options=["--cpu-only"])
+    line = run.line("# @sleep")
+    info = run.describe("# @sleep") + f"\n  waits: GIL {line['n_gil_wait_sec']:.3f}s CPU {line['n_cpu_wait_sec']:.3f}s"
+    assert line["n_gil_wait_sec"] >= 0.6 * total_with_waits(line), info
+    assert line["n_sys_sec"] <= 0.3 * total_with_waits(line), info
+
+
 CLOCK_LOOP = """
 import time
 end = time.process_time() + 1.0
