@@ -17,7 +17,7 @@ import time
 from .messages import error, interpreter_problem, say, unwritable
 from .options import UsageError, add_export_options, exports_of, parse
 from .settings import Options
-from .render.output import export_paths, report_path, where_written, write_exports, write_report
+from .render.output import export_paths, hold_streams, report_path, where_written, write_exports, write_report
 
 
 def _profile(options: Options) -> int:
@@ -185,6 +185,7 @@ def _profile(options: Options) -> int:
         session.stop()  # the writer, driven by the sampler, is stopped when the profile is written
 
     parent = os.getpid()
+    hold_streams()  # the report's, whatever the program does with sys.stdout
     outcome = launcher.run(target, start, stop)
     if os.getpid() != parent:
         return outcome.status  # a child forked by the program: the parent reports
@@ -323,7 +324,7 @@ def _diff(argv: list[str]) -> int:
     the exit status."""
     from . import model
     from .model.diff import DiffError, compare, finite, load_pair  # compare two saved profiles
-    from .render.output import report_stream
+    from .render.output import is_terminal, report_stream
     from .render import diff_text, json_out, text
     parser = _DiffParser(prog="pyrometer diff",
                          usage="pyrometer diff BEFORE.json AFTER.json [--html FILE] [--json FILE] [--quiet]",
@@ -367,7 +368,7 @@ def _diff(argv: list[str]) -> int:
         return error(f"cannot write the diff: {e}", 1)
     stream = report_stream()
     if stream is not None:
-        tty = stream.isatty()
+        tty = is_terminal(stream)
         stream.write(diff_text.render(result, color=tty and "NO_COLOR" not in os.environ,
                                       width=text.terminal_width() if tty else 1 << 20))
         stream.flush()

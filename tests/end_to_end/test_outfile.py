@@ -309,6 +309,49 @@ def test_a_program_that_closes_its_stdout_gets_the_report_on_stderr(tmp_path, gr
     assert "cannot write" not in proc.stderr and "closes.py" in proc.stderr, proc.stderr
 
 
+# A program that replaces sys.stdout for the rest of its run: quiet (os.devnull,
+# io.StringIO), a wrapper without isatty, a tee into its own log.
+REPLACED_STDOUT = """
+import io, os, sys
+print("before")
+how = sys.argv[1]
+if how == "devnull":
+    sys.stdout = open(os.devnull, "w")
+elif how == "stringio":
+    sys.stdout = io.StringIO()
+else:
+    class Tee:
+        def __init__(self, f):
+            self.f, self.log = f, open("program.log", "w")
+        def write(self, x):
+            self.log.write(x)
+            return self.f.write(x.upper())
+        def flush(self):
+            self.f.flush(); self.log.flush()
+    sys.stdout = Tee(sys.stdout)
+print("after")
+"""
+
+
+@pytest.mark.parametrize("how", ["devnull", "stringio", "tee"])
+def test_a_program_that_replaces_its_stdout_leaves_the_report_on_pyrometers(tmp_path, groundtruth_dir, how):
+    """The report is pyrometer's output, not the program's: it goes to the
+    standard output pyrometer had before the program ran.  Before, it went to
+    whatever sys.stdout the program left: nowhere (os.devnull, io.StringIO),
+    into the program's own log (a tee), and a wrapper without isatty ended
+    the run on pyrometer's AttributeError, no report, exit status 1."""
+    prog = tmp_path / "replaces.py"
+    prog.write_text(REPLACED_STDOUT)
+    proc = pyrometer(["--cpu-only", prog, how], tmp_path, groundtruth_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
+    program_output = "before\nAFTER\n" if how == "tee" else "before\n"
+    assert proc.stdout.startswith(program_output + "pyrometer: "), proc.stdout[:500]
+    assert f"replaces.py {how}\nverdict: " in proc.stdout, proc.stdout[:500]
+    if how == "tee":
+        assert (tmp_path / "program.log").read_text() == "after\n"
+
+
 def test_a_report_that_cannot_be_written_keeps_the_programs_status(tmp_path, groundtruth_dir):
     """--outfile's directory was there at the start (checked then) and the
     program removed it: the failure is said on stderr, and the exit status is

@@ -10,13 +10,36 @@ import sys
 from ..messages import error, say, unwritable
 
 
+# The standard output and error pyrometer had before the program ran
+# (hold_streams): the program runs in this process and may leave sys.stdout
+# replaced (a tee into its own log, io.StringIO or os.devnull to be quiet, a
+# wrapper without isatty), and the report is not the program's output.
+_held: dict[str, object] = {}
+
+
+def hold_streams() -> None:
+    """Notes the standard streams as they are before the program runs."""
+    _held["stdout"], _held["stderr"] = sys.stdout, sys.stderr
+
+
 def report_stream():
-    """The program may have replaced or closed sys.stdout, or closed its
-    descriptor (os.close(1)); report to the real one, else to stderr."""
-    for stream in (sys.stdout, sys.__stdout__, sys.stderr):
+    """Where a report on standard output goes: the standard output pyrometer
+    had before the program ran (hold_streams; else the current one), else the
+    process's own, else standard error (the program closed its descriptor,
+    os.close(1))."""
+    for stream in (_held.get("stdout", sys.stdout), sys.__stdout__, _held.get("stderr", sys.stderr),
+                   sys.__stderr__):
         if stream is not None and not getattr(stream, "closed", False) and _descriptor_open(stream):
             return stream
     return None
+
+
+def is_terminal(stream) -> bool:
+    """Whether stream is a terminal; a stream that cannot say is not one."""
+    try:
+        return bool(stream.isatty())
+    except Exception:
+        return False
 
 
 def _descriptor_open(stream) -> bool:
@@ -59,7 +82,7 @@ def write_report(profile: dict, fmt: str, path: str | None, web: bool = False) -
     if path is None:
         from . import text
         stream = report_stream()
-        to_terminal = (stream or sys.stderr).isatty()
+        to_terminal = stream is not None and is_terminal(stream)
         # A terminal's width is respected; a file or a pipe gets the lines whole
         # (a pager or an editor shows them as wide as it likes).
         rendered = report(profile, fmt, color=to_terminal and "NO_COLOR" not in os.environ,
