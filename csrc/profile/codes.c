@@ -299,14 +299,48 @@ static int parks_python(int op)
     return 0;
 }
 
-static int file_is_reported(PyCodeObject *code)
+static int file_is_reported(PyCodeObject *code, PyObject *filename)
 {
-    const char *name = PyUnicode_AsUTF8(code->co_filename);
+    const char *name = PyUnicode_AsUTF8(filename);
     if (name == NULL) {
         PyErr_Clear();
         return 0;
     }
     return filter_reports_code(name, code);
+}
+
+/* The file cloudpickle gives the code of a function it pickles by value (one
+ * of the program's main script or notebook, sent to joblib's loky workers,
+ * dask's or ray's): the code keeps its first line and its line table; the
+ * function's module dictionary keeps the original's `__file__`.  Read with
+ * that file, the workers' time on the program's functions was on no line. */
+#define DYNAMIC_CODE_FILE "<dynamic-code>"
+
+static int is_dynamic(PyCodeObject *code)
+{
+    return PyUnicode_Check(code->co_filename) && PyUnicode_CompareWithASCIIString(code->co_filename,
+                                                                                   DYNAMIC_CODE_FILE) == 0;
+}
+
+/* A dynamic code's original file, from the dictionary its frame runs with (an
+ * absolute path; borrowed), else NULL.  Reads a dictionary, no allocation. */
+static PyObject *dynamic_file(PyObject *globals)
+{
+    static PyObject *file_key;
+    if (globals == NULL || !PyDict_Check(globals)) {
+        return NULL;
+    }
+    if (file_key == NULL && (file_key = PyUnicode_InternFromString("__file__")) == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *file = PyDict_GetItemWithError(globals, file_key);
+    if (file == NULL || !PyUnicode_Check(file) || PyUnicode_GET_LENGTH(file) < 2 ||
+        PyUnicode_READ_CHAR(file, 0) != '/') {
+        PyErr_Clear();
+        return NULL;
+    }
+    return file;
 }
 
 /* The block of python_parked: a byte per unit (and one more), then, 4-aligned,
@@ -432,21 +466,55 @@ const code_info *codes_find(PyCodeObject *code)
 
 const code_info *codes_lookup(PyCodeObject *code)
 {
+    return codes_lookup_in(code, NULL);
+}
+
+/* A dynamic code registered before its file was known (no frame's dictionary
+ * at hand): the file, the filter's verdict and the site once it is. */
+static code_info *resolve_dynamic(table_key key, PyCodeObject *code, PyObject *globals)
+{
+    PyObject *file = dynamic_file(globals);
+    if (file == NULL) {
+        return table_find(&code_table, key);
+    }
+    Py_INCREF(file);
+    int reported = file_is_reported(code, file);
+    uint32_t site = reported ? sites_intern_as(code, file) : SITE_NONE; /* calls CPython */
+    Py_DECREF(file);
+    code_info *info = table_find(&code_table, key); /* again: a collection may have moved it */
+    if (info != NULL && (!reported || site != SITE_NONE)) {
+        info->reported = reported; /* its lines are read from the table (info->lines stays NULL) */
+        info->site = site;
+        info->dynamic = 0;
+    }
+    return info;
+}
+
+const code_info *codes_lookup_in(PyCodeObject *code, PyObject *globals)
+{
     table_key key = {(uint64_t)(uintptr_t)code, 0};
     if (!initialised) {
         return NULL;
     }
     code_info *info = table_find(&code_table, key);
     if (info != NULL) {
-        return info;
+        return info->dynamic && globals != NULL ? resolve_dynamic(key, code, globals) : info;
     }
     /* The facts first, then the entry: working them out calls CPython, which
      * allocates (a memory sample taken meanwhile must not find a half-made
      * entry: codes_find would take it for a code of an unreported file) and may
      * collect garbage (whose codes' callbacks remove entries, moving others). */
     code_info fresh = {0};
-    fresh.reported = file_is_reported(code);
-    fresh.site = fresh.reported ? sites_intern(code) : SITE_NONE;
+    PyObject *file = code->co_filename;
+    if (is_dynamic(code)) {
+        PyObject *original = dynamic_file(globals);
+        fresh.dynamic = original == NULL;
+        file = original != NULL ? original : file;
+    }
+    Py_INCREF(file);
+    fresh.reported = file_is_reported(code, file);
+    fresh.site = fresh.reported ? sites_intern_as(code, file) : SITE_NONE;
+    Py_DECREF(file);
     if (map_instructions(code, &fresh) != 0) {
         fresh.n_units = 0;
         fresh.n_back_edges = 0;
@@ -741,7 +809,7 @@ int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported)
 int codes_reported_from(pyframe f, pyframe *reported)
 {
     while (f != NULL) {
-        const code_info *info = codes_lookup(pyframe_code(f));
+        const code_info *info = codes_lookup_in(pyframe_code(f), pyframe_globals(f));
         if (info == NULL) {
             return 0;
         }

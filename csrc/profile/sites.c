@@ -91,14 +91,19 @@ static uint32_t overflow_site(void)
 
 uint32_t sites_intern(PyCodeObject *code)
 {
+    return sites_intern_as(code, code->co_filename);
+}
+
+uint32_t sites_intern_as(PyCodeObject *code, PyObject *filename)
+{
     if (!sites_state.initialised) {
         return SITE_NONE;
     }
     PyObject *qualname = pyframe_code_qualname(code);
-    if (!PyUnicode_Check(code->co_filename) || qualname == NULL || !PyUnicode_Check(qualname)) {
+    if (filename == NULL || !PyUnicode_Check(filename) || qualname == NULL || !PyUnicode_Check(qualname)) {
         return SITE_NONE;
     }
-    PyObject *key = Py_BuildValue("(OOi)", code->co_filename, qualname, code->co_firstlineno);
+    PyObject *key = Py_BuildValue("(OOi)", filename, qualname, code->co_firstlineno);
     if (key == NULL) {
         PyErr_Clear();
         return SITE_NONE;

@@ -28,6 +28,8 @@ int sites_init(void);
 /* The site of a code object, interned at first sight (calls CPython, which
  * allocates); SITE_NONE with no exception set when memory runs out. */
 uint32_t sites_intern(PyCodeObject *code);
+/* The same, the code's file named filename (a str): codes.c's dynamic codes. */
+uint32_t sites_intern_as(PyCodeObject *code, PyObject *filename);
 /* The site of an id from sites_intern; NULL for SITE_NONE. */
 const site *sites_get(uint32_t id);
 /* How many functions shared the overflow site because SITES_MAX was reached. */

@@ -216,6 +216,46 @@ subprocess.run([sys.executable, {str(child)!r}], check=True)
     assert p.profile["unattributed_memory"]["malloc_mb"] < 8, p.profile["unattributed_memory"]
 
 
+# A function sent to workers by value, as cloudpickle sends the program's own
+# functions (joblib's loky workers, dask, ray): its code object comes back with
+# the file "<dynamic-code>", its first line and line table unchanged, and its
+# module dictionary with the original's __file__.
+SHIPPED_BY_VALUE = """
+import builtins, marshal, multiprocessing as mp, os, sys, time, types
+
+def spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:  # SHIPPED LOOP
+        pass
+
+def run_shipped(payload):
+    code, path = marshal.loads(payload)
+    f = types.FunctionType(code, {"__file__": path, "__name__": "__main__", "__builtins__": builtins,
+                                  "time": time})
+    return f(0.4), f.__code__.co_filename
+
+if __name__ == "__main__":
+    payload = marshal.dumps((spin.__code__.replace(co_filename="<dynamic-code>"), os.path.abspath(__file__)))
+    with mp.get_context("spawn").Pool(2) as pool:
+        print(pool.map(run_shipped, [payload, payload]))
+"""
+
+
+def test_a_function_sent_by_value_to_workers_keeps_its_lines(profile_program):
+    """Before: the workers' 0.8 s of CPU in `spin` was on no line (loky's
+    workers running a function of the script through joblib: 0 s on its lines,
+    the time found only with --profile-all, on joblib's own).  The code's file
+    is taken from its module dictionary's __file__ where it is cloudpickle's
+    "<dynamic-code>".  Tolerance: the loop's line holds at least 70% of the
+    workers' 0.8 s of CPU in it."""
+    p = profile_program(SHIPPED_BY_VALUE, options=["--cpu-only"])
+    assert "<dynamic-code>" in p.proc.stdout, p.proc.stdout
+    loop = p.line("SHIPPED LOOP")
+    seconds = loop["n_cpu_python_sec"] + loop["n_cpu_native_sec"]
+    assert seconds >= 0.7 * 0.8, (p.describe("SHIPPED LOOP"), p.profile["processes"])
+    assert not any(name.startswith("<") for name in p.profile["files"]), list(p.profile["files"])
+
+
 def test_subprocess_run_of_python(profile_program, tmp_path):
     other = write_program(tmp_path, OTHER, "other.py")
     source = f"""
