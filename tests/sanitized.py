@@ -60,6 +60,9 @@ DEFAULT_TESTS = ["tests/accuracy/test_accuracy_memory.py", "tests/end_to_end/tes
                  # through the program's module once all its frames returned.
                  "tests/accuracy/test_accuracy_cpu.py::test_native_operator_in_a_returned_lambda_or_closure_keeps_its_line",
                  "tests/accuracy/test_accuracy_cpu.py::test_native_work_that_ends_the_program_keeps_its_line",
+                 # A code's file read from its frame's dictionary (cloudpickle's
+                 # "<dynamic-code>"), in spawned workers.
+                 "tests/end_to_end/test_children.py::test_a_function_sent_by_value_to_workers_keeps_its_lines",
                  # Also the new bounded tests (an exec loop's code objects come
                  # and go: the weak references' callbacks under ASan).
                  "tests/end_to_end/test_bounded.py",
