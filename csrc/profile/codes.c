@@ -625,10 +625,10 @@ static int consts_hold_code(PyCodeObject *outer, PyObject *code, int nesting, in
     for (Py_ssize_t i = 0; i < n && *budget > 0; i++) {
         (*budget)--;
         PyObject *k = PyTuple_GET_ITEM(consts, i);
-        if (k == code) {
-            return 1;
+        if (!PyCode_Check(k)) {
+            continue; /* another constant may lie where a code that died lay: only a code is one */
         }
-        if (nesting > 1 && PyCode_Check(k) && consts_hold_code((PyCodeObject *)k, code, nesting - 1, budget)) {
+        if (k == code || (nesting > 1 && consts_hold_code((PyCodeObject *)k, code, nesting - 1, budget))) {
             return 1;
         }
     }
