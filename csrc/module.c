@@ -740,6 +740,21 @@ static PyObject *core_follow_program(PyObject *module, PyObject *globals)
     Py_RETURN_NONE;
 }
 
+/* threading's Thread.start, as it returns: the thread ident was started from
+ * where the calling thread stands (sampler_note_thread_origin). */
+static PyObject *core_note_thread_origin(PyObject *module, PyObject *ident)
+{
+    (void)module;
+    unsigned long id = PyLong_AsUnsignedLong(ident);
+    if (id == (unsigned long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (sampler_running() && sampler_note_thread_origin(id) != 0) {
+        return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *core_code_lines(PyObject *module, PyObject *code)
 {
     (void)module;
@@ -873,6 +888,8 @@ static PyMethodDef core_methods[] = {
     {"gc_set_aside", core_gc_set_aside, METH_NOARGS,
      "The objects tracked since gc_mark() to the permanent generation, those it froze back (core/gc_aside.py)."},
     {"gc_release", core_gc_release, METH_NOARGS, "gc_mark() undone, nothing set aside (core/gc_aside.py)."},
+    {"note_thread_origin", core_note_thread_origin, METH_O,
+     "note_thread_origin(ident)\nThe thread ident was just started from where the calling thread stands."},
     {"follow_program", core_follow_program, METH_O,
      "follow_program(globals)\nThe program's module dictionary, searched for its functions until stop()."},
     {"follow_code", core_follow_code, METH_O,

@@ -63,6 +63,8 @@ DEFAULT_TESTS = ["tests/accuracy/test_accuracy_memory.py", "tests/end_to_end/tes
                  # A code's file read from its frame's dictionary (cloudpickle's
                  # "<dynamic-code>"), in spawned workers.
                  "tests/end_to_end/test_children.py::test_a_function_sent_by_value_to_workers_keeps_its_lines",
+                 # Where each thread was started from (origins.c), its CPU there.
+                 "tests/accuracy/test_accuracy_cpu.py::test_threads_that_run_no_program_code_charge_the_line_that_started_them",
                  # Also the new bounded tests (an exec loop's code objects come
                  # and go: the weak references' callbacks under ASan).
                  "tests/end_to_end/test_bounded.py",

@@ -155,6 +155,15 @@ location charge_other_thread(PyThreadState *ts, thread_track *t, const thread_pe
 {
     const pyframe_peeked *at = peek != NULL ? &peek->at : NULL;
     location loc = locate(ts, 0, 0, 0, STANDING_UNKNOWN, at);
+    const location *origin = loc.ok && loc.site == SITE_NONE && used > 0 ? thread_origin(ts) : NULL;
+    if (origin != NULL) {
+        /* No frame of the program on its stack, but started from one of its
+         * lines (origins.c): the CPU it uses is that line's; its time off the
+         * CPU (an idle pool's wait for work) stays unattributed. */
+        charge(&loc, wall - used, 0, runq, core_fraction);
+        charge_cpu(origin, used, loc.native, core_fraction);
+        return loc;
+    }
     int in_call = loc.native; /* where it stood at the request (or now) is a call */
     int waiting = waited_at_request(ts, peek, &loc, in_call, passed_over);
     if (!waiting) {

@@ -939,6 +939,7 @@ void sampler_get_totals(sampler_totals *out)
 
 void sampler_release(void)
 {
+    release_origins();
     forget_all_tracks();
     if (sampler.threads.slots != NULL) {
         table_release(&sampler.threads);

@@ -66,6 +66,11 @@ int sampler_running(void);
  * what ran up to a pause and nothing of the pause itself. */
 void sampler_apply_control(void);
 void sampler_get_totals(sampler_totals *out);
+/* GIL held, on the thread that has just started the thread ident (threading's
+ * Thread.start): where it stands in the program is where the started thread's
+ * CPU goes while it runs no code of the program (origins.c).  0, or -1 when
+ * memory ran out. */
+int sampler_note_thread_origin(unsigned long ident);
 /* Per-thread bookkeeping and counters; the line records stay in line_stats. */
 void sampler_release(void);
 

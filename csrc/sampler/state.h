@@ -200,6 +200,10 @@ typedef struct {
     atomic_int main_reporting; /* the main thread makes a periodic report (GIL released while sending) */
 
     /* Everything below is touched only with the GIL held. */
+    /* Where each thread was started from in the program (origins.c, keyed by
+     * thread serial): the line that started a thread that runs no code of
+     * the program (a library's pool) gets its CPU. */
+    table origins;
     sampler_options options;
     PyInterpreterState *interp;
     PyThreadState *main_ts;
@@ -241,6 +245,9 @@ void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint64_t run
 void charge_cpu(const location *loc, uint64_t ns, int native, double core_fraction);
 void place_held(thread_track *t, const location *loc);
 void place_held_of_gone(int all);
+/* The program's line that started ts (origins.c), or NULL. */
+const location *thread_origin(PyThreadState *ts);
+void release_origins(void);
 location charge_other_thread(PyThreadState *ts, thread_track *t, const thread_peek *peek, int passed_over,
                              uint64_t wall, uint64_t used, uint64_t runq, double core_fraction);
 location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t now, uint64_t cpu,

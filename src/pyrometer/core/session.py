@@ -159,6 +159,30 @@ def start_core(settings: dict, *, exclude: list[str], own: list[str], program_co
     )
 
 
+def follow_thread_starts() -> None:
+    """threading.Thread.start tells the core, as it returns, which thread was
+    started from where (_core.note_thread_origin): a thread that runs none of
+    the program's code (a library's pool) has its CPU charged to the line that
+    started it.  Installed once per process, for good; it does nothing while
+    the core is not running, and never changes what start does or raises."""
+    import threading
+    start = threading.Thread.start
+    if getattr(start, "_pyrometer_follows", False):
+        return
+
+    @functools.wraps(start)
+    def started(self, *args, **kwargs):
+        result = start(self, *args, **kwargs)
+        try:
+            _core.note_thread_origin(self.ident)
+        except Exception:
+            pass  # a note for the profile: it must never break the program
+        return result
+
+    started._pyrometer_follows = True
+    threading.Thread.start = started
+
+
 class Session:
     """One profiled run: wall-clock bounds plus the C core's aggregates."""
 
@@ -195,6 +219,7 @@ class Session:
 
     def start(self) -> None:
         s = self.core_settings()
+        follow_thread_starts()
         _core.reset()
         self.start_time = time.time()
         self.t0 = time.perf_counter()
