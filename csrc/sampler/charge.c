@@ -432,8 +432,8 @@ location charge_main_away(PyThreadState *ts, uint64_t cpu, uint64_t wall, uint64
     if (used > 0 && at.frame != 0) {
         then = locate(ts, 0, 0, 0, STANDING_UNKNOWN, &at);
     }
-    /* Asleep on the GIL at the sampler thread's last look, just before it
-     * took the GIL itself (second_look): another thread had it. */
+    /* Asleep on the GIL where the sampler thread's latest look found it (t0's,
+     * or the latest that found it moved: second_look): another thread had it. */
     int gil_wait = atomic_load(atomic_load(&sampler.moved_wall_ns) != 0 ? &sampler.moved_gil_wait
                                                                         : &sampler.request_main_gil_wait) ==
                    THREAD_WAIT_IN_SPAN;

@@ -128,21 +128,16 @@ void second_look(void)
     if (at.frame == 0 || cpu == CLOCK_UNAVAILABLE) {
         return;
     }
-    int moved_before = atomic_load(&sampler.moved_wall_ns) != 0;
-    stored_look *last = moved_before ? &sampler.moved_at : &sampler.request_at;
-    /* Asleep on the GIL now (a worker holds it): the wait there is for the
-     * GIL, though the look before found it elsewhere (in a lock, just before
-     * the worker released it and kept the GIL). */
-    int gil_wait = thread_wait_in(&sampler.main_wait, sampler.main_tid, sampler.gil_start, sampler.gil_size);
+    stored_look *last = atomic_load(&sampler.moved_wall_ns) != 0 ? &sampler.moved_at : &sampler.request_at;
     if (at.frame == atomic_load(&last->frame[0]) && at.code == atomic_load(&last->code[0]) &&
         at.lasti == atomic_load(&last->lasti[0])) {
         sampler.still_wall_ns = now; /* still where the last look saw it */
         sampler.still_main_cpu_ns = cpu;
-        if (gil_wait == THREAD_WAIT_IN_SPAN) {
-            atomic_store(moved_before ? &sampler.moved_gil_wait : &sampler.request_main_gil_wait, gil_wait);
-        }
         return;
     }
+    /* Asleep on the GIL where it stands now (a worker holds it): the wait
+     * from here on is for the GIL (charge_answer_part). */
+    int gil_wait = thread_wait_in(&sampler.main_wait, sampler.main_tid, sampler.gil_start, sampler.gil_size);
     uint64_t move_wall = sampler.still_wall_ns + delta(now, sampler.still_wall_ns) / 2;
     uint64_t move_cpu = sampler.still_main_cpu_ns + delta(cpu, sampler.still_main_cpu_ns) / 2;
     atomic_fetch_add(&sampler.moved_seq, 1u); /* odd: being written */

@@ -151,9 +151,9 @@ typedef struct {
     _Atomic uint64_t request_main_cpu_ns; /* the main thread's CPU clock at t0 */
     _Atomic uint64_t request_main_runq_ns; /* its run-queue wait at t0 (schedstat) */
     int main_schedstat_fd;                 /* the main thread's schedstat, for the sampler thread */
-    /* Whether the main thread slept on the GIL at t0, or at a later look that
-     * found it still there (thread_wait.h), read through main_wait (the
-     * sampler thread's alone). */
+    /* Whether the main thread slept on the GIL at t0 (thread_wait.h), read
+     * through main_wait (the sampler thread's alone, at t0 and at the looks
+     * that find it moved). */
     atomic_int request_main_gil_wait;
     thread_wait_file main_wait;
     /* Where the main thread stood at t0, whose line the answer charges when
@@ -168,7 +168,7 @@ typedef struct {
     stored_look moved_at;
     _Atomic uint64_t moved_wall_ns;
     _Atomic uint64_t moved_main_cpu_ns;
-    atomic_int moved_gil_wait; /* asleep on the GIL at that look, or at a later one that found it still */
+    atomic_int moved_gil_wait; /* asleep on the GIL at that look (thread_wait.h) */
     /* The sampler thread's own: when its last look (or t0) found the thread
      * where the look before it had, on both clocks. */
     uint64_t still_wall_ns, still_main_cpu_ns;
