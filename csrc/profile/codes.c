@@ -359,7 +359,7 @@ static size_t lines_offset(const code_info *info)
 
 static size_t map_bytes(const code_info *info)
 {
-    return lines_offset(info) + (info->reported ? (size_t)info->n_units * sizeof(int32_t) : 0);
+    return lines_offset(info) + (info->has_lines ? (size_t)info->n_units * sizeof(int32_t) : 0);
 }
 
 /* The target unit of the jump at unit i when it goes backward (or to itself),
@@ -396,6 +396,7 @@ static int map_instructions(PyCodeObject *code, code_info *info)
     }
     info->n_units = (int)n;
     info->n_back_edges = edges;
+    info->has_lines = info->reported; /* the block's size, whatever `reported` becomes (resolve_dynamic) */
     uint8_t *map = arena_take(&code_arena, map_bytes(info));
     if (map == NULL) {
         Py_DECREF(bytes);
@@ -415,7 +416,7 @@ static int map_instructions(PyCodeObject *code, code_info *info)
     Py_DECREF(bytes);
     info->python_parked = map;
     info->back_edges = edges > 0 ? pairs : NULL;
-    info->lines = info->reported ? (int32_t *)(map + lines_offset(info)) : NULL; /* zeroed: none known */
+    info->lines = info->has_lines ? (int32_t *)(map + lines_offset(info)) : NULL; /* zeroed: none known */
     return 0;
 }
 
@@ -483,7 +484,9 @@ static code_info *resolve_dynamic(table_key key, PyCodeObject *code, PyObject *g
     Py_DECREF(file);
     code_info *info = table_find(&code_table, key); /* again: a collection may have moved it */
     if (info != NULL && (!reported || site != SITE_NONE)) {
-        info->reported = reported; /* its lines are read from the table (info->lines stays NULL) */
+        /* Its block keeps the size it was made with (has_lines): a code that
+         * becomes reported reads its lines from the table (lines stays NULL). */
+        info->reported = reported;
         info->site = site;
         info->dynamic = 0;
     }

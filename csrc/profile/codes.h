@@ -47,6 +47,7 @@ typedef struct {
      * so far (codes_line_known fills the rest at once at a few); -1: not to be
      * filled (the fill's check failed). */
     int lines_read;
+    int has_lines; /* its block holds `lines` (it was reported when the block was made) */
     /* A code of cloudpickle's "<dynamic-code>" registered without its file
      * (codes_lookup_in): found again with a frame's dictionary, it gets it. */
     int dynamic;

@@ -48,8 +48,8 @@ static int t0_on_stack(const pyframe_peeked *at, pyframe innermost, pyframe *mee
  * answers.  Only codes known alive are read (codes_find_through: registered,
  * and forgotten by their weak reference's callback before their memory can be
  * reused, or found held by a function of the caller's module or of the
- * program's, or by the code of a frame still running: a lambda's); 0 when none of those read, up to the first not known, is
- * reported. */
+ * program's, or by the code of a frame still running: a lambda's); 0 when
+ * none of those read, up to the first not known, is reported. */
 static int locate_returned(location *loc, const pyframe_peeked *at, int k, pyframe innermost, int innermost_lasti)
 {
     stack_frame gone[1 + PYFRAME_PEEK_CALLERS];

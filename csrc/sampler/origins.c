@@ -9,8 +9,10 @@
 #include "../profile/codes.h"
 #include "../profile/stacks.h"
 
-/* Threads noted in one run before the table starts again: a program that
- * starts threads without end (one per request) keeps its latest origins. */
+/* Threads noted in one run before the table starts again (entries are not
+ * removed as threads end): a program that starts threads without end (one per
+ * request) loses the origins noted before, its long-lived pools' among them,
+ * once every ORIGINS_MAX threads. */
 #define ORIGINS_MAX 4096
 
 /* The place where the calling thread stands in the program: its nearest
@@ -49,6 +51,21 @@ static PyThreadState *thread_of(unsigned long ident)
     return NULL;
 }
 
+/* Where the calling thread stands, worked out as a snapshot works (snapshot_in):
+ * the code objects it registers are pyrometer's memory, not the program's, and
+ * no collection runs meanwhile (its finalizers could release the GIL). */
+static location here_as_own_work(void)
+{
+    own_work_begin();
+    int collecting = PyGC_Disable();
+    location origin = here(PyThreadState_Get());
+    if (collecting) {
+        PyGC_Enable();
+    }
+    own_work_end();
+    return origin;
+}
+
 int sampler_note_thread_origin(unsigned long ident)
 {
     if (!sampler.active || sampler.interp == NULL) {
@@ -58,7 +75,9 @@ int sampler_note_thread_origin(unsigned long ident)
     if (started == NULL || started == sampler.main_ts) {
         return 0; /* ended already, or never had a state */
     }
-    location origin = here(PyThreadState_Get());
+    /* Read before anything calls CPython: the thread may end meanwhile. */
+    table_key key = {pyframe_thread_serial(started), 0};
+    location origin = here_as_own_work();
     if (!origin.ok || origin.site == SITE_NONE) {
         return 0;
     }
@@ -72,7 +91,6 @@ int sampler_note_thread_origin(unsigned long ident)
         }
     }
     int created;
-    table_key key = {pyframe_thread_serial(started), 0};
     location *into = table_upsert(&sampler.origins, key, &created);
     if (into == NULL) {
         return -1;

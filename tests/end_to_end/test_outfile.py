@@ -319,6 +319,8 @@ if how == "devnull":
     sys.stdout = open(os.devnull, "w")
 elif how == "stringio":
     sys.stdout = io.StringIO()
+elif how == "detach":
+    sys.stdout = io.TextIOWrapper(sys.stdout.detach(), encoding="utf-8")
 else:
     class Tee:
         def __init__(self, f):
@@ -333,19 +335,21 @@ print("after")
 """
 
 
-@pytest.mark.parametrize("how", ["devnull", "stringio", "tee"])
+@pytest.mark.parametrize("how", ["devnull", "stringio", "tee", "detach"])
 def test_a_program_that_replaces_its_stdout_leaves_the_report_on_pyrometers(tmp_path, groundtruth_dir, how):
     """The report is pyrometer's output, not the program's: it goes to the
     standard output pyrometer had before the program ran.  Before, it went to
     whatever sys.stdout the program left: nowhere (os.devnull, io.StringIO),
     into the program's own log (a tee), and a wrapper without isatty ended
-    the run on pyrometer's AttributeError, no report, exit status 1."""
+    the run on pyrometer's AttributeError, no report, exit status 1.  A
+    program that detaches it to wrap its buffer again leaves pyrometer's
+    unusable (ValueError): the program's own, on the same descriptor, then."""
     prog = tmp_path / "replaces.py"
     prog.write_text(REPLACED_STDOUT)
     proc = pyrometer(["--cpu-only", prog, how], tmp_path, groundtruth_dir)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "", proc.stderr
-    program_output = "before\nAFTER\n" if how == "tee" else "before\n"
+    program_output = {"tee": "before\nAFTER\n", "detach": "before\nafter\n"}.get(how, "before\n")
     assert proc.stdout.startswith(program_output + "pyrometer: "), proc.stdout[:500]
     assert f"replaces.py {how}\nverdict: " in proc.stdout, proc.stdout[:500]
     if how == "tee":

@@ -25,13 +25,24 @@ def hold_streams() -> None:
 def report_stream():
     """Where a report on standard output goes: the standard output pyrometer
     had before the program ran (hold_streams; else the current one), else the
-    process's own, else standard error (the program closed its descriptor,
-    os.close(1))."""
-    for stream in (_held.get("stdout", sys.stdout), sys.__stdout__, _held.get("stderr", sys.stderr),
+    process's own, else the program's (it detached the first from its buffer to
+    wrap it again: `io.TextIOWrapper(sys.stdout.detach(), ...)`), else standard
+    error (the program closed its descriptor, os.close(1))."""
+    for stream in (_held.get("stdout", sys.stdout), sys.__stdout__, sys.stdout, _held.get("stderr", sys.stderr),
                    sys.__stderr__):
-        if stream is not None and not getattr(stream, "closed", False) and _descriptor_open(stream):
+        if _usable(stream):
             return stream
     return None
+
+
+def _usable(stream) -> bool:
+    """Whether stream can be written to, as far as can be told before writing:
+    not closed, not detached (whose `closed` raises ValueError), its descriptor
+    open."""
+    try:
+        return stream is not None and not getattr(stream, "closed", False) and _descriptor_open(stream)
+    except Exception:
+        return False
 
 
 def is_terminal(stream) -> bool:
