@@ -266,6 +266,28 @@ def test_a_function_sent_by_value_to_workers_keeps_its_lines(profile_program, op
     assert not any(name.startswith("<") for name in p.profile["files"]), list(p.profile["files"])
 
 
+def test_a_childs_library_threads_charge_the_line_that_started_them(profile_program, tmp_path):
+    """A child's pool threads, which run no code of the program: their CPU goes
+    to the child's line that started them, as in the first process
+    (test_threads_that_run_no_program_code_charge_the_line_that_started_them);
+    a child started by python itself installs the same note on Thread.start.
+    Truth: 0.6 s of CPU in two C calls.  Tolerance: at least 85% of it on the
+    child's line, as native time."""
+    child = write_program(tmp_path, """
+from concurrent.futures import ThreadPoolExecutor
+import _groundtruth as gt
+with ThreadPoolExecutor(2) as pool:
+    list(pool.map(gt.spin_nogil, [300, 300]))  # CHILD MAP
+""", "child.py")
+    source = f"""
+import subprocess, sys
+subprocess.run([sys.executable, {str(child)!r}], check=True)
+"""
+    p = profile_program(source, options=["--cpu-only"])
+    line = _line_of(p, "CHILD MAP", child)
+    assert line["n_cpu_native_sec"] >= 0.85 * 0.6, (line, p.profile["unattributed"])
+
+
 def test_subprocess_run_of_python(profile_program, tmp_path):
     other = write_program(tmp_path, OTHER, "other.py")
     source = f"""

@@ -139,6 +139,7 @@ def start_core(settings: dict, *, exclude: list[str], own: list[str], program_co
     arguments are spelled out; replaced: settings this process decides for
     itself (a child's include, memory window, GPU, pause state)."""
     s = dict(settings, **replaced)
+    follow_thread_starts()  # in every profiled process: the run's first and its children
     _core.start(
         interval=s["interval"],
         virtual_time=s["virtual_time"],
@@ -219,7 +220,6 @@ class Session:
 
     def start(self) -> None:
         s = self.core_settings()
-        follow_thread_starts()
         _core.reset()
         self.start_time = time.time()
         self.t0 = time.perf_counter()
