@@ -357,9 +357,16 @@ static size_t lines_offset(const code_info *info)
     return edges_offset(info->n_units) + (size_t)info->n_back_edges * 2 * sizeof(int32_t);
 }
 
+static size_t block_bytes(const code_info *info, int with_lines)
+{
+    return lines_offset(info) + (with_lines ? (size_t)info->n_units * sizeof(int32_t) : 0);
+}
+
+/* The size of a code's block as it was made: with lines if it has them (a code
+ * that became reported later, resolve_dynamic, has none). */
 static size_t map_bytes(const code_info *info)
 {
-    return lines_offset(info) + (info->has_lines ? (size_t)info->n_units * sizeof(int32_t) : 0);
+    return block_bytes(info, info->lines != NULL);
 }
 
 /* The target unit of the jump at unit i when it goes backward (or to itself),
@@ -396,8 +403,7 @@ static int map_instructions(PyCodeObject *code, code_info *info)
     }
     info->n_units = (int)n;
     info->n_back_edges = edges;
-    info->has_lines = info->reported; /* the block's size, whatever `reported` becomes (resolve_dynamic) */
-    uint8_t *map = arena_take(&code_arena, map_bytes(info));
+    uint8_t *map = arena_take(&code_arena, block_bytes(info, info->reported));
     if (map == NULL) {
         Py_DECREF(bytes);
         info->n_back_edges = 0;
@@ -416,7 +422,7 @@ static int map_instructions(PyCodeObject *code, code_info *info)
     Py_DECREF(bytes);
     info->python_parked = map;
     info->back_edges = edges > 0 ? pairs : NULL;
-    info->lines = info->has_lines ? (int32_t *)(map + lines_offset(info)) : NULL; /* zeroed: none known */
+    info->lines = info->reported ? (int32_t *)(map + lines_offset(info)) : NULL; /* zeroed: none known */
     return 0;
 }
 
@@ -484,7 +490,7 @@ static code_info *resolve_dynamic(table_key key, PyCodeObject *code, PyObject *g
     Py_DECREF(file);
     code_info *info = table_find(&code_table, key); /* again: a collection may have moved it */
     if (info != NULL && (!reported || site != SITE_NONE)) {
-        /* Its block keeps the size it was made with (has_lines): a code that
+        /* Its block keeps the size it was made with (map_bytes): a code that
          * becomes reported reads its lines from the table (lines stays NULL). */
         info->reported = reported;
         info->site = site;
@@ -493,7 +499,7 @@ static code_info *resolve_dynamic(table_key key, PyCodeObject *code, PyObject *g
     return info;
 }
 
-const code_info *codes_lookup_in(PyCodeObject *code, PyObject *globals)
+const code_info *codes_lookup_in(PyCodeObject *code, pyframe frame)
 {
     table_key key = {(uint64_t)(uintptr_t)code, 0};
     if (!initialised) {
@@ -501,7 +507,7 @@ const code_info *codes_lookup_in(PyCodeObject *code, PyObject *globals)
     }
     code_info *info = table_find(&code_table, key);
     if (info != NULL) {
-        return info->dynamic && globals != NULL ? resolve_dynamic(key, code, globals) : info;
+        return info->dynamic && frame != NULL ? resolve_dynamic(key, code, pyframe_globals(frame)) : info;
     }
     /* The facts first, then the entry: working them out calls CPython, which
      * allocates (a memory sample taken meanwhile must not find a half-made
@@ -510,7 +516,7 @@ const code_info *codes_lookup_in(PyCodeObject *code, PyObject *globals)
     code_info fresh = {0};
     PyObject *file = code->co_filename;
     if (is_dynamic(code)) {
-        PyObject *original = dynamic_file(globals);
+        PyObject *original = frame != NULL ? dynamic_file(pyframe_globals(frame)) : NULL;
         fresh.dynamic = original == NULL;
         file = original != NULL ? original : file;
     }
@@ -812,7 +818,7 @@ int codes_locate(PyThreadState *ts, pyframe *innermost, pyframe *reported)
 int codes_reported_from(pyframe f, pyframe *reported)
 {
     while (f != NULL) {
-        const code_info *info = codes_lookup_in(pyframe_code(f), pyframe_globals(f));
+        const code_info *info = codes_lookup_in(pyframe_code(f), f);
         if (info == NULL) {
             return 0;
         }

@@ -47,7 +47,6 @@ typedef struct {
      * so far (codes_line_known fills the rest at once at a few); -1: not to be
      * filled (the fill's check failed). */
     int lines_read;
-    int has_lines; /* its block holds `lines` (it was reported when the block was made) */
     /* A code of cloudpickle's "<dynamic-code>" registered without its file
      * (codes_lookup_in): found again with a frame's dictionary, it gets it. */
     int dynamic;
@@ -60,11 +59,11 @@ int codes_init(void);
  * garbage collection there may forget other codes: a code_info pointer is good
  * only until the next call into CPython). */
 const code_info *codes_lookup(PyCodeObject *code);
-/* The same for a code running with globals (its frame's module dictionary;
- * NULL: not known): a function cloudpickle sent by value has the file
- * "<dynamic-code>", and its dictionary the original's `__file__`, which is
- * then the code's file, for the filter and the site (codes.c). */
-const code_info *codes_lookup_in(PyCodeObject *code, PyObject *globals);
+/* The same for a code running in frame (NULL: not known): a function
+ * cloudpickle sent by value has the file "<dynamic-code>", and its frame's
+ * module dictionary the original's `__file__`, which is then the code's file,
+ * for the filter and the site (codes.c); the dictionary is read only then. */
+const code_info *codes_lookup_in(PyCodeObject *code, pyframe frame);
 /* The facts of a code object registered already, else NULL; never registers,
  * never calls CPython (usable inside an allocator, GIL held). */
 const code_info *codes_find(PyCodeObject *code);

@@ -30,7 +30,7 @@ static int walk(pyframe reported, int known_only, int reported_line, stack_frame
     int depth = 0;
     for (pyframe f = reported; f != NULL && depth < max; f = pyframe_caller(f)) {
         PyCodeObject *code = pyframe_code(f);
-        const code_info *info = known_only ? codes_find(code) : codes_lookup_in(code, pyframe_globals(f));
+        const code_info *info = known_only ? codes_find(code) : codes_lookup_in(code, f);
         if (info == NULL) {
             return -1;
         }
