@@ -130,7 +130,7 @@ static int register_sampler_clients(void)
         PyErr_SetString(PyExc_RuntimeError, "the CPU sampler has no room for its clients");
         return -1;
     }
-    const sampler_awaits asyncio = {awaits_begin, awaits_loop_waiting, awaits_charge};
+    const sampler_awaits asyncio = {awaits_begin, awaits_loop_waiting, awaits_loop_waiting_at, awaits_charge};
     sampler_set_awaits(&asyncio);
     registered = 1;
     return 0;
@@ -262,8 +262,11 @@ static PyObject *core_end_kept_thread(PyObject *module, PyObject *unused)
 /* The CPU sums of a record, in the order sums_tuple builds them: the module's
  * CPU_SUMS, which src/pyrometer/core/contract.py names once for every reader (a
  * test checks the two agree).  Times in ns; samples a count. */
-static const char *const cpu_sum_names[] = {"python_ns",   "native_ns",   "system_ns",    "busy_ns",  "samples",
-                                            "gil_wait_ns", "cpu_wait_ns", "loop_idle_ns", "await_ns", NULL};
+static const char *const cpu_sum_names[] = {
+    "python_ns",   "native_ns",   "system_ns",    "busy_ns",  "samples",
+    "gil_wait_ns", "cpu_wait_ns", "loop_idle_ns", "await_ns",
+    /* the sampling variance of each (line_stats.h, CPU_VARS), in ns^2 */
+    "python_var",  "native_var",  "system_var",   "gil_wait_var", "cpu_wait_var", "time_var", NULL};
 
 /* Each kind of estimated time with its own unit (see sampler_totals); await
  * time is measured only (awaits.h). */
@@ -279,9 +282,12 @@ static PyObject *sums_tuple(const cpu_sums *s, const sampler_totals *units)
     t.cpu_wait_ns = runq.cpu_wait_ns;
     t.loop_idle_ns = off.loop_idle_ns;
     t.busy_core_ns = wall.busy_core_ns;
-    return Py_BuildValue("(ddddKdddd)", t.python_ns, t.native_ns, t.system_ns, t.busy_core_ns,
+    double var[CPU_VARS];
+    cpu_sums_variance(s, units->unit_ns, var);
+    return Py_BuildValue("(ddddKdddddddddd)", t.python_ns, t.native_ns, t.system_ns, t.busy_core_ns,
                          (unsigned long long)s->samples, t.gil_wait_ns, t.cpu_wait_ns, t.loop_idle_ns,
-                         (double)s->await_ns);
+                         (double)s->await_ns, var[VAR_PYTHON], var[VAR_NATIVE], var[VAR_SYSTEM],
+                         var[VAR_GIL_WAIT], var[VAR_CPU_WAIT], var[VAR_TIME]);
 }
 
 static PyObject *collect_records(const sampler_totals *units)
@@ -444,11 +450,12 @@ static PyObject *collect_all(void)
         return NULL;
     }
     PyObject *all = Py_BuildValue(
-        "{s:N,s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K,s:K,s:K,s:K,s:K,s:K}", "memory", memory,
+        "{s:N,s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:l,s:n,s:K,s:K,s:K,s:K,s:K,s:K}", "memory", memory,
         "records", records, "stacks", stacks,
         "unattributed", unattributed, "start_wall_ns", (unsigned long long)t.start_wall_ns,
         "stop_wall_ns", (unsigned long long)t.stop_wall_ns, "snapshots",
         (unsigned long long)t.snapshots, "main_snapshots", (unsigned long long)t.main_snapshots,
+        "spread_windows", (unsigned long long)t.spread_windows, "spread_peeks", (unsigned long long)t.spread_peeks,
         "threads_seen", (unsigned long long)t.threads_seen, "process_cpu_ns",
         (unsigned long long)t.process_cpu_ns, "sampler_cpu_ns", (unsigned long long)t.sampler_cpu_ns,
         "untracked_native_ns", (unsigned long long)t.untracked_native_ns, "periodic_cpu_ns",

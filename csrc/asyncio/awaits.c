@@ -134,6 +134,22 @@ int awaits_begin(void)
     return 1;
 }
 
+int awaits_loop_waiting_at(const uintptr_t *codes, int n)
+{
+    if (!A.in_use || A.run_once == NULL || A.handle_run == NULL) {
+        return 0;
+    }
+    for (int i = 0; i < n && codes[i] != 0; i++) {
+        if (codes[i] == (uintptr_t)A.handle_run) {
+            return 0;
+        }
+        if (codes[i] == (uintptr_t)A.run_once) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int awaits_loop_waiting(PyThreadState *ts)
 {
     if (!A.in_use || A.run_once == NULL || A.handle_run == NULL) {

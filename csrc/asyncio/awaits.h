@@ -34,6 +34,9 @@ int awaits_begin(void);
 /* Whether a thread stands in an event loop's own code (waiting in the selector,
  * or the loop's bookkeeping between callbacks). */
 int awaits_loop_waiting(PyThreadState *ts);
+/* The same, of the code objects a look without the GIL saw, innermost first
+ * (only compared: they may be gone). */
+int awaits_loop_waiting_at(const uintptr_t *codes, int n);
 /* Charges window_ns to every task suspended at an await; a task whose await chain
  * has no reported frame is charged to `unattributed`.  With very many tasks, a
  * rotating slice of them stands for all (each weighted by how many it stands

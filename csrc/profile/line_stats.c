@@ -69,6 +69,27 @@ void cpu_sums_add_estimate(cpu_sums *into, int native, int loop_idle, int gil_al
     }
     into->est_cpu_wait += runq;
     into->est_busy += core_fraction * (1.0 - idle); /* the idle part is in no total */
+    double cpu_kind = native ? on_cpu : 0.0, python = native ? 0.0 : on_cpu;
+    double system = native && !loop_idle ? off - runq : 0.0;
+    double gil = !native && !gil_alone ? off - runq : 0.0;
+    double parts[CPU_VARS] = {python, cpu_kind, system, gil, runq, python + cpu_kind + system + gil + runq};
+    for (int k = 0; k < CPU_VARS; k++) {
+        into->est_var[k] += parts[k] * parts[k];
+    }
+}
+
+void cpu_sums_variance(const cpu_sums *s, double unit_ns, double out[CPU_VARS])
+{
+    for (int k = 0; k < CPU_VARS; k++) {
+        out[k] = s->var[k] + s->est_var[k] * unit_ns * unit_ns;
+    }
+}
+
+void cpu_sums_add_draw(cpu_sums *into, const double parts[CPU_VARS])
+{
+    for (int k = 0; k < CPU_VARS; k++) {
+        into->var[k] += parts[k] * parts[k];
+    }
 }
 
 void cpu_sums_resolve(const cpu_sums *s, double unit_ns, cpu_totals *out)
@@ -84,6 +105,17 @@ void cpu_sums_resolve(const cpu_sums *s, double unit_ns, cpu_totals *out)
 
 void cpu_sums_add(cpu_sums *into, const cpu_window *w, int count_off_cpu, double core_fraction)
 {
+    double parts[CPU_VARS];
+    cpu_sums_add_parts(into, w, count_off_cpu, core_fraction, parts);
+    cpu_sums_add_draw(into, parts);
+}
+
+void cpu_sums_add_parts(cpu_sums *into, const cpu_window *w, int count_off_cpu, double core_fraction,
+                        double parts[CPU_VARS])
+{
+    for (int k = 0; k < CPU_VARS; k++) {
+        parts[k] = 0.0;
+    }
     uint64_t cpu = w->cpu_ns > w->wall_ns ? w->wall_ns : w->cpu_ns;
     uint64_t off = count_off_cpu ? w->wall_ns - cpu : 0;
     uint64_t runq = w->runq_ns > off ? off : w->runq_ns;
@@ -92,27 +124,39 @@ void cpu_sums_add(cpu_sums *into, const cpu_window *w, int count_off_cpu, double
         idle = off - runq;
         into->native_ns += cpu;
         into->loop_idle_ns += idle;
+        parts[VAR_NATIVE] = (double)cpu;
     } else if (w->native) {
         into->native_ns += cpu;
         into->system_ns += off - runq;
+        parts[VAR_NATIVE] = (double)cpu;
+        parts[VAR_SYSTEM] = (double)(off - runq);
     } else if (w->gil_alone) {
         into->python_ns += cpu;
         runq = off;
+        parts[VAR_PYTHON] = (double)cpu;
     } else {
         into->python_ns += cpu;
         into->gil_wait_ns += off - runq;
+        parts[VAR_PYTHON] = (double)cpu;
+        parts[VAR_GIL_WAIT] = (double)(off - runq);
     }
     into->cpu_wait_ns += runq;
+    parts[VAR_CPU_WAIT] = (double)runq;
+    parts[VAR_TIME] = (double)(cpu + off - idle);
     into->busy_core_ns += core_fraction * (double)(cpu + off - idle); /* the idle part is in no total */
     into->samples++;
 }
 
 void cpu_sums_add_cpu(cpu_sums *into, uint64_t ns, int native, double core_fraction)
 {
+    double x = (double)ns;
     if (native) {
         into->native_ns += ns;
+        into->var[VAR_NATIVE] += x * x;
     } else {
         into->python_ns += ns;
+        into->var[VAR_PYTHON] += x * x;
     }
+    into->var[VAR_TIME] += x * x;
     into->busy_core_ns += core_fraction * (double)ns;
 }

@@ -12,6 +12,10 @@
 #include <Python.h>
 #include <stdint.h>
 
+/* The figures whose sampling variance a cpu_sums keeps: each kind, and the
+ * time of all five kinds together. */
+enum { VAR_PYTHON, VAR_NATIVE, VAR_SYSTEM, VAR_GIL_WAIT, VAR_CPU_WAIT, VAR_TIME, CPU_VARS };
+
 typedef struct {
     uint64_t python_ns;   /* CPU time executing bytecode */
     uint64_t native_ns;   /* CPU time in C called from this location */
@@ -30,6 +34,12 @@ typedef struct {
     /* Estimated time, in units of the main thread's mean time between requests
      * (known only when the profile is collected; see sampler_get_totals). */
     double est_python, est_native, est_system, est_gil_wait, est_cpu_wait, est_loop_idle, est_busy;
+    /* The variance of each figure's sampling (CPU_VARS), in ns^2: a window
+     * charged whole is one draw of a Poisson process of samples, its square
+     * (cpu_sums_add); the main thread's spread peeks, a stratified sample,
+     * add the squared differences of successive peeks (sampler/spread.c).
+     * est_var: the estimated units', in units^2. */
+    double var[CPU_VARS], est_var[CPU_VARS];
 } cpu_sums;
 
 /* Where a window's time went, before it is charged: wall and CPU time, the time
@@ -68,8 +78,15 @@ typedef struct {
     double python_ns, native_ns, system_ns, gil_wait_ns, cpu_wait_ns, loop_idle_ns, busy_core_ns;
 } cpu_totals;
 void cpu_sums_resolve(const cpu_sums *s, double unit_ns, cpu_totals *out);
+/* The variance of each figure (CPU_VARS), in ns^2, given the length of one unit. */
+void cpu_sums_variance(const cpu_sums *s, double unit_ns, double out[CPU_VARS]);
 /* A measured window; off-CPU time is left out with count_off_cpu 0 (virtual time). */
 void cpu_sums_add(cpu_sums *into, const cpu_window *w, int count_off_cpu, double core_fraction);
+/* The same, without its variance; parts: what it added to each figure (CPU_VARS). */
+void cpu_sums_add_parts(cpu_sums *into, const cpu_window *w, int count_off_cpu, double core_fraction,
+                        double parts[CPU_VARS]);
+/* Adds each figure's variance from parts (cpu_sums_add_parts): one draw. */
+void cpu_sums_add_draw(cpu_sums *into, const double parts[CPU_VARS]);
 /* CPU time alone, not a sample of its own: native time of threads without Python
  * state, charged to the main thread's location; a thread's Python time charged
  * where it was last seen running (csrc/sampler/charge.c). */

@@ -41,6 +41,33 @@ void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint64_t run
     }
 }
 
+void charge_quiet(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint64_t runq_ns, double core_fraction,
+                  double parts[CPU_VARS])
+{
+    cpu_sums *into = sums_at(loc);
+    if (into == NULL) {
+        return;
+    }
+    cpu_window w = {wall_ns, cpu_ns, runq_ns, loc->native, loc->loop_idle, sampler.gil_alone};
+    double added[CPU_VARS];
+    cpu_sums_add_parts(into, &w, !sampler.options.virtual_time, core_fraction, added);
+    for (int k = 0; k < CPU_VARS; k++) {
+        parts[k] += added[k];
+    }
+    cpu_sums *stack = stack_sums_at(loc);
+    if (stack != NULL) {
+        cpu_sums_add_parts(stack, &w, !sampler.options.virtual_time, core_fraction, added);
+    }
+}
+
+void charge_variance(const location *loc, const double var[CPU_VARS])
+{
+    cpu_sums *into = sums_at(loc);
+    for (int k = 0; into != NULL && k < CPU_VARS; k++) {
+        into->var[k] += var[k];
+    }
+}
+
 /* CPU time alone, to a location's line and stack (cpu_sums_add_cpu). */
 void charge_cpu(const location *loc, uint64_t ns, int native, double core_fraction)
 {

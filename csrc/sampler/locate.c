@@ -201,8 +201,35 @@ static void locate_line(location *loc, pyframe f, pyframe meet, int meet_lasti)
  * is where t0 saw it (locate_returned), or, if that cannot be read, at that
  * caller's call; frames called after t0 (a function's entry, where the thread
  * answers) are passed over. */
+static location locate_met(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint64_t delay_cpu_ns,
+                           int standing, const pyframe_peeked *at, int *unmet);
+
 location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint64_t delay_cpu_ns,
                 int standing, const pyframe_peeked *at)
+{
+    int unmet = 0;
+    return locate_met(ts, native_by_delay, delay_ns, delay_cpu_ns, standing, at, &unmet);
+}
+
+/* A spread peek, made up to a window before the snapshot (spread.c): located
+ * as locate does, but where none of its frames is on the stack any more
+ * (locate_unmet), its line is known and its stack is not: the frames the peek
+ * keeps (its own and two callers) put on the stack's outermost frame made
+ * stacks that never ran (a recursion 300 deep, unwound before the snapshot,
+ * gave `<module>` -> down -> down -> spin).  Its time goes to the stacks'
+ * "other" part, with the stacks past the cap. */
+location locate_peek(PyThreadState *ts, int standing, const pyframe_peeked *at)
+{
+    int unmet = 0;
+    location loc = locate_met(ts, 0, 0, 0, standing, at, &unmet);
+    if (unmet && loc.ok && loc.site != SITE_NONE) {
+        loc.stack = STACKS_OTHER;
+    }
+    return loc;
+}
+
+static location locate_met(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint64_t delay_cpu_ns,
+                           int standing, const pyframe_peeked *at, int *unmet)
 {
     location loc = {SITE_NONE, 0, 1, 1, 0, STACKS_ROOT};
     pyframe innermost, f;
@@ -233,6 +260,7 @@ location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint6
         return loc;
     }
     if (returned < 0 && at != NULL && locate_unmet(&loc, at, innermost)) {
+        *unmet = 1;
         return loc;
     }
     if (f != NULL) {

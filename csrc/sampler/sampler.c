@@ -17,6 +17,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +63,11 @@ int awaits_snapshot_begin(void)
 int awaits_loop_is_waiting(PyThreadState *ts)
 {
     return awaits.loop_waiting != NULL ? awaits.loop_waiting(ts) : 0;
+}
+
+int awaits_loop_was_waiting(const uintptr_t *codes, int n)
+{
+    return awaits.loop_waiting_at != NULL ? awaits.loop_waiting_at(codes, n) : 0;
 }
 
 void awaits_charge_window(uint64_t window_ns, cpu_sums *unattributed)
@@ -290,6 +297,85 @@ static void see_commands(int *have_thread_state, PyGILState_STATE *gil_state)
     PyEval_SaveThread();
 }
 
+/* The peeks at the main thread between snapshots (spread.c): PEEKS_PER_INTERVAL
+ * a mean interval, one at a random moment in each period of a grid, but never
+ * more often than PEEK_PERIOD_MIN_NS apart: a peek costs the sampler thread
+ * about 35 us of CPU here (a timed wake, 25 us on this virtual machine, and
+ * 10 us of reads), so 3.6% of a core at the default rate.  Five a mean
+ * interval cost half as much, but the window's time divided among fewer
+ * peeks carries more of the single look's bias: a loop of 10 ms periods read
+ * 0.5-2.4 points off with five, 0.2-0.5 with ten (bench/precision.py).  Chosen by bench/precision.py, which
+ * runs the others through PYROMETER_SAMPLER (sampler.h, sampler_peeks). */
+#define PEEKS_PER_INTERVAL 10
+#define PEEK_PERIOD_MIN_NS 1000000ULL
+
+static sampler_peeks peeks_chosen(uint64_t interval)
+{
+    uint64_t per = PEEKS_PER_INTERVAL;
+    sampler_peeks p = {0, SPACING_JITTERED};
+    const char *choices = getenv("PYROMETER_SAMPLER");
+    for (const char *c = choices; c != NULL && *c != '\0'; c = strchr(c, ',') ? strchr(c, ',') + 1 : NULL) {
+        if (strncmp(c, "peeks=", 6) == 0) {
+            per = strtoull(c + 6, NULL, 10);
+        } else if (strncmp(c, "spacing=exponential", 19) == 0) {
+            p.spacing = SPACING_EXPONENTIAL;
+        } else if (strncmp(c, "spacing=regular", 15) == 0) {
+            p.spacing = SPACING_REGULAR;
+        }
+    }
+    if (per > 0) {
+        p.period_ns = interval / per;
+        p.period_ns = p.period_ns < PEEK_PERIOD_MIN_NS && choices == NULL ? PEEK_PERIOD_MIN_NS : p.period_ns;
+    }
+    return p;
+}
+
+/* When the next peek is due: in the next period of the grid (grid: the start
+ * of the period of the last peek), at a random moment in it; a grid fallen
+ * behind (the sampler thread held the GIL) starts again now. */
+static uint64_t next_peek(uint64_t *grid, uint64_t now, uint64_t *rng)
+{
+    uint64_t period = sampler.peeks.period_ns;
+    if (sampler.peeks.spacing == SPACING_EXPONENTIAL) {
+        return now + clock_random_interval_ns(period, rng);
+    }
+    *grid += period;
+    if (*grid + period <= now) {
+        *grid = now;
+    }
+    if (sampler.peeks.spacing == SPACING_REGULAR) {
+        return *grid;
+    }
+    uint64_t x = *rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *rng = x;
+    return *grid + (uint64_t)((double)(x >> 11) / 9007199254740992.0 * (double)period);
+}
+
+/* Sleeps until due as wait_for_next_sample does, peeking at the main thread at
+ * each peek time before it (not after a termination signal, nor while
+ * paused).  Returns whether to keep going. */
+static int wait_peeking(uint64_t due, int watch_ending, uint64_t *peek_at, uint64_t *grid, uint64_t *rng)
+{
+    for (;;) {
+        int peeking = sampler.peeks.period_ns > 0 && watch_ending && *peek_at < due;
+        uint64_t until = peeking ? *peek_at : due;
+        if (!wait_for_next_sample(until, watch_ending)) {
+            return 0;
+        }
+        uint64_t now = clock_wall_ns();
+        if (!peeking || now < until) {
+            return 1; /* due, or woken early (a signal, a command) */
+        }
+        if (!paused_now()) {
+            spread_peek();
+        }
+        *peek_at = next_peek(grid, clock_wall_ns(), rng);
+    }
+}
+
 /* When the next look is due.  The draws are laid end to end from the last due
  * time, not from the end of the last look: a look that had to wait for the GIL
  * (a snapshot taken while the program's threads pass it between them waits
@@ -389,9 +475,10 @@ static void sample_until_stopped(void)
      * thread has not answered for ENDING_TAKEOVER_NS. */
     int ending = 0;
     uint64_t due = clock_wall_ns();
+    uint64_t grid = due, peek_at = next_peek(&grid, due, &rng);
     for (;;) {
         due = next_due(due, clock_wall_ns(), interval, ending, &rng);
-        if (!wait_for_next_sample(due, !ending)) {
+        if (!wait_peeking(due, !ending, &peek_at, &grid, &rng)) {
             break;
         }
         ending = ending_signal() != 0;
@@ -468,6 +555,12 @@ static void *sampler_main(void *unused)
 {
     (void)unused;
     atomic_store(&sampler.sampler_tid, (int)gettid());
+    /* Its wakes at their own times: with the default 50 us of timer slack the
+     * kernel fired a wake due within 50 us before another thread's timer at
+     * that timer (a peek pulled to the moment the main thread woke from a
+     * sleep saw it still in the sleep): a loop of 1 ms periods, 0.3 ms of it
+     * Python, read its Python 12-17% (truth 20%). */
+    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     do {
         sample_until_stopped();
     } while (park());
@@ -481,6 +574,7 @@ static void forget_sampler_in_child(void)
     /* The files of the parent's threads are not this process's threads'. */
     forget_all_tracks();
     close_main_schedstat();
+    spread_reset();
     atomic_store(&sampler.running, 0);
     atomic_store(&sampler.request_pending, 0);
     atomic_store(&sampler.sampler_tid, 0);
@@ -768,6 +862,8 @@ int sampler_start(const sampler_options *options)
     }
 
     sampler.options = *options;
+    sampler.peeks = peeks_chosen(options->interval_ns);
+    spread_reset();
     sampler.interp = PyInterpreterState_Get();
     pyframe_gil_span(sampler.interp, &sampler.gil_start, &sampler.gil_size);
     for (int i = 0; i < PEEK_THREADS; i++) {
@@ -840,6 +936,7 @@ void sampler_stop(int keep_thread)
         take_commands();
     }
     place_held_of_gone(1); /* the CPU measured so far, none of it lost */
+    spread_flush(NULL, 0.0); /* and the main thread's carried to a next peek */
     if (!sampler.thread_kept) {
         /* Kept, the thread is ended before a fork (stop_for_fork): the guard stays. */
         forks_unregister(stop_for_fork);

@@ -25,6 +25,16 @@ typedef struct {
     int virtual_time;     /* count CPU time only: no system (off-CPU) time */
 } sampler_options;
 
+/* How the sampler thread peeks at the main thread between snapshots (spread.c),
+ * set by sampler_start from the interval and, for the benchmark that chose
+ * them (bench/precision.py), the environment variable PYROMETER_SAMPLER
+ * ("peeks=N,spacing=jittered|exponential|regular"). */
+enum peek_spacing { SPACING_JITTERED, SPACING_EXPONENTIAL, SPACING_REGULAR };
+typedef struct {
+    uint64_t period_ns; /* one peek a period; 0: none (each window charged by its look at t0) */
+    int spacing;        /* enum peek_spacing */
+} sampler_peeks;
+
 typedef struct {
     uint64_t start_wall_ns, stop_wall_ns;
     uint64_t paused_ns;          /* wall time paused (control.h), monotonic clock */
@@ -37,6 +47,9 @@ typedef struct {
     uint64_t sampler_cpu_ns;     /* CPU the sampler thread itself used, and the profiler's other threads */
     uint64_t untracked_native_ns;/* CPU of threads without Python state, charged as native */
     double mean_interval_ns;     /* achieved time between samples */
+    /* The main thread's windows spread over its peeks (spread.c), and the
+     * peeks they were spread over. */
+    uint64_t spread_windows, spread_peeks;
     long n_cpus;                 /* CPUs online, as the run's shares of them were computed */
     double unit_ns;              /* length of one estimated unit (see cpu_sums) */
     /* What one estimated unit's share of each kind stands for (sampler_units):
@@ -105,6 +118,9 @@ typedef struct {
     /* GIL held: whether the event loop of the thread of ts is waiting for its
      * selector (the thread is idle, not running a task). */
     int (*loop_waiting)(PyThreadState *ts);
+    /* GIL held: the same, of the codes a peek saw, innermost first (n of
+     * them; a stack cut short reads as not waiting). */
+    int (*loop_waiting_at)(const uintptr_t *codes, int n);
     /* GIL held, at the end of a snapshot of window_ns: each suspended task's
      * await time to its awaiting line (what finds none, to unattributed). */
     void (*charge)(uint64_t window_ns, cpu_sums *unattributed);

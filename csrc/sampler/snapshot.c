@@ -147,6 +147,22 @@ static int gil_alone(pid_t sampler_tid)
     return program_threads <= 1;
 }
 
+/* Whether the main thread's answer at CPU clock cpu measured one instruction's
+ * native work: where t0 saw it at bytecode, not in a call, it used more than
+ * NATIVE_DELAY_NS of CPU before it answered (a numpy operator, a large list's
+ * `*`); *at: that place. */
+static int long_op_answered(uint64_t cpu, pyframe_position *at)
+{
+    if (!atomic_load(&sampler.request_pending)) {
+        return 0;
+    }
+    pyframe_peeked seen;
+    int standing = load_look(&sampler.request_at, &seen);
+    *at = peeked_position(&seen, 0);
+    return standing == STANDING_PYTHON && at->frame != 0 &&
+           delta(cpu, atomic_load(&sampler.request_main_cpu_ns)) > NATIVE_DELAY_NS;
+}
+
 /* Where thread ts's window is charged, by whichever rule fits the snapshot
  * (runq_before: its run-queue clock at the window's start; runq_now: now). */
 static location charge_window(const snapshot_walk *w, PyThreadState *ts, thread_track *t, int fresh,
@@ -154,6 +170,9 @@ static location charge_window(const snapshot_walk *w, PyThreadState *ts, thread_
                               uint64_t runq_before, uint64_t runq_now)
 {
     const command_time *at = w->at;
+    if (ts == sampler.main_ts && w->mode != SNAPSHOT_CHARGE) {
+        spread_flush(NULL, w->core_fraction); /* the time carried before the pause is charged, not the pause's */
+    }
     if (w->mode == SNAPSHOT_REBASE) {
         return w->main_location; /* not charged: only the baselines move */
     }
@@ -168,6 +187,15 @@ static location charge_window(const snapshot_walk *w, PyThreadState *ts, thread_
                                       at->main_runq_ns, w->core_fraction);
         }
         return locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL); /* for the untracked time */
+    }
+    location spread;
+    if (ts == sampler.main_ts && sampler.peeks.period_ns > 0) {
+        pyframe_position long_op;
+        int measured = w->source == ANSWERED_BY_MAIN && long_op_answered(cpu, &long_op);
+        if (charge_main_spread(ts, t, w->now, wall, used, runq, w->core_fraction, measured ? &long_op : NULL,
+                               &spread)) {
+            return spread; /* over the peeks made in the window (spread.c) */
+        }
     }
     if (w->source == ANSWERED_BY_MAIN && ts == sampler.main_ts) {
         return charge_main_answer(ts, t, w->now, cpu, fresh ? runq_now : runq_before, runq_now, w->core_fraction);
@@ -222,6 +250,9 @@ static void snapshot_thread(snapshot_walk *w, PyThreadState *ts, pid_t tid)
     w->threads_used += used;
     w->live++;
     location loc = charge_window(w, ts, t, fresh, cpu, wall, used, runq, runq_before, runq_now);
+    if (ts == sampler.main_ts) {
+        spread_drop_until(w->now); /* peeks of a window charged by another rule, or none */
+    }
     t->passed_over = 0;
     if (ts != sampler.main_ts && used > 0) {
         /* Threads that ran in this window: an idle pool's workers, parked in

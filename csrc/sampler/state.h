@@ -205,6 +205,7 @@ typedef struct {
      * the program (a library's pool) gets its CPU. */
     table origins;
     sampler_options options;
+    sampler_peeks peeks; /* the main thread's peeks between snapshots (spread.c) */
     PyInterpreterState *interp;
     PyThreadState *main_ts;
     PyThreadState *sampler_ts;
@@ -239,10 +240,17 @@ static inline uint64_t delta(uint64_t now, uint64_t before)
 pyframe_position peeked_position(const pyframe_peeked *at, int i);
 location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint64_t delay_cpu_ns,
                 int standing, const pyframe_peeked *at);
+location locate_peek(PyThreadState *ts, int standing, const pyframe_peeked *at);
 
 /* charge.c */
 void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint64_t runq_ns, double core_fraction);
 void charge_cpu(const location *loc, uint64_t ns, int native, double core_fraction);
+/* As charge, without the sampling variance of a window charged whole: the
+ * spread peeks add their own (charge_variance); parts: what the line got
+ * (CPU_VARS), added to. */
+void charge_quiet(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint64_t runq_ns, double core_fraction,
+                  double parts[CPU_VARS]);
+void charge_variance(const location *loc, const double var[CPU_VARS]);
 void place_held(thread_track *t, const location *loc);
 void place_held_of_gone(int all);
 /* The program's line that started ts (origins.c), or NULL. */
@@ -254,6 +262,15 @@ location charge_main_answer(PyThreadState *ts, thread_track *t, uint64_t now, ui
                             uint64_t runq_before, uint64_t runq_now, double core_fraction);
 location charge_main_away(PyThreadState *ts, uint64_t cpu, uint64_t wall, uint64_t used, uint64_t runq,
                           double core_fraction);
+
+/* spread.c */
+void spread_peek(void);
+void spread_reset(void);
+void spread_drop_until(uint64_t until);
+void spread_flush(PyThreadState *ts, double core_fraction);
+int charge_main_spread(PyThreadState *ts, const thread_track *t, uint64_t now, uint64_t wall, uint64_t used,
+                       uint64_t runq, double core_fraction, const pyframe_position *long_op,
+                       location *where);
 
 /* tracks.c */
 uint64_t read_runq_fd(int fd);
@@ -279,6 +296,7 @@ void own_work_end(void);
 /* sampler.c: the asyncio collector, as registered (sampler_awaits) */
 int awaits_snapshot_begin(void);
 int awaits_loop_is_waiting(PyThreadState *ts);
+int awaits_loop_was_waiting(const uintptr_t *codes, int n);
 void awaits_charge_window(uint64_t window_ns, cpu_sums *unattributed);
 
 /* snapshot.c */

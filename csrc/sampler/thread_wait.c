@@ -36,11 +36,11 @@ static int open_for(thread_wait_file *f, pid_t tid)
     return f->fd;
 }
 
-int thread_wait_in(thread_wait_file *f, pid_t tid, uintptr_t start, size_t size)
+int thread_state_in(thread_wait_file *f, pid_t tid, uintptr_t start, size_t size)
 {
     int fd = open_for(f, tid);
     if (fd < 0) {
-        return THREAD_WAIT_UNKNOWN;
+        return THREAD_STATE_UNKNOWN;
     }
     /* "202 0xADDR 0x.. ..." (number, six arguments, stack and instruction
      * pointers), "-1 0xSP 0xPC" (blocked outside a call), or "running". */
@@ -48,20 +48,35 @@ int thread_wait_in(thread_wait_file *f, pid_t tid, uintptr_t start, size_t size)
     ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
     if (n <= 0) {
         thread_wait_close(f); /* the thread is gone (ESRCH): its id may come back for another */
-        return THREAD_WAIT_UNKNOWN;
+        return THREAD_STATE_UNKNOWN;
     }
     buf[n] = '\0';
+    if (buf[0] == 'r') {
+        return THREAD_STATE_RUNNING;
+    }
     if (buf[0] < '0' || buf[0] > '9') {
-        return THREAD_WAIT_ELSEWHERE; /* "running", or "-1 ...": not in a system call */
+        return THREAD_STATE_BLOCKED; /* "-1 ...": blocked, not in a system call */
     }
     char *end;
     long nr = strtol(buf, &end, 10);
     if (nr != SYS_futex || *end != ' ') {
-        return THREAD_WAIT_ELSEWHERE;
+        return THREAD_STATE_BLOCKED;
     }
     unsigned long long addr = strtoull(end + 1, &end, 16);
     if (end == NULL || (*end != ' ' && *end != '\n')) {
-        return THREAD_WAIT_UNKNOWN;
+        return THREAD_STATE_UNKNOWN;
     }
-    return addr >= start && addr - start < size ? THREAD_WAIT_IN_SPAN : THREAD_WAIT_ELSEWHERE;
+    return addr >= start && addr - start < size ? THREAD_STATE_ON_SPAN : THREAD_STATE_BLOCKED;
+}
+
+int thread_wait_in(thread_wait_file *f, pid_t tid, uintptr_t start, size_t size)
+{
+    switch (thread_state_in(f, tid, start, size)) {
+    case THREAD_STATE_ON_SPAN:
+        return THREAD_WAIT_IN_SPAN;
+    case THREAD_STATE_UNKNOWN:
+        return THREAD_WAIT_UNKNOWN;
+    default:
+        return THREAD_WAIT_ELSEWHERE;
+    }
 }

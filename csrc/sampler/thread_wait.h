@@ -36,6 +36,15 @@ enum {
 };
 
 int thread_wait_in(thread_wait_file *f, pid_t tid, uintptr_t start, size_t size);
+/* The same read, telling a thread that runs from one that is blocked: what the
+ * main thread's spread peeks keep (spread.c). */
+enum {
+    THREAD_STATE_UNKNOWN = -1, /* no such file, or not readable */
+    THREAD_STATE_RUNNING = 0,  /* on a CPU, or runnable and waiting for one */
+    THREAD_STATE_ON_SPAN = 1,  /* asleep in a futex on an address in the span */
+    THREAD_STATE_BLOCKED = 2,  /* blocked in any other system call, or outside one */
+};
+int thread_state_in(thread_wait_file *f, pid_t tid, uintptr_t start, size_t size);
 void thread_wait_close(thread_wait_file *f);
 
 #endif

@@ -11,8 +11,12 @@ these positions, never by their own unpacking."""
 from __future__ import annotations
 
 CPU_SUMS = ("python_ns", "native_ns", "system_ns", "busy_ns", "samples", "gil_wait_ns", "cpu_wait_ns",
-            "loop_idle_ns", "await_ns")
-PYTHON, NATIVE, SYSTEM, BUSY, SAMPLES, GIL_WAIT, CPU_WAIT, LOOP_IDLE, AWAIT = range(len(CPU_SUMS))
+            "loop_idle_ns", "await_ns",
+            # The sampling variance (ns^2) of the five kinds and of their total
+            # (csrc/profile/line_stats.h, CPU_VARS): added up, like the sums.
+            "python_var", "native_var", "system_var", "gil_wait_var", "cpu_wait_var", "time_var")
+(PYTHON, NATIVE, SYSTEM, BUSY, SAMPLES, GIL_WAIT, CPU_WAIT, LOOP_IDLE, AWAIT,
+ PYTHON_VAR, NATIVE_VAR, SYSTEM_VAR, GIL_WAIT_VAR, CPU_WAIT_VAR, TIME_VAR) = range(len(CPU_SUMS))
 
 
 def no_cpu() -> list[float]:

@@ -16,10 +16,11 @@ recompute these numbers.  What follows is the model's face to the rest of the
 package."""
 
 from .build import build
-from .rules import FEW_SAMPLES, HOT_FACTOR, gpu_columns, mark, reduced, sampling, significant, thresholds, time_share
+from .rules import (FEW_SAMPLES, HOT_FACTOR, gpu_columns, mark, reduced, sampling, shown_error, significant,
+                    thresholds, time_share)
 from .schema import SCHEMA_VERSION, ProfileError, check, load, loads
 from .since import since
 
 __all__ = ["build", "FEW_SAMPLES", "HOT_FACTOR", "mark", "reduced", "sampling", "significant", "thresholds",
-           "time_share",
+           "time_share", "shown_error",
            "SCHEMA_VERSION", "ProfileError", "check", "load", "loads", "since"]

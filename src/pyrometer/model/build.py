@@ -75,14 +75,25 @@ def _zip_member_lines(filename: str) -> list[str]:
         return []
 
 
+# Each time figure's sampling variance, from the core's (contract.CPU_SUMS: the
+# five kinds and their total, in ns^2), and the field of its stated error.
+_TIME_ERRORS = ((contract.PYTHON_VAR, "n_cpu_percent_python_error"), (contract.NATIVE_VAR, "n_cpu_percent_c_error"),
+                (contract.SYSTEM_VAR, "n_sys_percent_error"), (contract.GIL_WAIT_VAR, "n_gil_wait_percent_error"),
+                (contract.CPU_WAIT_VAR, "n_cpu_wait_percent_error"), (contract.TIME_VAR, "n_time_percent_error"))
+
+
 class _Sums:
     __slots__ = ("python", "native", "system", "gil_wait", "cpu_wait", "busy", "samples", "loop_idle",
-                 "await_")
+                 "await_", "variance")
 
     def __init__(self) -> None:
         self.python = self.native = self.system = self.gil_wait = self.cpu_wait = self.busy = 0.0
         self.loop_idle = self.await_ = 0.0
         self.samples = 0
+        # seconds^2, in _TIME_ERRORS's order.  A function's is the sum of
+        # its lines': as if their errors were apart, which overstates it
+        # (a move between two of its lines is none of the function's).
+        self.variance = [0.0] * len(_TIME_ERRORS)
 
     def add(self, cpu: tuple) -> None:
         """cpu: a record's CPU sums (contract.CPU_SUMS)."""
@@ -95,10 +106,13 @@ class _Sums:
         self.await_ += cpu[contract.AWAIT] * NS
         self.busy += cpu[contract.BUSY] * NS
         self.samples += cpu[contract.SAMPLES]
+        for i, (index, _) in enumerate(_TIME_ERRORS):
+            self.variance[i] += cpu[index] * NS * NS
 
     def merge(self, other: "_Sums") -> None:
         for name in ("python", "native", "system", "gil_wait", "cpu_wait", "loop_idle", "await_"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.variance = [a + b for a, b in zip(self.variance, other.variance)]
 
     @property
     def total(self) -> float:
@@ -126,6 +140,11 @@ class _Sums:
             "n_cpu_wait_sec": self.cpu_wait,
             "n_await_sec": self.await_,
             "n_samples": self.samples,
+            # The half-width of each share's 95% interval, in points, as
+            # memory's figures state theirs: the run's time, the
+            # denominator, is measured whole; only its split is sampled.
+            **{name: ERROR_SIGMAS * math.sqrt(max(v, 0.0)) * pct for (_, name), v in zip(_TIME_ERRORS,
+                                                                                            self.variance)},
         }
 
 
@@ -548,6 +567,8 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         "sampling_interval_sec": raw["mean_interval_ns"] * NS,
         "cpu_samples": raw["snapshots"],
         "cpu_samples_main_thread": raw["main_snapshots"],
+        "cpu_peeks": raw.get("spread_peeks", 0),
+        "cpu_windows_spread": raw.get("spread_windows", 0),
         "threads": raw["threads_seen"],
         "n_cpus": raw["n_cpus"],
         "process_cpu_time_sec": raw["process_cpu_ns"] * NS,

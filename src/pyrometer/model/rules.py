@@ -33,6 +33,13 @@ def significant(entry: dict[str, Any], threshold: float, malloc_threshold: float
 
 # A line or function is hot, the reports' strongest mark, at this many times
 # the CPU threshold.
+def shown_error(value: float, error: float) -> bool:
+    """Whether a time share (in points) is shown with its sampling error: where
+    the error is a tenth of the figure or more, and would not round to 0 (the
+    shares are shown whole); render/assets/report.js's errorOf says the same."""
+    return value >= 0.5 and error >= max(0.1 * value, 0.5)
+
+
 HOT_FACTOR = 5.0
 
 

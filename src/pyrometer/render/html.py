@@ -32,7 +32,8 @@ DEFAULT_OUTFILE = "pyrometer-profile.html"
 # Per-line and per-function numbers shipped to the page, in this order.
 TIME_FIELDS = ["n_cpu_percent_python", "n_cpu_percent_c", "n_sys_percent", "n_cpu_python_sec",
                "n_cpu_native_sec", "n_sys_sec", "n_core_utilization", "n_samples",
-               "n_gil_wait_percent", "n_cpu_wait_percent"]
+               "n_gil_wait_percent", "n_cpu_wait_percent", "n_time_percent_error", "n_cpu_percent_python_error",
+               "n_cpu_percent_c_error", "n_sys_percent_error", "n_gil_wait_percent_error", "n_cpu_wait_percent_error"]
 MEMORY_FIELDS = ["n_malloc_mb", "n_python_fraction", "n_peak_mb", "n_growth_mb", "n_mallocs",
                  "n_usage_fraction", "n_copy_mb_s", "n_malloc_mb_error", "n_growth_mb_error", "n_churn_mb"]
 # Coroutines' await time; shipped only when the program had any.

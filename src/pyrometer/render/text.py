@@ -11,7 +11,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..model import gpu_columns, mark, sampling, significant, thresholds, time_share
+from ..model import gpu_columns, mark, sampling, shown_error, significant, thresholds, time_share
 from ..model.units import display_name
 from ..visible import terminal_columns, visible
 
@@ -173,16 +173,21 @@ def _gpu_header(profile: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _pct(value: float) -> str:
+def _pct(value: float, error: float = 0.0) -> str:
     if value < 0.5:
         return ""
-    return f"{value:.0f}%"
+    return f"{value:.0f}%" + (f"±{error:.0f}" if shown_error(value, error) else "")
 
 
 def _time_cells(entry: dict[str, Any], waits: bool = False, awaits: bool = False) -> list[str]:
-    cells = [_pct(entry["n_cpu_percent_python"]), _pct(entry["n_cpu_percent_c"]), _pct(entry["n_sys_percent"])]
+    e = entry.get
+    cells = [_pct(entry["n_cpu_percent_python"], e("n_cpu_percent_python_error", 0.0)),
+             _pct(entry["n_cpu_percent_c"], e("n_cpu_percent_c_error", 0.0)),
+             _pct(entry["n_sys_percent"], e("n_sys_percent_error", 0.0))]
     if waits:
-        cells.append(_pct(entry.get("n_gil_wait_percent", 0.0) + entry.get("n_cpu_wait_percent", 0.0)))
+        # The two waits' errors as if apart (their sampling is one).
+        cells.append(_pct(e("n_gil_wait_percent", 0.0) + e("n_cpu_wait_percent", 0.0),
+                          (e("n_gil_wait_percent_error", 0.0) ** 2 + e("n_cpu_wait_percent_error", 0.0) ** 2) ** 0.5))
     if awaits:
         cells.append(_pct(entry.get("n_await_percent", 0.0)))
     return cells

@@ -45,6 +45,17 @@
     return String(s).replace(/[&<>"']/g, function (c) { return ESCAPES[c]; });
   }
   function pct(v) { return v >= 0.5 ? Math.round(v) + "%" : ""; }
+  // "±e" after a time share whose sampling error (a 95% interval, in points)
+  // is a tenth of it or more and rounds to 1 or more (model/rules.py, shown_error).
+  function errorOf(v, e) { return v >= 0.5 && e && e >= Math.max(0.1 * v, 0.5) ? "±" + Math.round(e) : ""; }
+  function timeField(name, label, width, narrow, short) {
+    var f = field(name, label, pct, width, narrow, short);
+    f.cell = function (E, k) {
+      var v = E.get(k, name);
+      return pct(v) + errorOf(v, E.get(k, name + "_error"));
+    };
+    return f;
+  }
   function mb(v) { return v >= 0.5 ? (v < 10000 ? Math.round(v) + " MB" : Math.round(v / 1024) + " GB") : ""; }
   function fix(v, d) {
     var s = num(v, 0).toFixed(d);
@@ -136,11 +147,14 @@
   }
 
   var TIME_COLS = [
-    field("n_cpu_percent_python", "Time Python", pct, "100px", "50px", "Py"),
-    field("n_cpu_percent_c", "native", pct, "64px", "46px", "nat"),
-    field("n_sys_percent", "system", pct, "68px", "46px", "sys"),
+    timeField("n_cpu_percent_python", "Time Python", "100px", "50px", "Py"),
+    timeField("n_cpu_percent_c", "native", "64px", "46px", "nat"),
+    timeField("n_sys_percent", "system", "68px", "46px", "sys"),
     { id: "wait", label: "wait", title: "waiting for the GIL or for a CPU", width: "56px", narrow: "46px",
-      key: waitShare, cell: function (E, k) { return pct(waitShare(E, k)); } },
+      key: waitShare, cell: function (E, k) {
+        var g = E.get(k, "n_gil_wait_percent_error"), c = E.get(k, "n_cpu_wait_percent_error");
+        return pct(waitShare(E, k)) + errorOf(waitShare(E, k), Math.sqrt(g * g + c * c));
+      } },
     { id: "time", label: "time", title: "total time (the bar: Python, native, system, wait)", width: "96px",
       narrow: "54px",
       key: function (E, k) { return E.share(k); }, cell: barHtml },
@@ -657,6 +671,7 @@
       return name + "\nPython  " + fix(g("n_cpu_percent_python"), 1) + "%  (" + fix(g("n_cpu_python_sec"), 3) + " s)" +
         "\nnative  " + fix(g("n_cpu_percent_c"), 1) + "%  (" + fix(g("n_cpu_native_sec"), 3) + " s)" +
         "\nsystem  " + fix(g("n_sys_percent"), 1) + "%  (" + fix(g("n_sys_sec"), 3) + " s)" +
+        "\nall time " + fix(E.share(k), 1) + "% ± " + fix(g("n_time_percent_error"), 1) + " (95% interval)" +
         "\ncore utilisation " + fix(g("n_core_utilization") * 100, 0) + "% · " + plural(g("n_samples"), "sample");
     }
     if (el.dataset.t === "spark") {

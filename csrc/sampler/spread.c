@@ -1,0 +1,432 @@
+/* The main thread's window spread over where it was seen: the sampler thread
+ * reads the main thread's position and state often between snapshots (a peek
+ * at a random moment in each period of a grid, without the GIL), and a
+ * snapshot divides the window it measured among those peeks (state.h: the
+ * rooms).
+ *
+ * Why: a snapshot comes every 10 ms on average, and charged to one place (the
+ * line seen at the request, the answer's delay measured), each window stood for
+ * one point of the program's time.  Six kinds of work interleaved in 40 rounds
+ * (bench/precision.py `mixed`) read 1.5-1.8 points from the truth per line at
+ * the default rate on 3.11, and 1.9-2.3 at ten times the rate: the charge of
+ * the answer's window to t0's line, and the estimated unit before it, carry a
+ * bias that more requests do not remove.  A loop with a 10 ms period, 30%
+ * Python and 70% asleep, read 4-10 points off.  With ten peeks a window, each
+ * one's share of the window's measured time, the line of the time is a
+ * stratified sample of the program's (one point placed at random in each
+ * period: no lock-in with a periodic program, and less variance than
+ * exponential intervals), and its kind comes from the measured clocks.
+ *
+ * The kinds: the window's CPU time (its clock) and run-queue wait
+ * (schedstat) go to the peeks that found the thread running (the kernel's
+ * /proc/self/task/<tid>/syscall says "running" for a thread on a CPU or
+ * waiting for one); its time off the CPU, blocked, to the peeks that found it
+ * blocked: asleep on the GIL's own state is GIL wait, anywhere else system
+ * time.  So the window's totals by kind are what its clocks measured, and
+ * only their places come from the peeks.  A running peek is native when the
+ * thread stood in a call, in an operator the specialiser left generic (a numpy
+ * operation: its type's slot), or at the same instruction for SPREAD_STUCK
+ * peeks in a row, on its CPU between them (one instruction's long C work: a
+ * 10 ms `del` of a large list, a `*` on a large bytes), or at an instruction
+ * where a request's answer measured such work: over NATIVE_DELAY_NS of CPU
+ * from t0 where t0 saw it at bytecode (a numpy operator: the old rule of a
+ * single look, kept for every later peek there, long_ops).  Not by its
+ * opcode alone: `i % 7` on ints stays a generic BINARY_OP on 3.11, and its
+ * line read 7-10% native so. */
+#include "state.h"
+#include "../common/clock.h"
+#include "../profile/codes.h"
+#include "../profile/stacks.h"
+
+#include <sched.h>
+#include <string.h>
+
+/* Peeks kept between two snapshots of the main thread, runs of identical peeks
+ * merged into one (a long call is one entry, whatever its length). */
+#define SPREAD_RING 256
+/* Identical running peeks in a row, at an instruction that is not a call, that
+ * make it one instruction's native work: a Python loop whose body has seven
+ * instructions is found at the same one twice in a row by chance one time in
+ * seven, so k in a row one time in 7^(k-1) (with 3, a pure-Python loop read
+ * 1-2.4% native).  And on its CPU between them, at least half the time: a
+ * thread preempted by a busy machine stands still too, waiting for a CPU (a
+ * pure-Python loop beside two busy processes read 20% native without this). */
+#define SPREAD_STUCK 5
+/* Instructions where an answer measured one instruction's native work (the
+ * code object and the instruction; code 0: a free slot), kept for the run:
+ * compared only, never followed (a code freed and its address reused costs at
+ * most the kind of some peeks). */
+#define LONG_OPS 1024
+/* A peek that finds the main thread running where the one before found it
+ * blocked, having used less CPU than this since, found it at the moment it was
+ * woken, not running: the sampler thread's wake, due within the timer slack of
+ * the main thread's sleep (50 us by default, the program's), fires that timer
+ * too, and the peek sees the sleep end at once.  Read as running, a loop of
+ * 1 ms periods (0.3 ms of Python, then a sleep) had 0.35 s of CPU on its sleep
+ * line of the 0.12 s the sleeps used, and its Python line 14-18% of the time
+ * (truth 19-20%). */
+#define SPREAD_WOKEN_CPU_NS 20000ULL
+/* How long the time of windows without a peek is carried to the next peek
+ * (in mean intervals) before it is charged where the thread stands. */
+#define SPREAD_CARRY_INTERVALS 16
+/* Located peeks a window keeps apart; beyond it, the last one takes the rest. */
+#define SPREAD_PLACES 64
+
+enum peek_state { PEEK_UNKNOWN, PEEK_RUNNING, PEEK_GIL, PEEK_BLOCKED };
+
+typedef struct {
+    uint64_t first_ns, last_ns; /* the first and the latest peek merged into it */
+    uint64_t cpu_ns;            /* the main thread's CPU clock at the latest (CLOCK_UNAVAILABLE: not read) */
+    pyframe_peeked at;
+    int standing;
+    int state;      /* enum peek_state */
+    int native;     /* its kind, were it running */
+    uint32_t count; /* peeks merged into it */
+    uint32_t stuck; /* of them, after the first, found on a CPU since the one before (SPREAD_STUCK) */
+} main_peek;
+
+static struct {
+    atomic_flag lock;
+    unsigned head, len; /* under lock */
+    main_peek ring[SPREAD_RING];
+} ring = {.lock = ATOMIC_FLAG_INIT};
+
+/* GIL held: the main thread's time of windows without a peek, carried to
+ * the next one's (charge_main_spread). */
+static struct {
+    uint64_t wall, used, runq;
+} carry;
+
+/* GIL held (the snapshots'): LONG_OPS. */
+static struct {
+    uintptr_t code;
+    int lasti;
+} long_ops[LONG_OPS];
+static int long_ops_full;
+
+static size_t long_op_slot(uintptr_t code, int lasti)
+{
+    uint64_t h = ((uint64_t)code ^ ((uint64_t)(uint32_t)lasti << 40)) * 0x9E3779B97F4A7C15ULL;
+    return (size_t)(h >> 54) % LONG_OPS;
+}
+
+static int long_op_known(uintptr_t code, int lasti)
+{
+    for (size_t i = long_op_slot(code, lasti), n = 0; n < LONG_OPS && long_ops[i].code != 0;
+         i = (i + 1) % LONG_OPS, n++) {
+        if (long_ops[i].code == code && long_ops[i].lasti == lasti) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void long_op_note(uintptr_t code, int lasti)
+{
+    if (code == 0 || long_ops_full || long_op_known(code, lasti)) {
+        return;
+    }
+    size_t n = 0, i = long_op_slot(code, lasti);
+    while (long_ops[i].code != 0 && n++ < LONG_OPS / 2) {
+        i = (i + 1) % LONG_OPS;
+    }
+    if (long_ops[i].code != 0) {
+        long_ops_full = 1; /* half full: probes stay short; no more are kept */
+        return;
+    }
+    long_ops[i].code = code;
+    long_ops[i].lasti = lasti;
+}
+
+/* The variance of a line's figures from the spread peeks: the peeks are a
+ * stratified sample (one in each period of a grid), whose variance the
+ * squared differences of successive peeks estimate (half their sum, for each
+ * line and kind: a peek's part of it against the one before's), rather than
+ * the sum of squares of a Poisson process's draws.  A line run for long
+ * stretches at a time changes only at their ends: a 34% line of the `mixed`
+ * program of bench/precision.py is within 0.1-0.3 points of the truth at 4 s,
+ * where draws of a Poisson process at the peeks' rate would give it +-1.9.
+ * prev: the latest peek's place and parts (have 0: none yet, or since the
+ * sampler started). */
+static struct {
+    int have;
+    location at;
+    double parts[CPU_VARS];
+} prev;
+
+static void ring_lock(void)
+{
+    while (atomic_flag_test_and_set_explicit(&ring.lock, memory_order_acquire)) {
+        sched_yield();
+    }
+}
+
+static void ring_unlock(void)
+{
+    atomic_flag_clear_explicit(&ring.lock, memory_order_release);
+}
+
+void spread_reset(void)
+{
+    atomic_flag_clear(&ring.lock); /* a fork's child: the parent's sampler thread may have held it */
+    ring.head = ring.len = 0;
+    prev.have = 0;
+    memset(long_ops, 0, sizeof long_ops);
+    long_ops_full = 0;
+    carry.wall = carry.used = carry.runq = 0;
+}
+
+static int same_place(const main_peek *a, const main_peek *b)
+{
+    return a->at.frame == b->at.frame && a->at.code == b->at.code && a->at.lasti == b->at.lasti &&
+           a->standing == b->standing && a->state == b->state;
+}
+
+/* The sampler thread, without the GIL: where the main thread stands now. */
+void spread_peek(void)
+{
+    if (!sampler.peek_available) {
+        return;
+    }
+    main_peek p;
+    memset(&p, 0, sizeof p);
+    p.at.lasti = -1;
+    p.standing = main_standing(&p.at);
+    if (p.standing == STANDING_UNKNOWN) {
+        return; /* a torn read: no peek (the others share the window) */
+    }
+    switch (thread_state_in(&sampler.main_wait, sampler.main_tid, sampler.gil_start, sampler.gil_size)) {
+    case THREAD_STATE_RUNNING:
+        p.state = PEEK_RUNNING;
+        break;
+    case THREAD_STATE_ON_SPAN:
+        p.state = PEEK_GIL;
+        break;
+    case THREAD_STATE_BLOCKED:
+        p.state = PEEK_BLOCKED;
+        break;
+    default:
+        p.state = PEEK_UNKNOWN;
+    }
+    p.cpu_ns = clock_thread_cpu_ns(sampler.main_tid);
+    p.native = p.standing == STANDING_IN_CALL;
+    p.first_ns = p.last_ns = clock_wall_ns();
+    p.count = 1;
+    ring_lock();
+    main_peek *newest = ring.len > 0 ? &ring.ring[(ring.head + ring.len - 1) % SPREAD_RING] : NULL;
+    if (newest != NULL && p.state == PEEK_RUNNING && (newest->state == PEEK_BLOCKED || newest->state == PEEK_GIL) &&
+        newest->at.frame == p.at.frame && newest->at.code == p.at.code && newest->at.lasti == p.at.lasti &&
+        p.cpu_ns != CLOCK_UNAVAILABLE && newest->cpu_ns != CLOCK_UNAVAILABLE &&
+        delta(p.cpu_ns, newest->cpu_ns) < SPREAD_WOKEN_CPU_NS) {
+        p.state = newest->state; /* just woken (SPREAD_WOKEN_CPU_NS) */
+    }
+    if (newest != NULL && (same_place(newest, &p) || ring.len == SPREAD_RING)) {
+        /* The same place again (or no room: the newest takes it) */
+        int ran = p.cpu_ns != CLOCK_UNAVAILABLE && newest->cpu_ns != CLOCK_UNAVAILABLE &&
+                  2 * delta(p.cpu_ns, newest->cpu_ns) >= delta(p.last_ns, newest->last_ns);
+        newest->stuck = same_place(newest, &p) && p.state == PEEK_RUNNING && ran ? newest->stuck + 1 : 0;
+        newest->count++;
+        newest->last_ns = p.last_ns;
+        newest->cpu_ns = p.cpu_ns;
+        if (newest->stuck + 1 >= SPREAD_STUCK) {
+            newest->native = 1;
+        }
+    } else {
+        ring.ring[(ring.head + ring.len) % SPREAD_RING] = p;
+        ring.len++;
+    }
+    ring_unlock();
+}
+
+/* GIL held: the time carried (charge_main_spread) charged now: where the last
+ * peek was (ts NULL: the run stops, or profiling pauses), or where ts stands
+ * (no peek yet). */
+void spread_flush(PyThreadState *ts, double core_fraction)
+{
+    if (carry.wall == 0) {
+        return;
+    }
+    location at = prev.have ? prev.at : (ts != NULL ? locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL) : prev.at);
+    if (prev.have || ts != NULL) {
+        charge(&at, carry.wall, carry.used, carry.runq, core_fraction);
+    }
+    carry.wall = carry.used = carry.runq = 0;
+}
+
+/* The peeks made before `until`, taken out of the ring (those before `since`,
+ * left from a window not spread, are dropped); how many went into out. */
+static int take_peeks(uint64_t since, uint64_t until, main_peek *out, int max)
+{
+    int n = 0;
+    ring_lock();
+    while (ring.len > 0) {
+        main_peek *oldest = &ring.ring[ring.head];
+        if (oldest->first_ns > until) {
+            break;
+        }
+        if (oldest->last_ns > since && n < max) {
+            out[n++] = *oldest;
+        } else if (oldest->last_ns > since && n > 0) {
+            out[n - 1].count += oldest->count; /* more places than kept apart: the last takes them */
+        }
+        ring.head = (ring.head + 1) % SPREAD_RING;
+        ring.len--;
+    }
+    ring_unlock();
+    return n;
+}
+
+void spread_drop_until(uint64_t until)
+{
+    main_peek none[1];
+    (void)take_peeks(UINT64_MAX, until, none, 0);
+}
+
+
+static void add_variance(const location *loc, const double parts[CPU_VARS])
+{
+    double var[CPU_VARS];
+    int same = prev.have && prev.at.site == loc->site && prev.at.lineno == loc->lineno;
+    if (!same && prev.have) {
+        for (int k = 0; k < CPU_VARS; k++) {
+            var[k] = prev.parts[k] * prev.parts[k] / 2.0;
+        }
+        charge_variance(&prev.at, var);
+    }
+    for (int k = 0; k < CPU_VARS; k++) {
+        double d = same ? parts[k] - prev.parts[k] : parts[k];
+        var[k] = d * d / 2.0;
+    }
+    charge_variance(loc, var);
+    prev.have = 1;
+    prev.at = *loc;
+    memcpy(prev.parts, parts, sizeof prev.parts);
+}
+
+/* One peek's part of the window, by kind: CPU (its kind the peek's), run-queue
+ * wait, and time off the CPU, GIL wait or system (or an event loop's idle). */
+static void charge_part(location loc, const main_peek *p, uint64_t cpu, uint64_t runq, uint64_t off,
+                        double core_fraction)
+{
+    double parts[CPU_VARS] = {0};
+    int gil = p->state == PEEK_GIL || (p->state != PEEK_BLOCKED && !p->native);
+    location on = loc;
+    on.native = p->native;
+    if (off > 0 && gil != !on.native) {
+        /* Its CPU of one kind and its time off the CPU of the other's: the
+         * two charged apart (the off part's kind is its own). */
+        location waits = loc;
+        waits.native = !gil;
+        charge_quiet(&waits, off, 0, 0, core_fraction, parts);
+        off = 0;
+    }
+    if (cpu + runq + off > 0) {
+        charge_quiet(&on, cpu + runq + off, cpu, runq, core_fraction, parts);
+    }
+    for (int k = 0; k < CPU_VARS; k++) {
+        parts[k] /= (double)p->count; /* one peek's: the merged ones differ in nothing */
+    }
+    add_variance(&loc, parts);
+}
+
+/* Shares of `total` in proportion to weight of all, the last taking what the
+ * rounding left, so that the parts add up to the total. */
+typedef struct {
+    uint64_t total, given;
+    uint64_t all, seen;
+} share;
+
+static uint64_t share_of(share *s, uint64_t weight)
+{
+    s->seen += weight;
+    uint64_t upto = s->all > 0 ? (uint64_t)((double)s->total * ((double)s->seen / (double)s->all)) : 0;
+    if (s->seen >= s->all) {
+        upto = s->total;
+    }
+    uint64_t part = upto > s->given ? upto - s->given : 0;
+    s->given += part;
+    return part;
+}
+
+/* The main thread's window [t->last_wall_ns, now] (wall, of which `used` on a
+ * CPU and `runq` waiting for one), spread over the peeks made in it; 0 when
+ * there are none (then the rules of a single look charge it).  long_op: the
+ * place where the request's answer measured one instruction's native work
+ * (NULL: none), kept for every later peek there (LONG_OPS).  *where: the
+ * place of the latest peek (where the thread is now, for the GPU's time line
+ * and the CPU of threads without Python state). */
+int charge_main_spread(PyThreadState *ts, const thread_track *t, uint64_t now, uint64_t wall, uint64_t used,
+                       uint64_t runq, double core_fraction, const pyframe_position *long_op,
+                       location *where)
+{
+    main_peek peeks[SPREAD_PLACES];
+    int n = take_peeks(t->last_wall_ns, now, peeks, SPREAD_PLACES);
+    used = used > wall ? wall : used;
+    runq = runq > wall - used ? wall - used : runq;
+    if (n == 0) {
+        /* A window without a peek (shorter than a peek's period, or the
+         * sampler thread kept from peeking): its time is carried to the
+         * next window's peeks.  Charged by the rules of a single look (the
+         * answer's line at t0), such windows made the bias the peeks are
+         * there to remove: with three peeks a 10 ms interval, a loop of 10 ms
+         * periods read 2-6 points off, with ten 0.2-0.8. */
+        carry.wall += wall;
+        carry.used += used;
+        carry.runq += runq;
+        if (carry.wall <= SPREAD_CARRY_INTERVALS * sampler.options.interval_ns) {
+            *where = locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL);
+            return 1;
+        }
+        spread_flush(ts, core_fraction); /* no peek for long (they fail): charged where it stands */
+        *where = prev.at;
+        return 1;
+    }
+    wall += carry.wall;
+    used += carry.used;
+    runq += carry.runq;
+    carry.wall = carry.used = carry.runq = 0;
+    if (long_op != NULL) {
+        long_op_note(long_op->code, long_op->lasti);
+    }
+    for (int i = 0; i < n; i++) {
+        main_peek *p = &peeks[i];
+        if (p->standing == STANDING_PYTHON && p->at.code != 0 && long_op_known(p->at.code, p->at.lasti)) {
+            p->native = 1;
+        }
+    }
+    uint64_t off = wall - used - runq;
+    uint64_t running = 0, blocked = 0, all = 0;
+    for (int i = 0; i < n; i++) {
+        all += peeks[i].count;
+        running += peeks[i].state == PEEK_RUNNING ? peeks[i].count : 0;
+        blocked += peeks[i].state == PEEK_GIL || peeks[i].state == PEEK_BLOCKED ? peeks[i].count : 0;
+    }
+    /* Where no peek saw the state a clock measured (a window of one peek,
+     * or a kernel without the syscall file), every peek shares it. */
+    share cpu = {used, 0, running > 0 ? running : all, 0};
+    share wait = {runq, 0, running > 0 ? running : all, 0};
+    share away = {off, 0, blocked > 0 ? blocked : all, 0};
+    location loc = {SITE_NONE, 0, 1, 1, 0, STACKS_ROOT};
+    for (int i = 0; i < n; i++) {
+        const main_peek *p = &peeks[i];
+        int on = running == 0 || p->state == PEEK_RUNNING;
+        int away_here = blocked == 0 || p->state == PEEK_GIL || p->state == PEEK_BLOCKED;
+        uint64_t c = on ? share_of(&cpu, p->count) : 0;
+        uint64_t q = on ? share_of(&wait, p->count) : 0;
+        uint64_t o = away_here ? share_of(&away, p->count) : 0;
+        if (i == 0 || !same_place(p, &peeks[i - 1]) || p->at.callers[0].frame != peeks[i - 1].at.callers[0].frame) {
+            loc = locate_peek(ts, p->standing, p->at.frame != 0 ? &p->at : NULL);
+        }
+        uintptr_t codes[1 + PYFRAME_PEEK_CALLERS];
+        for (int k = 0; k <= PYFRAME_PEEK_CALLERS; k++) {
+            codes[k] = peeked_position(&p->at, k).code;
+        }
+        loc.loop_idle = awaits_loop_was_waiting(codes, 1 + PYFRAME_PEEK_CALLERS);
+        charge_part(loc, p, c, q, o, core_fraction);
+    }
+    *where = loc;
+    where->native = peeks[n - 1].native;
+    sampler.totals.spread_peeks += all;
+    sampler.totals.spread_windows++;
+    return 1;
+}
