@@ -211,21 +211,13 @@ location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint6
     return locate_met(ts, native_by_delay, delay_ns, delay_cpu_ns, standing, at, &unmet);
 }
 
-/* A spread peek, made up to a window before the snapshot (spread.c): located
- * as locate does, but where none of its frames is on the stack any more
- * (locate_unmet), its line is known and its stack is not: the frames the peek
- * keeps (its own and two callers) put on the stack's outermost frame made
- * stacks that never ran (a recursion 300 deep, unwound before the snapshot,
- * gave `<module>` -> down -> down -> spin).  Its time goes to the stacks'
- * "other" part, with the stacks past the cap. */
-location locate_peek(PyThreadState *ts, int standing, const pyframe_peeked *at)
+/* A spread peek, made up to a few windows before the snapshot (spread.c):
+ * located as locate does; *unmet: none of its frames is on the stack any more
+ * (locate_unmet), so that the stack above the frames it kept is not known. */
+location locate_peek(PyThreadState *ts, int standing, const pyframe_peeked *at, int *unmet)
 {
-    int unmet = 0;
-    location loc = locate_met(ts, 0, 0, 0, standing, at, &unmet);
-    if (unmet && loc.ok && loc.site != SITE_NONE) {
-        loc.stack = STACKS_OTHER;
-    }
-    return loc;
+    *unmet = 0;
+    return locate_met(ts, 0, 0, 0, standing, at, unmet);
 }
 
 static location locate_met(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint64_t delay_cpu_ns,

@@ -936,7 +936,7 @@ void sampler_stop(int keep_thread)
         take_commands();
     }
     place_held_of_gone(1); /* the CPU measured so far, none of it lost */
-    spread_flush(NULL, 0.0); /* and the main thread's carried to a next peek */
+    spread_flush(0.0); /* and the main thread's carried to a next peek */
     if (!sampler.thread_kept) {
         /* Kept, the thread is ended before a fork (stop_for_fork): the guard stays. */
         forks_unregister(stop_for_fork);

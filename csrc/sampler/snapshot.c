@@ -171,7 +171,7 @@ static location charge_window(const snapshot_walk *w, PyThreadState *ts, thread_
 {
     const command_time *at = w->at;
     if (ts == sampler.main_ts && w->mode != SNAPSHOT_CHARGE) {
-        spread_flush(NULL, w->core_fraction); /* the time carried before the pause is charged, not the pause's */
+        spread_flush(w->core_fraction); /* the time carried before the pause is charged, not the pause's */
     }
     if (w->mode == SNAPSHOT_REBASE) {
         return w->main_location; /* not charged: only the baselines move */
@@ -193,7 +193,7 @@ static location charge_window(const snapshot_walk *w, PyThreadState *ts, thread_
         pyframe_position long_op;
         int measured = w->source == ANSWERED_BY_MAIN && long_op_answered(cpu, &long_op);
         if (charge_main_spread(ts, t, w->now, wall, used, runq, w->core_fraction, measured ? &long_op : NULL,
-                               &spread)) {
+                               atomic_load(&sampler.request_wall_ns), &spread)) {
             return spread; /* over the peeks made in the window (spread.c) */
         }
     }

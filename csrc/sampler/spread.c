@@ -36,6 +36,7 @@
 #include "state.h"
 #include "../common/clock.h"
 #include "../profile/codes.h"
+#include "../profile/line_timeline.h"
 #include "../profile/stacks.h"
 
 #include <sched.h>
@@ -66,8 +67,10 @@
  * line of the 0.12 s the sleeps used, and its Python line 14-18% of the time
  * (truth 19-20%). */
 #define SPREAD_WOKEN_CPU_NS 20000ULL
-/* How long the time of windows without a peek is carried to the next peek
- * (in mean intervals) before it is charged where the thread stands. */
+/* How many peeks a spread takes at least, and how long its windows' time is
+ * carried to reach them (in mean intervals) before it is spread over fewer
+ * (charge_main_spread). */
+#define SPREAD_MIN_PEEKS 10
 #define SPREAD_CARRY_INTERVALS 16
 /* Located peeks a window keeps apart; beyond it, the last one takes the rest. */
 #define SPREAD_PLACES 64
@@ -91,11 +94,14 @@ static struct {
     main_peek ring[SPREAD_RING];
 } ring = {.lock = ATOMIC_FLAG_INIT};
 
-/* GIL held: the main thread's time of windows without a peek, carried to
- * the next one's (charge_main_spread). */
+/* GIL held: the main thread's time of windows not spread yet, and the peeks
+ * made in them, until there are SPREAD_MIN_PEEKS (charge_main_spread). */
 static struct {
     uint64_t wall, used, runq;
 } carry;
+static main_peek held[SPREAD_PLACES];
+static int n_held;
+static uint64_t held_peeks; /* their counts added up */
 
 /* GIL held (the snapshots'): LONG_OPS. */
 static struct {
@@ -174,6 +180,8 @@ void spread_reset(void)
     memset(long_ops, 0, sizeof long_ops);
     long_ops_full = 0;
     carry.wall = carry.used = carry.runq = 0;
+    n_held = 0;
+    held_peeks = 0;
 }
 
 static int same_place(const main_peek *a, const main_peek *b)
@@ -236,21 +244,6 @@ void spread_peek(void)
         ring.len++;
     }
     ring_unlock();
-}
-
-/* GIL held: the time carried (charge_main_spread) charged now: where the last
- * peek was (ts NULL: the run stops, or profiling pauses), or where ts stands
- * (no peek yet). */
-void spread_flush(PyThreadState *ts, double core_fraction)
-{
-    if (carry.wall == 0) {
-        return;
-    }
-    location at = prev.have ? prev.at : (ts != NULL ? locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL) : prev.at);
-    if (prev.have || ts != NULL) {
-        charge(&at, carry.wall, carry.used, carry.runq, core_fraction);
-    }
-    carry.wall = carry.used = carry.runq = 0;
 }
 
 /* The peeks made before `until`, taken out of the ring (those before `since`,
@@ -348,85 +341,217 @@ static uint64_t share_of(share *s, uint64_t weight)
     return part;
 }
 
-/* The main thread's window [t->last_wall_ns, now] (wall, of which `used` on a
- * CPU and `runq` waiting for one), spread over the peeks made in it; 0 when
- * there are none (then the rules of a single look charge it).  long_op: the
- * place where the request's answer measured one instruction's native work
- * (NULL: none), kept for every later peek there (LONG_OPS).  *where: the
- * place of the latest peek (where the thread is now, for the GPU's time line
- * and the CPU of threads without Python state). */
-int charge_main_spread(PyThreadState *ts, const thread_track *t, uint64_t now, uint64_t wall, uint64_t used,
-                       uint64_t runq, double core_fraction, const pyframe_position *long_op,
-                       location *where)
+/* CLOCK_REALTIME of a moment of the monotonic clock (the line time line's). */
+static uint64_t realtime_of(uint64_t mono_ns, uint64_t mono_now, uint64_t real_now)
 {
-    main_peek peeks[SPREAD_PLACES];
-    int n = take_peeks(t->last_wall_ns, now, peeks, SPREAD_PLACES);
-    used = used > wall ? wall : used;
-    runq = runq > wall - used ? wall - used : runq;
-    if (n == 0) {
-        /* A window without a peek (shorter than a peek's period, or the
-         * sampler thread kept from peeking): its time is carried to the
-         * next window's peeks.  Charged by the rules of a single look (the
-         * answer's line at t0), such windows made the bias the peeks are
-         * there to remove: with three peeks a 10 ms interval, a loop of 10 ms
-         * periods read 2-6 points off, with ten 0.2-0.8. */
-        carry.wall += wall;
-        carry.used += used;
-        carry.runq += runq;
-        if (carry.wall <= SPREAD_CARRY_INTERVALS * sampler.options.interval_ns) {
-            *where = locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL);
-            return 1;
+    uint64_t ago = delta(mono_now, mono_ns);
+    return real_now > ago ? real_now - ago : 0;
+}
+
+/* Whether two peeks kept the same code objects, their own frame's and their
+ * callers' (the same path of calls, as far as they saw it). */
+static int same_codes(const pyframe_peeked *a, const pyframe_peeked *b)
+{
+    for (int k = 0; k <= PYFRAME_PEEK_CALLERS; k++) {
+        if (peeked_position(a, k).code != peeked_position(b, k).code) {
+            return 0;
         }
-        spread_flush(ts, core_fraction); /* no peek for long (they fail): charged where it stands */
-        *where = prev.at;
-        return 1;
     }
-    wall += carry.wall;
-    used += carry.used;
-    runq += carry.runq;
+    return 1;
+}
+
+/* The held peeks' places (locate_peek), in locs.  A peek none of whose
+ * frames is on the stack any more (unmet) knows its line but not the stack
+ * above the frames it kept: where a peek of this spread met the stack on the
+ * same line, its stack is taken (a recursion 300 deep, unwound before the
+ * snapshot, read as `<module>` -> down -> down -> spin, a stack that never
+ * ran), of one that kept the same codes (the same path of calls: c called
+ * by b, not by a) where there is one; else the kept frames are put on the
+ * stack's outermost frame, as for the look at t0 (locate_unmet: the
+ * program's last call, `main` -> `burn`). */
+static void locate_held(PyThreadState *ts, location *locs)
+{
+    int unmet[SPREAD_PLACES];
+    for (int i = 0; i < n_held; i++) {
+        const main_peek *p = &held[i];
+        locs[i] = locate_peek(ts, p->standing, p->at.frame != 0 ? &p->at : NULL, &unmet[i]);
+        uintptr_t codes[1 + PYFRAME_PEEK_CALLERS];
+        for (int k = 0; k <= PYFRAME_PEEK_CALLERS; k++) {
+            codes[k] = peeked_position(&p->at, k).code;
+        }
+        locs[i].loop_idle = awaits_loop_was_waiting(codes, 1 + PYFRAME_PEEK_CALLERS);
+    }
+    for (int i = 0; i < n_held; i++) {
+        int same_line = -1, same_path = -1;
+        for (int j = n_held - 1; unmet[i] && j >= 0 && same_path < 0; j--) {
+            if (unmet[j] || !locs[j].ok || locs[j].site != locs[i].site || locs[j].lineno != locs[i].lineno) {
+                continue;
+            }
+            same_line = same_line < 0 ? j : same_line;
+            same_path = same_codes(&held[i].at, &held[j].at) ? j : -1;
+        }
+        int from = same_path >= 0 ? same_path : same_line;
+        if (from >= 0) {
+            locs[i].stack = locs[from].stack;
+        }
+    }
+}
+
+/* The carried time spread over the held peeks (see the top of this file);
+ * *where: the latest peek's place. */
+static void spread_held(PyThreadState *ts, double core_fraction, location *where)
+{
+    uint64_t wall = carry.wall, used = carry.used, runq = carry.runq;
     carry.wall = carry.used = carry.runq = 0;
-    if (long_op != NULL) {
-        long_op_note(long_op->code, long_op->lasti);
-    }
-    for (int i = 0; i < n; i++) {
-        main_peek *p = &peeks[i];
+    uint64_t off = wall - used - runq;
+    uint64_t running = 0, blocked = 0, all = 0;
+    for (int i = 0; i < n_held; i++) {
+        main_peek *p = &held[i];
         if (p->standing == STANDING_PYTHON && p->at.code != 0 && long_op_known(p->at.code, p->at.lasti)) {
             p->native = 1;
         }
-    }
-    uint64_t off = wall - used - runq;
-    uint64_t running = 0, blocked = 0, all = 0;
-    for (int i = 0; i < n; i++) {
-        all += peeks[i].count;
-        running += peeks[i].state == PEEK_RUNNING ? peeks[i].count : 0;
-        blocked += peeks[i].state == PEEK_GIL || peeks[i].state == PEEK_BLOCKED ? peeks[i].count : 0;
+        all += p->count;
+        running += p->state == PEEK_RUNNING ? p->count : 0;
+        blocked += p->state == PEEK_GIL || p->state == PEEK_BLOCKED ? p->count : 0;
     }
     /* Where no peek saw the state a clock measured (a window of one peek,
      * or a kernel without the syscall file), every peek shares it. */
     share cpu = {used, 0, running > 0 ? running : all, 0};
     share wait = {runq, 0, running > 0 ? running : all, 0};
     share away = {off, 0, blocked > 0 ? blocked : all, 0};
-    location loc = {SITE_NONE, 0, 1, 1, 0, STACKS_ROOT};
-    for (int i = 0; i < n; i++) {
-        const main_peek *p = &peeks[i];
+    location locs[SPREAD_PLACES];
+    locate_held(ts, locs);
+    int timeline = line_timeline_enabled();
+    uint64_t mono_now = clock_wall_ns(), real_now = timeline ? line_timeline_now_ns() : 0;
+    line_timeline_entry latest = {0, 0, 0, 0};
+    if (timeline && !line_timeline_latest(&latest)) {
+        latest.t_ns = 0;
+    }
+    for (int i = 0; i < n_held; i++) {
+        const main_peek *p = &held[i];
         int on = running == 0 || p->state == PEEK_RUNNING;
         int away_here = blocked == 0 || p->state == PEEK_GIL || p->state == PEEK_BLOCKED;
         uint64_t c = on ? share_of(&cpu, p->count) : 0;
         uint64_t q = on ? share_of(&wait, p->count) : 0;
         uint64_t o = away_here ? share_of(&away, p->count) : 0;
-        if (i == 0 || !same_place(p, &peeks[i - 1]) || p->at.callers[0].frame != peeks[i - 1].at.callers[0].frame) {
-            loc = locate_peek(ts, p->standing, p->at.frame != 0 ? &p->at : NULL);
+        charge_part(locs[i], p, c, q, o, core_fraction);
+        uint64_t at = timeline ? realtime_of(p->last_ns, mono_now, real_now) : 0;
+        if (timeline && locs[i].ok && at > latest.t_ns) {
+            /* Where the thread stood up to this peek, for the GPU's late
+             * windows: by peek, not by snapshot (the time line's entries
+             * never go back: the snapshots of carried windows wrote theirs). */
+            line_timeline_note(at, locs[i].site, locs[i].lineno, locs[i].stack);
+            latest.t_ns = at;
         }
-        uintptr_t codes[1 + PYFRAME_PEEK_CALLERS];
-        for (int k = 0; k <= PYFRAME_PEEK_CALLERS; k++) {
-            codes[k] = peeked_position(&p->at, k).code;
-        }
-        loc.loop_idle = awaits_loop_was_waiting(codes, 1 + PYFRAME_PEEK_CALLERS);
-        charge_part(loc, p, c, q, o, core_fraction);
     }
-    *where = loc;
-    where->native = peeks[n - 1].native;
+    if (n_held > 0) {
+        *where = locs[n_held - 1];
+        where->native = held[n_held - 1].native;
+    }
     sampler.totals.spread_peeks += all;
     sampler.totals.spread_windows++;
+    n_held = 0;
+    held_peeks = 0;
+}
+
+/* Whether the held peeks bear out an answer's measure of one instruction's
+ * native work at `at` since t0: no peek after t0 found the thread elsewhere,
+ * and one found it there after t0 (it stood there a peek's period at least),
+ * or, with none after t0, one found it there before at an operator the
+ * specialiser left generic (a numpy operation of a few hundred us: its type's
+ * slot).  Without this, a request made in a Python loop just before a 7 ms
+ * call that keeps the GIL was answered after the call, and the loop's
+ * instruction kept as native work for the run: a pure-Python line read 23%
+ * native. */
+static int long_op_confirmed(const pyframe_position *at, uint64_t t0)
+{
+    int after = 0, operator = 0;
+    for (int i = 0; i < n_held; i++) {
+        const main_peek *p = &held[i];
+        int there = p->at.frame == at->frame && p->at.code == at->code && p->at.lasti == at->lasti;
+        if (!there && p->first_ns > t0) {
+            return 0; /* moved on */
+        }
+        after |= there && p->last_ns >= t0;
+        operator |= there && codes_opcode_generic_operator(p->at.opcode, p->at.oparg);
+    }
+    return after || operator;
+}
+
+/* The main thread's window [t->last_wall_ns, now] (wall, of which `used` on a
+ * CPU and `runq` waiting for one), spread over the peeks made in it, with
+ * those of the windows before it not spread yet: until SPREAD_MIN_PEEKS peeks
+ * are held, the windows' time is carried.  Divided among two or three peeks,
+ * a window's time kept the single look's bias (its ends are where the thread
+ * answers: after a native call, a sleep): the 70/30 split of a 7 ms native
+ * call and 3 ms of Python at a 2 ms rate (peeks every 1 ms) read 0.785
+ * native.  long_op: the place where the request's answer (its t0: long_op_t0)
+ * measured one instruction's native work (NULL: none), kept for every later
+ * peek there (LONG_OPS) where the peeks bear it out (long_op_confirmed).  *where: the place of the latest peek spread, or where the
+ * thread stands (for the GPU's time line and the CPU of threads without
+ * Python state).  Returns 1: the window is taken (charged or carried). */
+int charge_main_spread(PyThreadState *ts, const thread_track *t, uint64_t now, uint64_t wall, uint64_t used,
+                       uint64_t runq, double core_fraction, const pyframe_position *long_op, uint64_t long_op_t0,
+                       location *where)
+{
+    int n = take_peeks(n_held > 0 || carry.wall > 0 ? 0 : t->last_wall_ns, now, held + n_held,
+                       SPREAD_PLACES - n_held);
+    for (int i = n_held; i < n_held + n; i++) {
+        held_peeks += held[i].count;
+    }
+    n_held += n;
+    used = used > wall ? wall : used;
+    runq = runq > wall - used ? wall - used : runq;
+    carry.wall += wall;
+    carry.used += used;
+    carry.runq += runq;
+    if (long_op != NULL && long_op_confirmed(long_op, long_op_t0)) {
+        long_op_note(long_op->code, long_op->lasti);
+    }
+    if (held_peeks < SPREAD_MIN_PEEKS && n_held < SPREAD_PLACES &&
+        carry.wall <= SPREAD_CARRY_INTERVALS * sampler.options.interval_ns) {
+        *where = locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL);
+        return 1; /* carried, with its peeks, to the next window */
+    }
+    if (n_held == 0) {
+        /* No peek for long (they fail): charged where it stands. */
+        location here = locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL);
+        charge(&here, carry.wall, carry.used, carry.runq, core_fraction);
+        carry.wall = carry.used = carry.runq = 0;
+        *where = here;
+        return 1;
+    }
+    spread_held(ts, core_fraction, where);
     return 1;
+}
+
+/* GIL held: the time carried and the peeks held, spread now (the run stops,
+ * or profiling pauses): over the held peeks, or, with none, where the main
+ * thread stands (with no main thread left, where the last peek was). */
+void spread_flush(double core_fraction)
+{
+    if (carry.wall == 0 && n_held == 0) {
+        return;
+    }
+    PyThreadState *ts = NULL;
+    for (PyThreadState *o = PyInterpreterState_ThreadHead(sampler.interp); o != NULL; o = PyThreadState_Next(o)) {
+        ts = o == sampler.main_ts ? o : ts; /* it may be gone: stopped from another thread */
+    }
+    if (ts == NULL) {
+        if (prev.have) {
+            charge(&prev.at, carry.wall, carry.used, carry.runq, core_fraction);
+        }
+        carry.wall = carry.used = carry.runq = 0;
+        n_held = 0;
+        held_peeks = 0;
+        return;
+    }
+    location where;
+    if (n_held > 0) {
+        spread_held(ts, core_fraction, &where);
+        return;
+    }
+    location here = locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL);
+    charge(&here, carry.wall, carry.used, carry.runq, core_fraction);
+    carry.wall = carry.used = carry.runq = 0;
 }

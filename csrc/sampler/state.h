@@ -240,7 +240,7 @@ static inline uint64_t delta(uint64_t now, uint64_t before)
 pyframe_position peeked_position(const pyframe_peeked *at, int i);
 location locate(PyThreadState *ts, int native_by_delay, uint64_t delay_ns, uint64_t delay_cpu_ns,
                 int standing, const pyframe_peeked *at);
-location locate_peek(PyThreadState *ts, int standing, const pyframe_peeked *at);
+location locate_peek(PyThreadState *ts, int standing, const pyframe_peeked *at, int *unmet);
 
 /* charge.c */
 void charge(const location *loc, uint64_t wall_ns, uint64_t cpu_ns, uint64_t runq_ns, double core_fraction);
@@ -267,9 +267,9 @@ location charge_main_away(PyThreadState *ts, uint64_t cpu, uint64_t wall, uint64
 void spread_peek(void);
 void spread_reset(void);
 void spread_drop_until(uint64_t until);
-void spread_flush(PyThreadState *ts, double core_fraction);
+void spread_flush(double core_fraction);
 int charge_main_spread(PyThreadState *ts, const thread_track *t, uint64_t now, uint64_t wall, uint64_t used,
-                       uint64_t runq, double core_fraction, const pyframe_position *long_op,
+                       uint64_t runq, double core_fraction, const pyframe_position *long_op, uint64_t long_op_t0,
                        location *where);
 
 /* tracks.c */

@@ -418,6 +418,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         + (f" (paused {profile['paused_sec']:.3f} s, not charged)" if profile.get("paused_sec", 0.0) >= 0.0005 else "")
         + f" · {samples} sample{'s' if samples != 1 else ''}"
         + (f" (every {profile['sampling_interval_sec'] * 1e3:.2f} ms on average)" if samples else "")
+        + (f", {profile['cpu_peeks']} peeks" if profile.get("cpu_peeks") else "")
         + f" · {threads} thread{'s' if threads != 1 else ''}"
         + (f" · {profile['process_count']} processes" if profile.get("process_count", 1) > 1 else "")
         + ("" if profile.get("exit_status") is None else f" · exit status {profile['exit_status']}"))

@@ -419,6 +419,7 @@
     h += '<div class="meta" id="run-meta">elapsed ' + secs(ELAPSED) +
       (paused >= 0.0005 ? " (paused " + secs(paused) + ", not charged)" : "") + " · " + plural(samples, "sample") +
       (samples ? " (every " + (num(S.sampling_interval_sec, 0) * 1000).toFixed(1) + " ms on average)" : "") +
+      (num(S.cpu_peeks, 0) ? ", " + plural(num(S.cpu_peeks, 0), "peek") : "") +
       " · " + plural(threads, "thread") + (num(S.process_count, 1) > 1 ? " · " +
       num(S.process_count, 1) + " processes" : "") +
       " · " + plural(num(S.n_cpus, 0), "CPU") +
