@@ -917,6 +917,24 @@ int sampler_start(const sampler_options *options)
     return 0;
 }
 
+/* The main thread's time carried to a next peek, charged as the run stops
+ * (spread_flush): its peeks are located, which registers code objects and so
+ * calls CPython, as a snapshot does (snapshot_in): no collection meanwhile,
+ * the program's pending error kept, the profiler's own allocations apart. */
+static void stop_spread(void)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    own_work_begin();
+    int collecting = PyGC_Disable();
+    spread_flush(0.0);
+    if (collecting) {
+        PyGC_Enable();
+    }
+    own_work_end();
+    PyErr_Restore(type, value, traceback);
+}
+
 void sampler_stop(int keep_thread)
 {
     wait_for_other_join();
@@ -936,7 +954,7 @@ void sampler_stop(int keep_thread)
         take_commands();
     }
     place_held_of_gone(1); /* the CPU measured so far, none of it lost */
-    spread_flush(0.0); /* and the main thread's carried to a next peek */
+    stop_spread();
     if (!sampler.thread_kept) {
         /* Kept, the thread is ended before a fork (stop_for_fork): the guard stays. */
         forks_unregister(stop_for_fork);

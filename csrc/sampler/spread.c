@@ -37,6 +37,7 @@
 #include "../common/clock.h"
 #include "../profile/codes.h"
 #include "../profile/line_timeline.h"
+#include "../profile/stack_table.h"
 #include "../profile/stacks.h"
 
 #include <sched.h>
@@ -172,6 +173,12 @@ static void ring_unlock(void)
     atomic_flag_clear_explicit(&ring.lock, memory_order_release);
 }
 
+/* The stacks of the latest met peeks (GIL held), for the unmet ones whose
+ * kept frames join one of them (join_met). */
+#define RECENT_MET 16
+static uint32_t recent_met[RECENT_MET];
+static int n_recent_met, next_recent_met;
+
 void spread_reset(void)
 {
     atomic_flag_clear(&ring.lock); /* a fork's child: the parent's sampler thread may have held it */
@@ -182,6 +189,7 @@ void spread_reset(void)
     carry.wall = carry.used = carry.runq = 0;
     n_held = 0;
     held_peeks = 0;
+    n_recent_met = next_recent_met = 0;
 }
 
 static int same_place(const main_peek *a, const main_peek *b)
@@ -360,6 +368,56 @@ static int same_codes(const pyframe_peeked *a, const pyframe_peeked *b)
     return 1;
 }
 
+static void remember_met(uint32_t stack)
+{
+    for (int i = 0; i < n_recent_met; i++) {
+        if (recent_met[i] == stack) {
+            return;
+        }
+    }
+    recent_met[next_recent_met] = stack;
+    next_recent_met = (next_recent_met + 1) % RECENT_MET;
+    n_recent_met += n_recent_met < RECENT_MET;
+}
+
+/* The frames of a stack, root first (at most STACKS_MAX_DEPTH); how many. */
+static int stack_path(uint32_t id, stack_frame *out)
+{
+    const stack_table *st = stacks_table();
+    stack_frame reversed[STACKS_MAX_DEPTH];
+    int n = 0;
+    while (st != NULL && id != STACKS_ROOT && id != STACKS_OTHER && n < STACKS_MAX_DEPTH) {
+        const stack_node *node = stack_table_node(st, id);
+        reversed[n++] = node->frame;
+        id = node->parent;
+    }
+    for (int i = 0; i < n; i++) {
+        out[i] = reversed[n - 1 - i];
+    }
+    return n;
+}
+
+/* An unmet peek's stack (its kept frames, put on no known caller: the
+ * program returned past them) joined under a recent met stack through the
+ * function of its outermost kept frame: `main` -> b -> c, met before as
+ * `<module>` -> main -> a -> c, is `<module>` -> main -> b -> c. */
+static int join_met(uint32_t partial, uint32_t *joined)
+{
+    stack_frame kept[STACKS_MAX_DEPTH], met[STACKS_MAX_DEPTH];
+    int n_kept = stack_path(partial, kept);
+    for (int r = 0; n_kept > 0 && r < n_recent_met; r++) {
+        int n_met = stack_path(recent_met[r], met);
+        for (int i = n_met - 1; i >= 0; i--) {
+            if (met[i].site == kept[0].site && i + n_kept <= STACKS_MAX_DEPTH) {
+                memcpy(met + i, kept, (size_t)n_kept * sizeof kept[0]);
+                *joined = stacks_intern(met, i + n_kept);
+                return i > 0; /* something above the kept frames */
+            }
+        }
+    }
+    return 0;
+}
+
 /* The held peeks' places (locate_peek), in locs.  A peek none of whose
  * frames is on the stack any more (unmet) knows its line but not the stack
  * above the frames it kept: where a peek of this spread met the stack on the
@@ -382,6 +440,11 @@ static void locate_held(PyThreadState *ts, location *locs)
         locs[i].loop_idle = awaits_loop_was_waiting(codes, 1 + PYFRAME_PEEK_CALLERS);
     }
     for (int i = 0; i < n_held; i++) {
+        if (!unmet[i] && locs[i].ok && locs[i].site != SITE_NONE) {
+            remember_met(locs[i].stack);
+        }
+    }
+    for (int i = 0; i < n_held; i++) {
         int same_line = -1, same_path = -1;
         for (int j = n_held - 1; unmet[i] && j >= 0 && same_path < 0; j--) {
             if (unmet[j] || !locs[j].ok || locs[j].site != locs[i].site || locs[j].lineno != locs[i].lineno) {
@@ -390,9 +453,16 @@ static void locate_held(PyThreadState *ts, location *locs)
             same_line = same_line < 0 ? j : same_line;
             same_path = same_codes(&held[i].at, &held[j].at) ? j : -1;
         }
-        int from = same_path >= 0 ? same_path : same_line;
-        if (from >= 0) {
-            locs[i].stack = locs[from].stack;
+        if (!unmet[i] || !locs[i].ok || locs[i].site == SITE_NONE) {
+            continue;
+        }
+        uint32_t joined;
+        if (same_path >= 0) {
+            locs[i].stack = locs[same_path].stack;
+        } else if (join_met(locs[i].stack, &joined)) {
+            locs[i].stack = joined;
+        } else if (same_line >= 0) {
+            locs[i].stack = locs[same_line].stack;
         }
     }
 }

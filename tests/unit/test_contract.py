@@ -89,7 +89,9 @@ def test_memory_records_hold_the_fields_the_core_names(tmp_path):
     assert seen["lines"] and all(keys == sorted(seen["line_fields"]) for keys in seen["lines"])
     assert seen["stack_lengths"] == [1 + len(contract.MEMORY_STACK_SUMS)]
     assert seen["other"] == len(contract.MEMORY_STACK_SUMS)
-    assert seen["kept"] and 8 << 20 <= seen["kept"][0] <= 9 << 20, seen["kept"]
+    # On 3.10 and 3.11 the list comprehension is a function of its own: the
+    # line has a record in each (in no set order), the comprehension's keeping.
+    assert seen["kept"] and 8 << 20 <= sum(seen["kept"]) <= 9 << 20, seen["kept"]
 
 
 def test_the_core_names_its_gpu_line_sums_as_the_contract_does():
