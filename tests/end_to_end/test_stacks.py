@@ -235,9 +235,13 @@ python_part()
 def test_native_time_is_on_the_stack_whose_leaf_is_the_calling_line(profile_program):
     p = profile_program(NATIVE, options=["--cpu-only"])
     check_invariants(p.profile)
-    native = [s for path, s in named_stacks(p.profile)
-              if path and path[-1] == ("caller", p.lineno("NATIVE CALL"))]
-    assert len(native) == 1
+    native = sorted((s for path, s in named_stacks(p.profile)
+                     if path and path[-1] == ("caller", p.lineno("NATIVE CALL"))), key=lambda s: -cpu(s))
+    # One stack holds the call's time.  A peek of the main thread torn by its
+    # call's return (its frame read before, its caller after: the caller at
+    # its next line, docs/how-it-works.md "Known limit") can put a peek's
+    # worth, about a millisecond, on a second one.
+    assert native and sum(cpu(s) for s in native[1:]) < 0.01, native
     # 400 ms of C holding the GIL: native time of that stack (+-0.15 s).
     assert native[0]["native_sec"] == pytest.approx(0.4, abs=0.15), p.describe("NATIVE CALL")
     assert native[0]["python_sec"] < 0.1 * native[0]["native_sec"]
