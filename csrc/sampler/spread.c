@@ -7,12 +7,12 @@
  * Why: a snapshot comes every 10 ms on average, and charged to one place (the
  * line seen at the request, the answer's delay measured), each window stood for
  * one point of the program's time.  Six kinds of work interleaved in 40 rounds
- * (bench/precision.py `mixed`) read 1.5-1.8 points from the truth per line at
+ * (bench/precision.py `mixed`) read 0.7-1.8 points from the truth per line at
  * the default rate on 3.11, and 1.9-2.3 at ten times the rate: the charge of
  * the answer's window to t0's line, and the estimated unit before it, carry a
  * bias that more requests do not remove.  A loop with a 10 ms period, 30%
- * Python and 70% asleep, read 4-10 points off.  With ten peeks a window, each
- * one's share of the window's measured time, the line of the time is a
+ * Python and 70% asleep, read 4-10 points off.  With the windows' measured
+ * time divided among ten peeks or more, the line of the time is a
  * stratified sample of the program's (one point placed at random in each
  * period: no lock-in with a periodic program, and less variance than
  * exponential intervals), and its kind comes from the measured clocks.
@@ -24,13 +24,13 @@
  * blocked: asleep on the GIL's own state is GIL wait, anywhere else system
  * time.  So the window's totals by kind are what its clocks measured, and
  * only their places come from the peeks.  A running peek is native when the
- * thread stood in a call, in an operator the specialiser left generic (a numpy
- * operation: its type's slot), or at the same instruction for SPREAD_STUCK
+ * thread stood in a call, or at the same instruction for SPREAD_STUCK
  * peeks in a row, on its CPU between them (one instruction's long C work: a
  * 10 ms `del` of a large list, a `*` on a large bytes), or at an instruction
  * where a request's answer measured such work: over NATIVE_DELAY_NS of CPU
  * from t0 where t0 saw it at bytecode (a numpy operator: the old rule of a
- * single look, kept for every later peek there, long_ops).  Not by its
+ * single look, kept for every later peek there where the peeks bear it out:
+ * long_ops, long_op_confirmed).  Not by its
  * opcode alone: `i % 7` on ints stays a generic BINARY_OP on 3.11, and its
  * line read 7-10% native so. */
 #include "state.h"
