@@ -455,7 +455,7 @@ static PyObject *collect_all(void)
         "unattributed", unattributed, "start_wall_ns", (unsigned long long)t.start_wall_ns,
         "stop_wall_ns", (unsigned long long)t.stop_wall_ns, "snapshots",
         (unsigned long long)t.snapshots, "main_snapshots", (unsigned long long)t.main_snapshots,
-        "spread_windows", (unsigned long long)t.spread_windows, "spread_peeks", (unsigned long long)t.spread_peeks,
+        "spreads", (unsigned long long)t.spreads, "spread_peeks", (unsigned long long)t.spread_peeks,
         "threads_seen", (unsigned long long)t.threads_seen, "process_cpu_ns",
         (unsigned long long)t.process_cpu_ns, "sampler_cpu_ns", (unsigned long long)t.sampler_cpu_ns,
         "untracked_native_ns", (unsigned long long)t.untracked_native_ns, "periodic_cpu_ns",

@@ -47,9 +47,9 @@ typedef struct {
     uint64_t sampler_cpu_ns;     /* CPU the sampler thread itself used, and the profiler's other threads */
     uint64_t untracked_native_ns;/* CPU of threads without Python state, charged as native */
     double mean_interval_ns;     /* achieved time between samples */
-    /* The main thread's windows spread over its peeks (spread.c), and the
-     * peeks they were spread over. */
-    uint64_t spread_windows, spread_peeks;
+    /* The main thread's spreads (runs of windows divided among their peeks,
+     * spread.c), and the peeks they were divided among. */
+    uint64_t spreads, spread_peeks;
     long n_cpus;                 /* CPUs online, as the run's shares of them were computed */
     double unit_ns;              /* length of one estimated unit (see cpu_sums) */
     /* What one estimated unit's share of each kind stands for (sampler_units):

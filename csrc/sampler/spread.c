@@ -519,7 +519,7 @@ static void spread_held(PyThreadState *ts, double core_fraction, location *where
         where->native = held[n_held - 1].native;
     }
     sampler.totals.spread_peeks += all;
-    sampler.totals.spread_windows++;
+    sampler.totals.spreads++;
     n_held = 0;
     held_peeks = 0;
 }

@@ -568,7 +568,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         "cpu_samples": raw["snapshots"],
         "cpu_samples_main_thread": raw["main_snapshots"],
         "cpu_peeks": raw.get("spread_peeks", 0),
-        "cpu_windows_spread": raw.get("spread_windows", 0),
+        "cpu_spreads": raw.get("spreads", 0),
         "threads": raw["threads_seen"],
         "n_cpus": raw["n_cpus"],
         "process_cpu_time_sec": raw["process_cpu_ns"] * NS,

@@ -279,7 +279,7 @@ _RUN = _Object({
     "cpu_samples": (_COUNT, 0),
     "cpu_samples_main_thread": (_COUNT, _OPTIONAL),
     "cpu_peeks": (_COUNT, _OPTIONAL),
-    "cpu_windows_spread": (_COUNT, _OPTIONAL),
+    "cpu_spreads": (_COUNT, _OPTIONAL),
     "threads": (_COUNT, 0),
     "n_cpus": (_COUNT, 0),
     "process_cpu_time_sec": (_NONNEG, _OPTIONAL),

@@ -618,7 +618,7 @@ def after_fork_in_child() -> None:
 # The merge, in the top.
 # ---------------------------------------------------------------------------
 
-_SCALARS_SUMMED = ("snapshots", "main_snapshots", "spread_windows", "spread_peeks", "threads_seen", "process_cpu_ns", "sampler_cpu_ns",
+_SCALARS_SUMMED = ("snapshots", "main_snapshots", "spreads", "spread_peeks", "threads_seen", "process_cpu_ns", "sampler_cpu_ns",
                    "untracked_native_ns", "periodic_cpu_ns", "code_objects_seen", "functions_overflowed")
 _MEMORY_SUMMED = ("unattributed_alloc_bytes", "unattributed_python_bytes", "unattributed_free_bytes",
                   "unattributed_churn_bytes",
