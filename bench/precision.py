@@ -24,8 +24,10 @@ answer: each marked line's time of any kind (pyrometer: its five kinds; the
 the program is that line; Scalene: its CPU and system percentages).  Both are
 taken as shares of the marked lines' total.  Scored per run: the mean over
 the lines of |share - truth| in points, and the worst line; over runs, the
-median and range of each.  Wall time against the bare program's, alternated
-in one loop (the tools in a new random order each round).
+median and range of each.  Wall time and the CPU of the whole command (the
+profiler's own threads and processes, and its report, included) against the
+bare program's, alternated in one loop (the tools in a new random order each
+round).
 
 pyrometer's sampler choices are set for the benchmark only by the environment
 variable PYROMETER_SAMPLER (csrc/sampler/sampler.c, sampler_choices): a tool
@@ -42,6 +44,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -252,12 +255,15 @@ def run_one(tool: str, name: str, work: Path) -> dict:
     for p in (truth_path, out):
         p.unlink(missing_ok=True)
     cmd, env, reader = tool_command(tool, program, truth_path, out)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=work, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if proc.returncode != 0 or not truth_path.exists():
         return {"wall": wall, "failed": (proc.stderr or proc.stdout)[-400:]}
-    result = {"wall": wall}
+    result = {"wall": wall, "cpu": cpu}
     if reader is not None:
         if not out.exists():
             return {"wall": wall, "failed": "no output: " + proc.stderr[-300:]}
@@ -287,7 +293,7 @@ def study(tools: list[str], programs: list[str], runs: int, log=print) -> dict:
                     results[name][tool].append(res)
                     log(f"[precision] round {r + 1}/{runs} {name} {tool}: "
                         + (f"failed: {res['failed']}" if "failed" in res else
-                           f"wall {res['wall']:.2f}s" + (f" mean {res['mean']:.2f} worst {res['worst']:.2f}"
+                           f"wall {res['wall']:.2f}s cpu {res['cpu']:.2f}s" + (f" mean {res['mean']:.2f} worst {res['worst']:.2f}"
                                                          f" ({res['worst_line']})" if res.get("mean") is not None
                                                          else "")))
     return summarise(results, tools)
@@ -301,7 +307,9 @@ def summarise(results: dict, tools: list[str]) -> dict:
         for tool in tools:
             runs = by_tool[tool]
             ok = [r for r in runs if r.get("mean") is not None]
-            ratios = [r["wall"] / b["wall"] for r, b in zip(runs, by_tool["bare"]) if "failed" not in r and "failed" not in b]
+            pairs = [(r, b) for r, b in zip(runs, by_tool["bare"]) if "failed" not in r and "failed" not in b]
+            ratios = [r["wall"] / b["wall"] for r, b in pairs]
+            cpu_ratios = [r["cpu"] / b["cpu"] for r, b in pairs if b.get("cpu")]
             if not ok:
                 summary[name][tool] = {"failed": [r.get("failed") for r in runs]}
                 continue
@@ -311,6 +319,7 @@ def summarise(results: dict, tools: list[str]) -> dict:
                 "worst": [min(r["worst"] for r in ok), statistics.median(r["worst"] for r in ok),
                           max(r["worst"] for r in ok)],
                 "wall_vs_bare": statistics.median(ratios) if ratios and bare else None,
+                "cpu_vs_bare": statistics.median(cpu_ratios) if cpu_ratios else None,
                 "runs": len(ok)}
     return {"python": sys.version.split()[0], "summary": summary, "results": results}
 
@@ -318,15 +327,16 @@ def summarise(results: dict, tools: list[str]) -> dict:
 def markdown(data: dict) -> str:
     rows = [f"CPython {data['python']}, {platform_line()}.", ""]
     for name, by_tool in data["summary"].items():
-        rows += [f"**{name}**", "", "| tool | mean error per line (points) | worst line | wall vs bare |",
-                 "| --- | --- | --- | --- |"]
+        rows += [f"**{name}**", "", "| tool | mean error per line (points) | worst line | wall vs bare | CPU vs bare |",
+                 "| --- | --- | --- | --- | --- |"]
         for tool, s in by_tool.items():
             if "failed" in s:
-                rows.append(f"| {tool} | failed | | |")
+                rows.append(f"| {tool} | failed | | | |")
                 continue
             m, w = s["mean"], s["worst"]
             rows.append(f"| {tool} | {m[1]:.2f} ({m[0]:.2f}-{m[2]:.2f}) | {w[1]:.2f} ({w[0]:.2f}-{w[2]:.2f}) | "
-                        f"{s['wall_vs_bare']:.3f}x |")
+                        f"{s['wall_vs_bare']:.3f}x | "
+                        + (f"{s['cpu_vs_bare']:.3f}x |" if s.get("cpu_vs_bare") else "|"))
         rows.append("")
     return "\n".join(rows)
 

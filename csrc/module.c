@@ -25,6 +25,8 @@
 #include "cpython/pyframe.h"
 #include "records.h"
 #include "sampler/sampler.h"
+#include "unseen/audit.h"
+#include "unseen/stand_in.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -922,6 +924,9 @@ static PyMethodDef core_methods[] = {
  * tested, and whether this build's frame layout is one of them. */
 static int core_exec(PyObject *module)
 {
+    if (PyModule_AddFunctions(module, stand_in_methods) != 0 || PyModule_AddFunctions(module, audit_methods) != 0) {
+        return -1;
+    }
 #ifdef PYROMETER_UNTESTED_VERSION
     int tested = 0;
 #else

@@ -151,7 +151,33 @@ int gc_aside_release(void) {
     return rc;
 }
 
+void gc_aside_hide(PyObject *op) {
+#if PY_VERSION_HEX < 0x030C0000
+    struct _gc_runtime_state *gcstate = &PyInterpreterState_Get()->gc;
+    if (gcstate->collecting || !_PyObject_GC_IS_TRACKED(op)) {
+        return; /* in a collection its lists are being walked: left where it is */
+    }
+    PyGC_Head *g = _Py_AS_GC(op);
+    PyGC_Head *prev = _PyGCHead_PREV(g), *next = _PyGCHead_NEXT(g);
+    _PyGCHead_SET_NEXT(prev, next);
+    _PyGCHead_SET_PREV(next, prev);
+    PyGC_Head *list = permanent();
+    PyGC_Head *tail = _PyGCHead_PREV(list);
+    _PyGCHead_SET_NEXT(tail, g);
+    _PyGCHead_SET_PREV(g, tail);
+    _PyGCHead_SET_NEXT(g, list);
+    _PyGCHead_SET_PREV(list, g);
+    if (gcstate->generations[0].count > 0) {
+        gcstate->generations[0].count--; /* as if never made: its allocation counted one */
+    }
+#else
+    (void)op;
+#endif
+}
+
 #else /* Py_GIL_DISABLED: no generation lists (pyrometer refuses these builds) */
+
+void gc_aside_hide(PyObject *op) { (void)op; }
 
 int gc_aside_mark(void) { return 0; }
 

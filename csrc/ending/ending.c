@@ -28,21 +28,14 @@ static struct {
     atomic_int received;   /* the termination signal, 0: none yet */
     atomic_int claimed;    /* a thread writes the profile */
     atomic_int crashed;    /* the crash line was written */
+    int child;             /* a child of the program's: no line (its stderr is the program's) */
     PyObject *write_profile;
     int atfork_registered;
-    /* Who the lines on stderr are about, written at install (the handlers
-     * only copy it out): the program, or one of its child processes. */
-    char who[64];
-    const char *whose; /* "the profile" or "its own profile" */
-    const char *after; /* what follows a crash line: where the child is still listed */
 } E = {
     .termination = {{.signum = SIGTERM, .name = "SIGTERM"}, {.signum = SIGHUP, .name = "SIGHUP"}, {.signum = SIGQUIT, .name = "SIGQUIT"},
                     {.signum = SIGUSR1, .name = "SIGUSR1"}, {.signum = SIGUSR2, .name = "SIGUSR2"}, {.signum = SIGALRM, .name = "SIGALRM"}},
     .crash = {{.signum = SIGSEGV, .name = "SIGSEGV"}, {.signum = SIGBUS, .name = "SIGBUS"}, {.signum = SIGFPE, .name = "SIGFPE"},
               {.signum = SIGILL, .name = "SIGILL"}, {.signum = SIGABRT, .name = "SIGABRT"}},
-    .who = "the program",
-    .whose = "the profile",
-    .after = "",
 };
 
 /* Signal-safe: write() only; a short write or EINTR is retried, a failure ends it. */
@@ -104,9 +97,11 @@ static void on_termination(int signum)
         die_of(signum); /* a child forked without the atfork handlers: not profiled */
     } else if (!atomic_compare_exchange_strong(&E.received, &expected, signum)) {
         handled_signal *h = find(E.termination, N_TERMINATION, signum);
-        const char *parts[] = {"pyrometer: ", E.who, ": ", h != NULL ? h->name : "a second signal", " before ",
-                               E.whose, " was written: ending without it\n", NULL};
-        say(parts);
+        const char *parts[] = {"pyrometer: the program: ", h != NULL ? h->name : "a second signal",
+                               " before the profile was written: ending without it\n", NULL};
+        if (!E.child) {
+            say(parts);
+        }
         die_of(signum);
     } else {
         wake_post(); /* the sampler thread writes the profile now (sem_post is signal-safe) */
@@ -122,9 +117,9 @@ static void on_crash(int signum)
 {
     int saved_errno = errno;
     handled_signal *h = find(E.crash, N_CRASH, signum);
-    if (getpid() == atomic_load(&E.owner_pid) && !atomic_exchange(&E.crashed, 1)) {
-        const char *parts[] = {"pyrometer: ", E.who, " crashed (", h != NULL ? h->name : "a fatal signal", "): ",
-                               E.whose, " is lost, a crashed process cannot write it", E.after, "\n", NULL};
+    if (!E.child && getpid() == atomic_load(&E.owner_pid) && !atomic_exchange(&E.crashed, 1)) {
+        const char *parts[] = {"pyrometer: the program crashed (", h != NULL ? h->name : "a fatal signal",
+                               "): the profile is lost, a crashed process cannot write it\n", NULL};
         say(parts);
     }
     if (h != NULL && h->installed) {
@@ -188,15 +183,7 @@ int ending_install(PyObject *write_profile, int child)
         E.atfork_registered = 1;
     }
     ending_uninstall();
-    if (child) {
-        snprintf(E.who, sizeof E.who, "the program's child process %d", (int)getpid());
-        E.whose = "its own profile";
-        E.after = " (the run's profile lists it)";
-    } else {
-        snprintf(E.who, sizeof E.who, "the program");
-        E.whose = "the profile";
-        E.after = "";
-    }
+    E.child = child; /* a child's end is the top's to tell, in the process table (children.py) */
     atomic_store(&E.owner_pid, (int)getpid());
     atomic_store(&E.received, 0);
     atomic_store(&E.claimed, 0);

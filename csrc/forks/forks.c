@@ -2,6 +2,7 @@
 #include <Python.h>
 
 #include "forks.h"
+#include "../unseen/stand_in.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -19,8 +20,8 @@ static struct {
     int stopped;            /* the threads were stopped for a fork in progress */
     int in_wrapper;         /* inside our os.fork: it starts the threads itself */
     pid_t owner_pid;
-    PyObject *originals[2]; /* os.fork and os.forkpty as they were; NULL: not wrapped */
-} F;
+    int stand_ins[2];       /* os.fork's and os.forkpty's (unseen/stand_in.h); -1: none */
+} F = {.stand_ins = {-1, -1}};
 
 static const char *const wrapped_names[2] = {"fork", "forkpty"};
 
@@ -86,10 +87,11 @@ static PyObject *after_fork_in_parent(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* os.fork and os.forkpty while profiling: the original (self), then the
- * profiler's threads again in the parent. */
-static PyObject *fork_then_restart(PyObject *original, PyObject *args, PyObject *kwargs)
+/* os.fork and os.forkpty while profiling: the original, then the profiler's
+ * threads again in the parent. */
+static PyObject *fork_then_restart(PyObject *original, PyObject *args, PyObject *kwargs, void *data)
 {
+    (void)data;
     pid_t caller = getpid();
     F.in_wrapper++;
     PyObject *result = PyObject_Call(original, args, kwargs);
@@ -108,14 +110,6 @@ static PyObject *fork_then_restart(PyObject *original, PyObject *args, PyObject 
 static PyMethodDef hook_defs[] = {
     {"pyrometer_before_fork", before_fork, METH_NOARGS, NULL},
     {"pyrometer_after_fork_in_parent", after_fork_in_parent, METH_NOARGS, NULL},
-};
-
-static PyMethodDef wrapper_defs[] = {
-    {"fork", (PyCFunction)(void (*)(void))fork_then_restart, METH_VARARGS | METH_KEYWORDS,
-     "Fork a child process (pyrometer keeps its own threads out of the fork)."},
-    {"forkpty", (PyCFunction)(void (*)(void))fork_then_restart, METH_VARARGS | METH_KEYWORDS,
-     "Fork a new process with a new pseudo-terminal as controlling tty (pyrometer keeps its "
-     "own threads out of the fork)."},
 };
 
 static int register_hooks(void)
@@ -142,55 +136,28 @@ static int register_hooks(void)
     return done != NULL ? 0 : -1;
 }
 
-/* Puts our wrappers in os (and posix, the module os takes them from). */
+/* Puts our stand-ins in os (and posix, the module os takes them from). */
 static int wrap_os_functions(void)
 {
-    PyObject *os = PyImport_ImportModule("os");
-    PyObject *posix = PyImport_ImportModule("posix");
-    int rc = os != NULL && posix != NULL ? 0 : -1;
-    for (int i = 0; i < 2 && rc == 0; i++) {
-        PyObject *original = PyObject_GetAttrString(os, wrapped_names[i]);
-        if (original == NULL) {
-            PyErr_Clear(); /* a platform without it */
-            continue;
+    static const char *const modules[] = {"os", "posix", NULL};
+    for (int i = 0; i < 2; i++) {
+        int handle = stand_in_put(modules, wrapped_names[i], fork_then_restart, NULL);
+        if (handle == -1) {
+            return -1;
         }
-        PyObject *wrapper = PyCFunction_New(&wrapper_defs[i], original);
-        if (wrapper == NULL || PyObject_SetAttrString(os, wrapped_names[i], wrapper) != 0 ||
-            PyObject_SetAttrString(posix, wrapped_names[i], wrapper) != 0) {
-            rc = -1;
-        }
-        Py_XDECREF(wrapper);
-        F.originals[i] = original; /* keeps the reference */
+        F.stand_ins[i] = handle; /* -2: a platform without it */
     }
-    Py_XDECREF(os);
-    Py_XDECREF(posix);
-    return rc;
+    return 0;
 }
 
-/* Puts the originals back, where our wrappers are still in place.  Keeps an
+/* Puts the originals back, where our stand-ins are still in place.  Keeps an
  * exception that is set (a failed registration reports it). */
 static void unwrap_os_functions(void)
 {
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    PyObject *modules[2] = {PyImport_ImportModule("os"), PyImport_ImportModule("posix")};
     for (int i = 0; i < 2; i++) {
-        if (F.originals[i] == NULL) {
-            continue;
-        }
-        for (int m = 0; m < 2; m++) {
-            PyObject *now = modules[m] ? PyObject_GetAttrString(modules[m], wrapped_names[i]) : NULL;
-            if (now != NULL && PyCFunction_Check(now) && PyCFunction_GET_SELF(now) == F.originals[i]) {
-                PyObject_SetAttrString(modules[m], wrapped_names[i], F.originals[i]);
-            }
-            Py_XDECREF(now);
-        }
-        Py_CLEAR(F.originals[i]);
+        stand_in_take_back(F.stand_ins[i]);
+        F.stand_ins[i] = -1;
     }
-    Py_XDECREF(modules[0]);
-    Py_XDECREF(modules[1]);
-    PyErr_Clear();
-    PyErr_Restore(type, value, traceback);
 }
 
 /* A forked child has none of the parent's profiler threads: whatever profiles

@@ -2,6 +2,7 @@
 #include "filter.h"
 #include "../common/arena.h"
 #include "../common/table.h"
+#include "../cpython/gc_aside.h"
 
 #include <string.h>
 
@@ -426,10 +427,36 @@ static int map_instructions(PyCodeObject *code, code_info *info)
     return 0;
 }
 
-/* The callback of a code's weak reference, called by CPython while the code is
- * being deallocated, before its memory is freed: its facts go, so that a new
- * code at the same address is met afresh.  self is the code's address (an
- * int), as the referent is gone by now. */
+/* A code is being deallocated, before its memory is freed: its facts go, so
+ * that a new code at the same address is met afresh. */
+static void forget_code(void *address)
+{
+    table_key key = {(uint64_t)(uintptr_t)address, 0};
+    code_info *info = initialised ? table_find(&code_table, key) : NULL;
+    if (info != NULL) {
+        PyObject *watch = info->watch;
+        arena_give(&code_arena, info->python_parked, map_bytes(info));
+        table_remove(&code_table, key);
+        Py_XDECREF(watch); /* before 3.12 CPython holds the reference it is calling us for */
+    }
+}
+
+#if PY_VERSION_HEX >= 0x030C0000
+/* 3.12+: a code watcher tells every code's death, and no object of ours is
+ * made per code (the collector's counts stay the program's own). */
+static int code_watcher = -1;
+
+static int on_code_event(PyCodeEvent event, PyCodeObject *code)
+{
+    if (event == PY_CODE_EVENT_DESTROY) {
+        forget_code(code);
+    }
+    return 0;
+}
+#endif
+
+/* Before 3.12, the callback of a code's weak reference; self is the code's
+ * address (an int), as the referent is gone by now. */
 static PyObject *forget(PyObject *self, PyObject *ref)
 {
     (void)ref;
@@ -438,25 +465,35 @@ static PyObject *forget(PyObject *self, PyObject *ref)
         PyErr_Clear();
         Py_RETURN_NONE;
     }
-    table_key key = {(uint64_t)(uintptr_t)address, 0};
-    code_info *info = initialised ? table_find(&code_table, key) : NULL;
-    if (info != NULL) {
-        PyObject *watch = info->watch;
-        arena_give(&code_arena, info->python_parked, map_bytes(info));
-        table_remove(&code_table, key);
-        Py_XDECREF(watch); /* CPython holds the reference it is calling us for */
-    }
+    forget_code(address);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef forget_def = {"pyrometer_code_died", forget, METH_O, NULL};
 
-/* A weak reference to code whose callback forgets it; NULL when out of memory. */
+/* What tells the code's death (a reference to drop when the code goes: None
+ * under the code watcher, else a weak reference whose callback forgets it);
+ * NULL when out of memory. */
 static PyObject *watch_code(PyCodeObject *code)
 {
+#if PY_VERSION_HEX >= 0x030C0000
+    if (code_watcher < 0) {
+        code_watcher = PyCode_AddWatcher(on_code_event);
+        if (code_watcher < 0) {
+            PyErr_Clear(); /* every watcher id taken: the weak references then */
+        }
+    }
+    if (code_watcher >= 0) {
+        return Py_NewRef(Py_None);
+    }
+#endif
     PyObject *address = PyLong_FromVoidPtr(code);
     PyObject *callback = address != NULL ? PyCFunction_New(&forget_def, address) : NULL;
     PyObject *watch = callback != NULL ? PyWeakref_NewRef((PyObject *)code, callback) : NULL;
+    if (watch != NULL) {
+        gc_aside_hide(callback);
+        gc_aside_hide(watch);
+    }
     Py_XDECREF(callback);
     Py_XDECREF(address);
     if (watch == NULL) {

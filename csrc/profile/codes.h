@@ -4,8 +4,10 @@
  * once, at first sight: whether its file is reported (filter.h), its site (the
  * function the profile keys its lines by, sites.h), and for each instruction
  * whether a thread parked there was running Python or native code.  No code
- * object is kept alive: each is watched through a weak reference, whose callback
- * forgets its facts when it dies (before its memory can be reused), so that the
+ * object is kept alive: its death is told (a code watcher from 3.12, before
+ * that a weak reference whose callback runs, set aside from the collector's
+ * counts: gc_aside_hide), and its facts forgotten before its memory can be
+ * reused, so that the
  * table follows the live code objects and a program that keeps making code (exec
  * loops, template engines, factories) does not grow through the profiler.
  * Callers hold the GIL.

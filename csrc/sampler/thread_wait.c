@@ -1,5 +1,6 @@
 /* thread_wait: see thread_wait.h. */
 #include "thread_wait.h"
+#include "../common/fd_aside.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -30,7 +31,7 @@ static int open_for(thread_wait_file *f, pid_t tid)
     if (f->fd == -1 && tid > 0 && f->failures < OPEN_TRIES) {
         char path[64];
         snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
-        f->fd = open(path, O_RDONLY | O_CLOEXEC);
+        f->fd = fd_aside(open(path, O_RDONLY | O_CLOEXEC));
         f->failures = f->fd >= 0 ? 0 : f->failures + 1;
     }
     return f->fd;

@@ -2,6 +2,7 @@
  * forgetting the tracks of threads that are gone (state.h: the rooms). */
 #include "state.h"
 #include "../common/clock.h"
+#include "../common/fd_aside.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -27,7 +28,7 @@ int open_schedstat(pid_t tid)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", (int)tid);
-    return open(path, O_RDONLY | O_CLOEXEC);
+    return fd_aside(open(path, O_RDONLY | O_CLOEXEC));
 }
 
 /* How long a thread has waited on the kernel's run queue, runnable but without a

@@ -1,4 +1,10 @@
-"""pyrometer: a high-precision, low-overhead CPU, GPU and memory profiler for Python."""
+"""pyrometer: a high-precision, low-overhead CPU, GPU and memory profiler for Python.
+
+PYTEST_DONT_REWRITE: pytest marks the package of every plugin for assertion
+rewriting, and warns (an error under `filterwarnings = error`) where it is
+already imported, as it is when pyrometer runs pytest; pyrometer's own asserts
+need no rewriting.
+"""
 
 from .core.focus import profile  # @profile: a no-op decorator unless pyrometer runs the program
 from .core.control import profiling, start, stop  # regions: docs/how-it-works.md, "Pause and resume"

@@ -331,6 +331,8 @@ def test_a_crashed_child_is_named_and_listed(profile_program):
     """A multiprocessing child dies of SIGSEGV and the parent carries on: the
     line on stderr names the child (its pid) and its own profile, not the run's,
     as lost; the run's profile is written, and its row says what it died of.
+    The line is the top's, once (the child's own stderr is the program's: the
+    child's crash handler says nothing there).
     Before: "the program crashed (SIGSEGV): the profile is lost", above a
     profile that was written, and a row that said "still running ... or
     killed"."""
@@ -354,6 +356,21 @@ if __name__ == "__main__":
     said = [line for line in p.proc.stderr.splitlines() if "crashed" in line]
     assert said == [f"pyrometer: the program's child process {crashed[0]['pid']} crashed (SIGSEGV): its own "
                     f"profile is lost, a crashed process cannot write it (the run's profile lists it)"], p.proc.stderr
+
+
+def test_a_crashed_childs_own_stderr_has_no_line_of_ours(profile_program):
+    """CPython's test_subprocess reads a crashing child's stderr as the
+    program's own output: nothing of pyrometer's may be in it (before, the
+    child's crash handler wrote its line there)."""
+    source = """
+import subprocess, sys
+r = subprocess.run([sys.executable, "-c", "import os; os.abort()"], capture_output=True, text=True)
+print("status", r.returncode, "stderr", repr(r.stderr))
+"""
+    p = profile_program(source, options=["--cpu-only"])
+    assert p.proc.stdout == "status -6 stderr ''\n", p.proc.stderr
+    said = [line for line in p.proc.stderr.splitlines() if "crashed" in line]
+    assert len(said) == 1 and "crashed (SIGABRT)" in said[0], p.proc.stderr
 
 
 def test_many_short_children_merge_quickly(profile_program):

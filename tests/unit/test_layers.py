@@ -101,6 +101,7 @@ def test_the_folders_include_one_way():
 C_LAYERS = [
     ("floor", {"common", "memhooks"}),  # the memory library: the floor of its own process too
     ("CPython's layouts", {"cpython"}),
+    ("the program's calls seen unseen", {"unseen"}),
     ("the profiler's threads around forks", {"forks"}),
     ("stores", {"profile"}),
     ("collectors", {"sampler", "memory", "gpu", "asyncio"}),

@@ -117,7 +117,7 @@ def mark_owner(directory: str) -> None:
     """Names this process as the owner of directory (see _OWNER_FILE)."""
     pid = os.getpid()
     try:
-        with open(os.path.join(directory, _OWNER_FILE), "w") as f:
+        with open(os.path.join(directory, _OWNER_FILE), "w", encoding="utf-8") as f:
             f.write(f"{pid} {_start_time(pid)}\n")
     except OSError:
         pass
@@ -140,7 +140,7 @@ def sweep_stale() -> int:
             continue
         path = os.path.join(parent, name)
         try:
-            with open(os.path.join(path, _OWNER_FILE)) as f:
+            with open(os.path.join(path, _OWNER_FILE), encoding="utf-8") as f:
                 pid_text, started = f.read().split()
             pid = int(pid_text)
         except (OSError, ValueError):

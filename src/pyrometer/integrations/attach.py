@@ -179,7 +179,7 @@ as for a run; see pyrometer --help)."""
 
 def _uid_of(pid: int) -> int | None:
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as f:
             for line in f:
                 if line.startswith("Uid:"):
                     return int(line.split()[2])  # effective
@@ -194,7 +194,7 @@ def _is_ancestor(pid: int) -> bool:
     me, current = os.getpid(), pid
     for _ in range(4096):
         try:
-            with open(f"/proc/{current}/stat") as f:
+            with open(f"/proc/{current}/stat", encoding="utf-8") as f:
                 parent = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             return False
@@ -228,7 +228,7 @@ def refusal(pid: int) -> str | None:
         return (f"process {pid} belongs to another user (uid {uid}); attaching needs that user's "
                 f"account or root")
     try:
-        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+        with open("/proc/sys/kernel/yama/ptrace_scope", encoding="utf-8") as f:
             scope = int(f.read().strip() or "0")
     except (OSError, ValueError):
         scope = 0  # no Yama: the usual same-user rule only
@@ -251,7 +251,7 @@ def _alive(pid: int) -> bool:
         return True
     # A zombie has ended: its status in /proc says so.
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False

@@ -42,7 +42,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from .. import private_files
+from .. import messages, private_files
 from ..installed import PACKAGE_PARENT
 from ..core import contract, preload
 from ..model.stacks import StackSums
@@ -99,7 +99,7 @@ def _pyrometer_start(os, sys, here):
         try:
             import json
             name = os.path.join(os.path.dirname(here), "n-%d-%s.json" % (os.getpid(), os.urandom(6).hex()))
-            with open(name + ".tmp", "w") as f:
+            with open(name + ".tmp", "w", encoding="utf-8") as f:
                 json.dump({"pid": os.getpid(), "ppid": os.getppid(), "command": list(sys.orig_argv),
                            "note": "not profiled: this Python cannot start pyrometer (%s: %s)"
                                    % (type(e).__name__, e)}, f)
@@ -140,10 +140,10 @@ class RunDirectory:
         os.mkdir(boot, 0o700)
         package = {"parent": PACKAGE_PARENT,
                    "cache_tag": sys.implementation.cache_tag}
-        with open(os.path.join(boot, "sitecustomize.py"), "w") as f:
+        with open(os.path.join(boot, "sitecustomize.py"), "w", encoding="utf-8") as f:
             f.write(BOOTSTRAP.replace("_PACKAGE_", repr(package)))
         self.settings = dict(settings, run_dir=self.path, boot=boot, package=package)
-        with open(os.path.join(self.path, _SETTINGS_FILE), "w") as f:
+        with open(os.path.join(self.path, _SETTINGS_FILE), "w", encoding="utf-8") as f:
             json.dump(self.settings, f)
         previous = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = boot + (os.pathsep + previous if previous else "")
@@ -190,17 +190,33 @@ class _Family:
     exit status), written with its partial profile so that a child that was
     not profiled is still listed."""
     spawned: list = []
+    pending: list = []  # [command, weakref to its Popen]: started, pid not yet read
     reaped: dict[int, int] = {}
-    in_popen: set[int] = set()  # threads inside Popen's fork-and-exec
     installed = False
 
     @classmethod
     def forget(cls) -> None:
-        cls.spawned, cls.reaped, cls.in_popen = [], {}, set()
+        cls.spawned, cls.pending, cls.reaped = [], [], {}
+
+    @classmethod
+    def resolve(cls) -> None:
+        """The pids of the Popens started since: each has one once
+        _execute_child has returned, and is alive at least until its child
+        is reaped (subprocess keeps a Popen whose child still runs)."""
+        still = []
+        for command, ref in cls.pending:
+            popen = ref()
+            pid = getattr(popen, "pid", None)
+            if pid is not None:
+                cls.spawned.append([pid, command, ref])
+            elif popen is not None:
+                still.append([command, ref])  # still in _execute_child (another thread's)
+        cls.pending = still
 
     @classmethod
     def records(cls) -> tuple[list, dict[int, int]]:
         spawned = []
+        cls.resolve()
         for pid, command, ref in cls.spawned:
             popen = ref()
             status = popen.returncode if popen is not None else None
@@ -213,110 +229,51 @@ def _status_code(code: int) -> int:
     return 128 + (-code) if code < 0 else code & 0xFF
 
 
-def _command_of(args, shell: bool, executable) -> list[str]:
-    if isinstance(args, (str, bytes, os.PathLike)):
-        args = [args]
-    words = [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in args]
-    if shell:
-        words = [os.fsdecode(executable) if executable else "/bin/sh", "-c", *words]
-    return words
-
-
 def _install_family_wrappers() -> None:
-    """Wraps subprocess.Popen._execute_child (what it starts) and os.waitpid
-    and os.wait (what it reaps).  Once per interpreter: a forked child has them.
-    subprocess is wrapped when the program imports it (most never do, and
-    importing it here would cost every run ~2 ms: it brings selectors, select
-    and fcntl)."""
+    """Notes what this process starts through subprocess (the
+    "subprocess.Popen" audit event, raised in Popen._execute_child: nothing of
+    subprocess is replaced, and it need not be imported) and what it reaps
+    (stand-ins for os.waitpid and os.wait, csrc/unseen/stand_in.h).  Once per
+    interpreter: a forked child has them."""
     if _Family.installed:
         return
     _Family.installed = True
-    if "subprocess" in sys.modules:
-        _wrap_popen(sys.modules["subprocess"])
-    else:
-        sys.meta_path.insert(0, _WhenSubprocessImported())
-    _wrap_wait()
+    from .. import _core
+    _core.audit_watch("subprocess.Popen", _on_popen)
+    for name in ("waitpid", "wait"):
+        _core.stand_in(("os", "posix"), name, None, _on_reaped)
 
 
-class _WhenSubprocessImported:
-    """A finder first in sys.meta_path until subprocess is imported: it takes
-    itself out, finds subprocess as the import system would (the finders
-    after it, through importlib.util.find_spec), and wraps Popen once the
-    module has run; for every other name it finds nothing, and the import
-    system goes on to the next finder."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "subprocess":
-            return None
-        try:
-            sys.meta_path.remove(self)  # once: from here on the import system alone
-        except ValueError:
-            pass
-        import importlib.util
-        spec = importlib.util.find_spec(name)
-        loader = getattr(spec, "loader", None)
-        exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec  # not a loader that runs the module (the import system's own error follows)
-
-        def exec_and_wrap(module):
-            exec_module(module)
-            _wrap_popen(module)
-        try:
-            loader.exec_module = exec_and_wrap  # this spec's own loader object
-        except AttributeError:
-            pass
-        return spec
-
-
-def _wrap_popen(subprocess) -> None:
-    """Popen._execute_child, wrapped to note what it starts (a module named
-    subprocess without it, the program's own, is left alone)."""
-    execute_child = getattr(getattr(subprocess, "Popen", None), "_execute_child", None)
-    code = getattr(execute_child, "__code__", None)
-    if code is None or "shell" not in code.co_varnames:
+def _on_popen(event: str, args: tuple) -> None:
+    """Popen._execute_child is about to start args[1] (the command as it will
+    run, the shell's words included): the Popen is that frame's self, whose pid
+    is read once it has one (_Family.records)."""
+    popen = sys._getframe(1).f_locals.get("self")
+    if popen is None or len(args) < 2:
         return
-    # Popen passes its arguments by position; shell's place is read from the
-    # function itself, which has changed between versions before.
-    shell_at = execute_child.__code__.co_varnames.index("shell") - 3
-
-    def _execute_child(self, args, executable, *rest, **kwargs):
-        me = threading.get_ident()
-        _Family.in_popen.add(me)  # its fork, with preexec_fn, runs the fork hooks: not a profiled child
-        try:
-            return execute_child(self, args, executable, *rest, **kwargs)
-        finally:
-            _Family.in_popen.discard(me)
-            if getattr(self, "pid", None):
-                shell = kwargs.get("shell", rest[shell_at] if len(rest) > shell_at else False)
-                try:
-                    _Family.spawned.append([self.pid, _command_of(args, bool(shell), executable),
-                                            weakref.ref(self)])
-                except Exception:
-                    pass
-    _execute_child.__wrapped__ = execute_child
-    subprocess.Popen._execute_child = _execute_child
+    try:
+        words = [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in args[1]]
+        _Family.pending.append([words, weakref.ref(popen)])
+    except Exception:
+        pass
 
 
-def _wrap_wait() -> None:
-    """os.waitpid and os.wait, wrapped to note what they reap."""
-    waitpid = os.waitpid
+def in_popen() -> bool:
+    """Whether this thread is inside Popen's fork-and-exec (its fork, with a
+    preexec_fn, runs the fork hooks: not a profiled child)."""
+    subprocess = sys.modules.get("subprocess")
+    code = getattr(getattr(getattr(subprocess, "Popen", None), "_execute_child", None), "__code__", None)
+    frame = sys._getframe(1)
+    while code is not None and frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
 
-    def _waitpid(pid, options, /):
-        result = waitpid(pid, options)
-        _note_reaped(*result)
-        return result
-    _waitpid.__doc__ = waitpid.__doc__
-    os.waitpid = _waitpid
 
-    wait = os.wait
-
-    def _wait():
-        result = wait()
-        _note_reaped(*result)
-        return result
-    _wait.__doc__ = wait.__doc__
-    os.wait = _wait
+def _on_reaped(result, args: tuple, kwargs: dict) -> None:
+    _Family.resolve()
+    _note_reaped(*result)
 
 
 def _note_reaped(pid: int, status: int) -> None:
@@ -499,7 +456,7 @@ def _write_json(path: str, data: Any) -> bool:
         # dumps, not dump: dump encodes in Python, chunk by chunk; dumps in C,
         # several times faster on a child's profile.
         text = json.dumps(data, separators=(",", ":"))
-        with open(path + ".tmp", "w") as f:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
             f.write(text)
         os.rename(path + ".tmp", path)
         return True
@@ -526,7 +483,7 @@ def start_exec_child(settings_path: str) -> None:
     by an exec in the profiled run.  Never raises: a child that cannot be
     profiled runs unprofiled (and says why in its record)."""
     try:
-        with open(settings_path) as f:
+        with open(settings_path, encoding="utf-8") as f:
             settings = json.load(f)
     except (OSError, ValueError):
         return  # the run is over: a grandchild that outlived it
@@ -594,7 +551,7 @@ def after_fork_in_child() -> None:
     """A fork of a profiled process: a fresh profile of the child's own, unless
     the fork is the subprocess module's, about to exec (its preexec_fn runs
     the fork hooks), or the parent was not profiling."""
-    if threading.get_ident() in _Family.in_popen:
+    if in_popen():
         return
     parent = ChildSession.current
     settings = parent.settings if parent is not None else (_Forks.settings if _Forks.profiling else None)
@@ -802,7 +759,7 @@ def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: fl
             continue
         path = os.path.join(run_dir, name)
         try:
-            with open(path) as f:
+            with open(path, encoding="utf-8") as f:
                 record = json.load(f)
         except (OSError, ValueError):
             continue
@@ -858,11 +815,21 @@ def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: fl
         if row["exit_status"] is None and row["pid"] in reaped and row is not top:
             row["exit_status"] = reaped[row["pid"]]
         if row["note"] == NO_PROFILE and isinstance(row["exit_status"], int) and row["exit_status"] > 128:
-            row["note"] = f"no profile: it died of {_signal_name(row['exit_status'] - 128)}"
+            name = _signal_name(row["exit_status"] - 128)
+            row["note"] = f"no profile: it died of {name}"
+            if row["exit_status"] - 128 in _CRASHES:
+                # Said here, by the top, on its own stream: the child's own
+                # stderr is the program's (csrc/ending/ending.c says nothing there).
+                said = (f"the program's child process {row['pid']} crashed ({name}): its own profile is lost, "
+                        "a crashed process cannot write it (the run's profile lists it)")
+                messages.say("pyrometer: " + said)
     if count > len(table):
         notes.add(f"{count:,} processes: the process table lists the first {len(table):,}")
     return merger.result(), table, count, sorted(notes)
 
+
+# The signals of a crash (csrc/ending/ending.c catches the same).
+_CRASHES = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT})
 
 # A child that started profiled and wrote no profile, its end not known.
 NO_PROFILE = "no profile: still running when the run ended, or killed"

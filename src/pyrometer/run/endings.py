@@ -3,23 +3,24 @@ them, so that the profile is still written (see also csrc/ending/ending.h, for
 signals, and docs/how-it-works.md, "How a run ends").
 
 While profiling, in the profiled process only (a forked child passes through):
-- os.execv and os.execve (os.execl, execle, execlp, execlpe, execvp and execvpe
-  call them by name): the profile up to the exec is written, then the exec goes
-  ahead; the new program's exit status is the run's.  An exec that fails (execvp
-  tries each directory of PATH) goes back to the program, still profiled, and
-  the profile is written again at the end.
-- os._exit(n): the profile is written with exit status n, then the process ends.
+- an exec (os.execv and os.execve, which the others call; the "os.exec" audit
+  event, so no function is replaced): the profile up to the exec is written,
+  then the exec goes ahead; the new program's exit status is the run's.  An
+  exec that fails (execvp tries each directory of PATH) goes back to the
+  program, still profiled, and the profile is written again at the end.
+- os._exit(n): the profile is written with exit status n, then the process ends
+  (a stand-in, csrc/unseen/stand_in.h: it looks like the builtin it replaces).
 - signal.signal(sig, SIG_DFL) for a termination signal: the signal is caught
   again (ending_reinstall), so that the program putting back what it believes
-  was there does not lose the profile.
+  was there does not lose the profile.  The stand-in is _signal.signal's, the
+  builtin that signal.signal calls: signal.signal itself is not touched.
 
-Not caught, because they do not go through these module attributes: references
-taken before profiling started (none of the program's: it starts after), posix.*
-called directly, and exec or _exit called from C (an extension, ctypes): there
-the process is gone before any Python can run, and a library preloaded for that
-(only present with memory profiling) could not write a profile without the GIL
-either.  With --profile-interval, the writer process still says that the profile
-stops at its last report.
+Not caught: references to os._exit taken before profiling started (none of
+the program's: it starts after), and exec or _exit called from C (an
+extension, ctypes): there the process is gone before any Python can run, and
+a library preloaded for that (only present with memory profiling) could not
+write a profile without the GIL either.  With --profile-interval, the writer
+process still says that the profile stops at its last report.
 """
 
 from __future__ import annotations
@@ -31,12 +32,9 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Callable
 
-_EXECS = ("execv", "execve")
-
-
 class Endings:
-    """Installs the wrappers; write(status, ended_by) writes the profile and
-    returns whether it could."""
+    """Installs the watch and the stand-ins; write(status, ended_by) writes the
+    profile and returns whether it could."""
 
     def __init__(self, write: Callable[[int | None, str], bool], termination_signal: Callable[[], int],
                  reinstall: Callable[[int], None], die: Callable[[int], None]):
@@ -45,25 +43,23 @@ class Endings:
         self._reinstall = reinstall
         self._die = die
         self._owner = os.getpid()
-        self._originals: dict[str, Callable] = {}
-        self._signal_signal: Callable | None = None
+        self._stand_ins: list[int] = []
 
     def install(self) -> None:
-        for name in _EXECS:
-            self._originals[name] = getattr(os, name)
-            setattr(os, name, self._exec_wrapper(name, self._originals[name]))
-        self._originals["_exit"] = os._exit
-        os._exit = self._exit_wrapper(os._exit)
-        self._signal_signal = signal.signal
-        signal.signal = self._signal_wrapper(signal.signal)
+        from .. import _core
+        _core.audit_watch("os.exec", self._on_exec)
+        for modules, name, before, after in ((("os", "posix"), "_exit", self._on_exit, None),
+                                             (("_signal",), "signal", None, self._on_signal)):
+            handle = _core.stand_in(modules, name, before, after)
+            if handle is not None:
+                self._stand_ins.append(handle)
 
     def uninstall(self) -> None:
-        for name, original in self._originals.items():
-            setattr(os, name, original)
-        self._originals.clear()
-        if self._signal_signal is not None:
-            signal.signal = self._signal_signal
-            self._signal_signal = None
+        from .. import _core
+        _core.audit_watch("os.exec", None)
+        for handle in self._stand_ins:
+            _core.stand_in_take_back(handle)
+        self._stand_ins.clear()
 
     def _ours(self) -> bool:
         return os.getpid() == self._owner
@@ -75,34 +71,20 @@ class Endings:
         if signum:
             self._die(signum)
 
-    def _exec_wrapper(self, name: str, original: Callable) -> Callable:
-        def exec_(path, *args, **kwargs):
-            if self._ours() and _may_execute(path):
-                self._write(None, "exec")
-                self._die_if_signalled()
-            return original(path, *args, **kwargs)
-        exec_.__name__ = exec_.__qualname__ = name
-        exec_.__doc__ = original.__doc__
-        return exec_
+    def _on_exec(self, event: str, args: tuple) -> None:
+        if self._ours() and args and _may_execute(args[0]):
+            self._write(None, "exec")
+            self._die_if_signalled()
 
-    def _exit_wrapper(self, original: Callable) -> Callable:
-        def _exit(status, *args, **kwargs):
-            if self._ours() and isinstance(status, int):
-                self._write(status & 0xFF, "os._exit")
-                self._die_if_signalled()
-            return original(status, *args, **kwargs)
-        _exit.__doc__ = original.__doc__
-        return _exit
+    def _on_exit(self, args: tuple, kwargs: dict) -> None:
+        status = args[0] if args else kwargs.get("status")
+        if self._ours() and isinstance(status, int):
+            self._write(status & 0xFF, "os._exit")
+            self._die_if_signalled()
 
-    def _signal_wrapper(self, original: Callable) -> Callable:
-        def signal_(signalnum, handler):
-            previous = original(signalnum, handler)
-            if handler == signal.SIG_DFL and self._ours():
-                self._reinstall(int(signalnum))
-            return previous
-        signal_.__name__ = signal_.__qualname__ = "signal"
-        signal_.__doc__ = original.__doc__
-        return signal_
+    def _on_signal(self, previous, args: tuple, kwargs: dict) -> None:
+        if len(args) == 2 and args[1] == signal.SIG_DFL and self._ours():
+            self._reinstall(int(args[0]))
 
 
 def _may_execute(path) -> bool:
