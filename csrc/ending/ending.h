@@ -38,7 +38,8 @@
 
 /* GIL held.  Installs the handlers and keeps a reference to write_profile, a
  * callable taking the signal number; child: this process is one of the
- * program's children (its lines on stderr say so, with its pid).  0, or -1
+ * program's children, which writes no line on stderr (its stderr is the
+ * program's; the top says what became of it, run/children.py).  0, or -1
  * with an exception set. */
 int ending_install(PyObject *write_profile, int child);
 /* GIL held.  Puts back the dispositions that ours replaced, where ours are still
