@@ -117,6 +117,11 @@ static struct {
     /* Where the frees of samples with no line go: no reported line on the stack,
      * and a thread without Python state. */
     leak_site unattributed_site, native_thread_site;
+    /* The interpreter profiled (the one that started the profile): a thread
+     * of another (a subinterpreter's, 3.12+ with its own allocator) counts as
+     * a thread without Python state, as no reference of ours to its code may
+     * be dropped from this one. */
+    PyInterpreterState *interp;
     _Atomic uint64_t dropped, dropped_bytes; /* samples the full queue refused, and their weights */
     _Atomic uint64_t queued; /* samples that could not be charged where they were taken */
     _Atomic uint64_t ring_head; /* next slot a writer claims */
@@ -471,7 +476,7 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
         return 0;
     }
     PyThreadState *ts = pyframe_my_thread_state();
-    if (ts == NULL) {
+    if (ts == NULL || PyThreadState_GetInterpreter(ts) != M.interp) {
         if (kind == MEMHOOKS_COPY) {
             atomic_fetch_add(&M.native_thread_copy, (uint64_t)bytes);
             return 0;
@@ -880,6 +885,7 @@ int mem_profile_start(int64_t window_bytes, int leak_detector)
         return -1;
     }
     M.api = api;
+    M.interp = PyInterpreterState_Get();
     M.window = window_bytes;
     M.python_window = python_window_for(window_bytes);
     M.leak_detector = leak_detector;

@@ -13,6 +13,8 @@ The memory library's stop() waiting for running callbacks is a C unit test
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 pytestmark = pytest.mark.accuracy
@@ -89,3 +91,35 @@ def test_profiler_own_allocations_are_not_the_programs(profile_program):
     assert allocated < 0.1, f"{allocated:.3f} MB charged inside functions that allocate nothing ({where})"
     # The program's own allocations are still seen: compiling allocates megabytes.
     assert run.line("# @compile")["n_malloc_mb"] > 1.0
+
+
+SUBINTERPRETERS = """
+import sys
+try:
+    import _interpreters as interpreters            # 3.13+
+except ImportError:
+    import _xxsubinterpreters as interpreters       # 3.12
+kept = []
+for i in range(5):
+    interp = interpreters.create()
+    (interpreters.run_string if hasattr(interpreters, "run_string") else interpreters.exec)(
+        interp, "x = [bytearray(1000) for _ in range(1000)]\\nimport json")
+    interpreters.destroy(interp)
+    kept.append(bytearray(1 << 20))  # @main
+print("ok")
+"""
+
+
+def test_subinterpreters_allocating_do_not_crash_the_memory_profile(profile_program):
+    """3.12 gives a subinterpreter its own allocator.  A memory sample taken on
+    its thread state held references to its code objects, which the main
+    interpreter's drain dropped with its own allocator: "munmap_chunk():
+    invalid pointer", SIGABRT, every run (CPython's test_threading,
+    SubinterpThreadingTests).  A subinterpreter's allocations count as a
+    thread's without Python state; the main interpreter's lines keep theirs."""
+    if sys.version_info < (3, 12):
+        pytest.skip("a subinterpreter shares the main interpreter's allocator before 3.12")
+    pytest.importorskip("_interpreters" if sys.version_info >= (3, 13) else "_xxsubinterpreters")
+    p = profile_program(SUBINTERPRETERS)
+    assert p.proc.stdout == "ok\n", p.proc.stderr
+    assert p.line("# @main")["n_malloc_mb"] >= 3, p.line("# @main")
