@@ -373,6 +373,35 @@ print("status", r.returncode, "stderr", repr(r.stderr))
     assert len(said) == 1 and "crashed (SIGABRT)" in said[0], p.proc.stderr
 
 
+def test_a_forked_workers_crash_reaches_its_pool_after_faulthandler_is_off(profile_program):
+    """A forked worker inherits faulthandler's handler; the worker turns it off
+    (faulthandler.disable() puts back what it found: the handler of ours the
+    worker inherited too) and crashes.  The worker's own crash handler of
+    pyrometer's chained to faulthandler's, now off, which returned: the
+    SIGSEGV was lost, the task returned None and the pool never broke
+    (CPython 3.10's test_concurrent_futures, ProcessPoolForkExecutorDeadlockTest;
+    3.12 the same).  A child has no crash handler of its own now."""
+    source = """
+import concurrent.futures as cf, faulthandler, multiprocessing as mp
+
+def crash():
+    faulthandler.disable()
+    faulthandler._sigsegv()
+
+if __name__ == "__main__":
+    faulthandler.enable()
+    with cf.ProcessPoolExecutor(2, mp_context=mp.get_context("fork")) as ex:
+        try:
+            ex.submit(crash).result(timeout=60)
+            print("returned")
+        except Exception as e:
+            print(type(e).__name__)
+"""
+    for options in (["--cpu-only"], []):
+        p = profile_program(source, options=options)
+        assert p.proc.stdout == "BrokenProcessPool\n", (options, p.proc.stderr)
+
+
 def test_many_short_children_merge_quickly(profile_program):
     source = """
 import multiprocessing as mp

@@ -62,7 +62,7 @@ def test_replaced_functions_still_do_their_work(profile_program):
     through subprocess and reaped is listed with its status, a signal put back
     to SIG_DFL still ends the run with its profile written."""
     source = """
-import os, signal, subprocess, sys
+import os, signal, subprocess, sys, time
 r = subprocess.run([sys.executable, "-c", "import sys; sys.exit(3)"])
 pid = os.fork()
 if pid == 0:
@@ -71,6 +71,8 @@ _, status = os.waitpid(pid, 0)
 print(r.returncode, os.waitstatus_to_exitcode(status))
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
 os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(5)  # the signal is acted on here (the program must not end first)
+print("not reached")
 """
     p = profile_program(source, options=["--cpu-only"], expect_status=-15)
     assert p.proc.stdout == "3 5\n", p.proc.stderr
