@@ -39,10 +39,13 @@ PACKAGES="python3.14-dev,python3.15-dev,python3.14-venv,python3.15-venv,gcc,libc
 # libtcmalloc-minimal4t64 in 2026, and debootstrap then failed), the names
 # are alternatives, A|B: the first the suite has is installed.  jemalloc and
 # tcmalloc: the allocators of tests/end_to_end/test_native_libraries.py, which
-# skips, saying why, where one is missing.
+# skips, saying why, where one is missing.  The testsuites: CPython's own tests
+# (tests/regrtest_corpus.py; Debian's python3.1x has only libregrtest).
 COMMANDS="gcc:gcc make:make tmux:tmux valgrind:valgrind ps:procps git:git
 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2:libjemalloc2
-/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4:libtcmalloc-minimal4t64|libtcmalloc-minimal4"
+/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4:libtcmalloc-minimal4t64|libtcmalloc-minimal4
+/usr/lib/python3.14/test/test_signal.py:libpython3.14-testsuite
+/usr/lib/python3.15/test/test_signal.py:libpython3.15-testsuite"
 
 log() { printf 'python-chroot: %s\n' "$*" >&2; }
 die() { printf 'python-chroot: error: %s\n' "$*" >&2; exit 1; }

@@ -301,6 +301,7 @@ def main(argv: list[str]) -> int:
             suite_env["PYROMETER_REQUIRE_FUZZ"] = "1"
         if minor in CORPUS_VERSIONS:
             suite_env["PYROMETER_REQUIRE_CORPUS"] = "1"
+        suite_env["PYROMETER_REQUIRE_REGRTEST"] = "1"  # CPython's own tests: every build here has them
         if prefix:
             # The host's free-threaded CPython is not in the chroot: the host's
             # suites test the refusal.

@@ -11,7 +11,8 @@ Each mode runs `PY -m test -jN --junit-xml FILE MODULES` (profiled: under
 `PY -m pyrometer --quiet --json --outfile ... [--cpu-only]`, its workers
 profiled as the program's children); outcomes are read from the JUnit file.
 A test whose outcome differs from bare is run again alone, bare and
-profiled, once: a difference that comes back is a failure (exit 1), one that
+profiled, once: a difference that comes back is a failure (exit 1; 3 where
+nothing could run: no test package), one that
 does not is listed as flaky; a test of KNOWN is reported with its reason and
 not failed (what is still to mend).  Modules that no profiler could pass are listed
 in EXCLUDED with the reason, not dropped silently.  Needs CPython's test
@@ -50,6 +51,17 @@ KNOWN: dict[str, str] = {
 
 MODES = {"full": [], "cpu-only": ["--cpu-only"]}
 
+NOTHING_RUN = 3  # the exit status where this CPython has none of the tests
+
+# regrtest's limit for one test file: a hang ends there, its tests are missing
+# from the run, and each is run again alone before it counts.  3.13.0's
+# ProcessPoolExecutor can deadlock at shutdown when feeding a job fails (a
+# race of CPython's own, concurrent/futures/process.py: the feeder thread's
+# error handler waits for the shutdown lock, which the manager thread holds
+# while it joins the feeder): test_concurrent_futures.test_shutdown hung a
+# --cpu-only run here for 12 minutes before this limit.
+TEST_TIMEOUT_S = 300
+
 
 def has_test_package(python: str) -> bool:
     return subprocess.run([python, "-c", "import test.libregrtest"], capture_output=True).returncode == 0
@@ -74,7 +86,8 @@ def regrtest(python: str, mode: str | None, modules: list[str], jobs: int, work:
     """(test id -> outcome, seconds, the run's last lines)."""
     tag = mode or "bare"
     xml = work / f"{tag}-{time.monotonic_ns()}.xml"
-    test = ["-m", "test", f"-j{jobs}", "--junit-xml", str(xml), *(extra or []), *modules]
+    test = ["-m", "test", f"-j{jobs}", "--timeout", str(TEST_TIMEOUT_S), "--junit-xml", str(xml), *(extra or []),
+            *modules]
     if mode is None:
         cmd = [python, *test]
     else:
@@ -153,12 +166,16 @@ def main(argv: list[str] | None = None) -> int:
     if not has_test_package(args.python):
         print(f"regrtest_corpus: {args.python} has no test package (CPython's Lib/test): nothing run",
               file=sys.stderr)
-        return 0
+        return NOTHING_RUN
     left_out = {**{m: w for m, w in EXCLUDED.items() if m in args.modules.split(",")},
                 **unrunnable(args.python, modules)}
     modules = [m for m in modules if m not in left_out]
     for name, why in left_out.items():
         print(f"[corpus] {name}: left out: {why}")
+    if not modules:
+        print(f"regrtest_corpus: {args.python} can run none of the modules (its test package holds "
+              "only libregrtest? Debian's libpython3.1x-testsuite has the tests): nothing run", file=sys.stderr)
+        return NOTHING_RUN
     report: dict = {"python": args.python, "modules": modules, "left_out": left_out, "modes": {}}
     failed = False
     with tempfile.TemporaryDirectory(prefix="pyrometer-corpus-") as tmp:
