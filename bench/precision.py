@@ -15,6 +15,9 @@ The programs (written to a temporary folder, run from there):
 - periodic10, periodic1: a loop whose period is 10 ms (or 1 ms), 30% Python
   and 70% sleeping, 3 s: a sampler whose period locks onto the program's
   would read one of the two lines only.
+- waits: the same loop with 300 ms periods, 20% Python and 80% asleep (a
+  server between requests): the long sleeps are where pyrometer's peeks
+  stand for longer strata (csrc/sampler/spread.c, SPREAD_LONGER_AFTER).
 
 The truth: each marked line's wall time, from time.perf_counter read on the
 lines around it (unmarked) in the same profiled run, so that a tool's
@@ -128,7 +131,7 @@ main()
 PERIODIC = '''
 import json, sys, time
 PERIOD = {period}
-WORK = 0.3 * PERIOD
+WORK = {work} * PERIOD
 
 def work(until):
     acc = 0
@@ -153,8 +156,9 @@ def main():
 main()
 '''
 
-PROGRAMS = {"mixed": MIXED, "periodic10": PERIODIC.replace("{period}", "0.010"),
-            "periodic1": PERIODIC.replace("{period}", "0.001")}
+PROGRAMS = {"mixed": MIXED, "periodic10": PERIODIC.replace("{period}", "0.010").replace("{work}", "0.3"),
+            "periodic1": PERIODIC.replace("{period}", "0.001").replace("{work}", "0.3"),
+            "waits": PERIODIC.replace("{period}", "0.300").replace("{work}", "0.2")}
 
 
 def marked_lines(source: str) -> dict[int, str]:
@@ -348,7 +352,7 @@ def platform_line() -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--programs", default="mixed,periodic10,periodic1")
+    ap.add_argument("--programs", default="mixed,periodic10,periodic1,waits")
     ap.add_argument("--tools", default=None,
                     help="comma-separated: pyrometer, pyrometer[CHOICES], pyrometer:OPTIONS, sampler, "
                          "sampler:100, py-spy, scalene (default: pyrometer and, on 3.15, the sampler)")

@@ -312,7 +312,7 @@ static void see_commands(int *have_thread_state, PyGILState_STATE *gil_state)
 static sampler_peeks peeks_chosen(uint64_t interval)
 {
     uint64_t per = PEEKS_PER_INTERVAL;
-    sampler_peeks p = {0, SPACING_JITTERED};
+    sampler_peeks p = {0, SPACING_JITTERED, SPREAD_LONGEST};
     const char *choices = getenv("PYROMETER_SAMPLER");
     for (const char *c = choices; c != NULL && *c != '\0'; c = strchr(c, ',') ? strchr(c, ',') + 1 : NULL) {
         if (strncmp(c, "peeks=", 6) == 0) {
@@ -321,6 +321,9 @@ static sampler_peeks peeks_chosen(uint64_t interval)
             p.spacing = SPACING_EXPONENTIAL;
         } else if (strncmp(c, "spacing=regular", 15) == 0) {
             p.spacing = SPACING_REGULAR;
+        } else if (strncmp(c, "longest=", 8) == 0) {
+            p.longest = strtoull(c + 8, NULL, 10);
+            p.longest = p.longest < 1 ? 1 : p.longest;
         }
     }
     if (per > 0) {
@@ -333,13 +336,13 @@ static sampler_peeks peeks_chosen(uint64_t interval)
 /* When the next peek is due: in the next period of the grid (grid: the start
  * of the period of the last peek), at a random moment in it; a grid fallen
  * behind (the sampler thread held the GIL) starts again now. */
-static uint64_t next_peek(uint64_t *grid, uint64_t now, uint64_t *rng)
+static uint64_t next_peek(uint64_t *grid, uint64_t now, uint64_t *rng, uint64_t periods, uint64_t next_periods)
 {
-    uint64_t period = sampler.peeks.period_ns;
+    uint64_t period = sampler.peeks.period_ns * next_periods;
     if (sampler.peeks.spacing == SPACING_EXPONENTIAL) {
         return now + clock_random_interval_ns(period, rng);
     }
-    *grid += period;
+    *grid += sampler.peeks.period_ns * periods;
     if (*grid + period <= now) {
         *grid = now;
     }
@@ -357,7 +360,8 @@ static uint64_t next_peek(uint64_t *grid, uint64_t now, uint64_t *rng)
 /* Sleeps until due as wait_for_next_sample does, peeking at the main thread at
  * each peek time before it (not after a termination signal, nor while
  * paused).  Returns whether to keep going. */
-static int wait_peeking(uint64_t due, int watch_ending, uint64_t *peek_at, uint64_t *grid, uint64_t *rng)
+static int wait_peeking(uint64_t due, int watch_ending, uint64_t *peek_at, uint64_t *grid, uint64_t *rng,
+                        uint64_t *periods)
 {
     for (;;) {
         int peeking = sampler.peeks.period_ns > 0 && watch_ending && *peek_at < due;
@@ -369,10 +373,9 @@ static int wait_peeking(uint64_t due, int watch_ending, uint64_t *peek_at, uint6
         if (!peeking || now < until) {
             return 1; /* due, or woken early (a signal, a command) */
         }
-        if (!paused_now()) {
-            spread_peek();
-        }
-        *peek_at = next_peek(grid, clock_wall_ns(), rng);
+        uint64_t next_periods = paused_now() ? 1 : spread_peek(*periods);
+        *peek_at = next_peek(grid, clock_wall_ns(), rng, *periods, next_periods);
+        *periods = next_periods;
     }
 }
 
@@ -475,10 +478,10 @@ static void sample_until_stopped(void)
      * thread has not answered for ENDING_TAKEOVER_NS. */
     int ending = 0;
     uint64_t due = clock_wall_ns();
-    uint64_t grid = due, peek_at = next_peek(&grid, due, &rng);
+    uint64_t periods = 1, grid = due, peek_at = next_peek(&grid, due, &rng, 1, 1);
     for (;;) {
         due = next_due(due, clock_wall_ns(), interval, ending, &rng);
-        if (!wait_peeking(due, !ending, &peek_at, &grid, &rng)) {
+        if (!wait_peeking(due, !ending, &peek_at, &grid, &rng, &periods)) {
             break;
         }
         ending = ending_signal() != 0;

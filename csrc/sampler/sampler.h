@@ -28,11 +28,12 @@ typedef struct {
 /* How the sampler thread peeks at the main thread between snapshots (spread.c),
  * set by sampler_start from the interval and, for the benchmark that chose
  * them (bench/precision.py), the environment variable PYROMETER_SAMPLER
- * ("peeks=N,spacing=jittered|exponential|regular"). */
+ * ("peeks=N,spacing=jittered|exponential|regular,longest=N"). */
 enum peek_spacing { SPACING_JITTERED, SPACING_EXPONENTIAL, SPACING_REGULAR };
 typedef struct {
     uint64_t period_ns; /* one peek a period; 0: none (each window charged by its look at t0) */
     int spacing;        /* enum peek_spacing */
+    uint64_t longest;   /* the most periods one peek stands for (spread.c, SPREAD_LONGEST) */
 } sampler_peeks;
 
 typedef struct {

@@ -264,7 +264,11 @@ location charge_main_away(PyThreadState *ts, uint64_t cpu, uint64_t wall, uint64
                           double core_fraction);
 
 /* spread.c */
-void spread_peek(void);
+/* The most periods one peek stands for (spread.c, SPREAD_LONGER_AFTER). */
+#define SPREAD_LONGEST 8
+/* A peek standing for `periods` periods of the grid; the periods the next
+ * one stands for (sampler.c, next_peek). */
+uint64_t spread_peek(uint64_t periods);
 void spread_reset(void);
 void spread_drop_until(uint64_t until);
 void spread_flush(double core_fraction);

@@ -250,6 +250,49 @@ def test_blocking_is_system_time(profile_program):
         assert e["n_sys_sec"] == pytest.approx(1.0, rel=0.20), f"{marker}: system seconds off:\n  {info}"
 
 
+WAITS_THEN_WORK = """
+import json, sys, time
+
+def work(seconds):
+    end = time.perf_counter() + seconds
+    acc = 0
+    while time.perf_counter() < end:
+        for i in range(200): acc += i * i  # @work
+    return acc
+
+truth = {"rest": 0.0, "work": 0.0}
+for wait in (1.2, 0.8):
+    t = time.perf_counter()
+    time.sleep(wait)  # @rest
+    u = time.perf_counter()
+    work(0.4)
+    truth["rest"] += u - t
+    truth["work"] += time.perf_counter() - u
+with open(sys.argv[1], "w") as f:
+    json.dump(truth, f)
+"""
+
+
+def test_a_long_wait_is_peeked_less_often_and_still_placed(profile_program, tmp_path):
+    """The main thread blocked in one place for long: its peeks stand for
+    longer strata (csrc/sampler/spread.c, SPREAD_LONGER_AFTER), so they are
+    fewer than one a period, and the lines keep their shares of the time."""
+    truth_file = tmp_path / "truth.json"
+    run = profile_program(WAITS_THEN_WORK, options=["--cpu-only"], args=[str(truth_file)])
+    truth = json.loads(truth_file.read_text())
+    p = run.profile
+    info = run.describe("# @rest", "# @work")
+    total = p["total_time_sec"]
+    for name, seconds in truth.items():
+        e = run.line(f"# @{name}")
+        share = (e["n_cpu_percent_python"] + e["n_cpu_percent_c"] + e["n_sys_percent"]
+                 + e["n_gil_wait_percent"] + e["n_cpu_wait_percent"])
+        assert share == pytest.approx(100.0 * seconds / total, abs=2.0), f"{name}:\n  {info}"
+    # One peek a millisecond would be about 2,800; the 2 s of sleep at one
+    # peek each 8 ms at most are about 300 of them.
+    assert 0 < p["cpu_peeks"] < 0.6 * 1000 * total, f"{p['cpu_peeks']} peeks in {total:.2f} s:\n  {info}"
+
+
 # ---------------------------------------------------------------------------
 # (d) threads running Python: each gets its own CPU on its own lines
 # ---------------------------------------------------------------------------
