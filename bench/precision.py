@@ -237,7 +237,8 @@ def tool_command(tool: str, program: Path, truth: Path, out: Path) -> tuple[list
         return ([shutil.which("py-spy") or "py-spy", "record", "--idle", "-r", "100", "-f", "raw", "-o", str(out),
                  "--", py, *args], {}, read_collapsed)
     if base == "scalene":
-        return ([py, "-m", "scalene", "--cpu-only", "--json", "--outfile", str(out), "--no-browser", *args], {}, read_scalene)
+        # Scalene 2.x: `scalene run` writes its JSON profile (-o); 1.x took --json --no-browser.
+        return ([py, "-m", "scalene", "run", "--cpu-only", "-o", str(out), *args], {}, read_scalene)
     raise SystemExit(f"precision.py: unknown tool {tool!r}")
 
 
@@ -255,7 +256,7 @@ def score(truth: dict[str, float], got: dict[str, float]) -> dict:
 def run_one(tool: str, name: str, work: Path) -> dict:
     program = work / f"{name}.py"
     truth_path = work / f"{name}-truth.json"
-    out = work / f"{name}-out"
+    out = work / f"{name}-out.json"  # Scalene 2.x adds .json to a name without it
     for p in (truth_path, out):
         p.unlink(missing_ok=True)
     cmd, env, reader = tool_command(tool, program, truth_path, out)
