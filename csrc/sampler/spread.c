@@ -80,13 +80,13 @@
  * periods it stands for, so the sample stays a stratified one.  A peek costs
  * the sampler thread about 45 us of CPU on this machine, 33 of them the timed
  * wake: a program asleep for 4 s cost 0.27 s of CPU profiled, 0.14 s of it
- * the peeks, and 0.18 s so.  Only after a long run: after 4 periods, a loop
- * of 10 ms periods (3 ms of Python, 7 asleep) read 3.3-6.1 points off (0.04-0.60
- * without), the `mixed` program 0.37-0.93 (0.11-0.20), a peek that finds the
- * thread just woken reading as asleep (SPREAD_WOKEN_CPU_NS) with the weight
- * of the longer stratum; the programs that wait long in one place (a server
- * between requests, a worker on its queue) are the ones whose peeks cost for
- * nothing. */
+ * the peeks; 0.16-0.18 s with longer strata.  Only after a long run: after 4
+ * periods, a loop of 10 ms periods (3 ms of Python, 7 asleep) read 3.3-6.1
+ * points off (0.04-0.60 without), the `mixed` program 0.37-0.93 (0.11-0.20),
+ * a peek that finds the thread just woken reading as asleep
+ * (SPREAD_WOKEN_CPU_NS) with the weight of the longer stratum; the programs
+ * that wait long in one place (a server between requests, a worker on its
+ * queue) are the ones whose peeks cost for nothing. */
 #define SPREAD_LONGER_AFTER 32
 /* Located peeks a window keeps apart; beyond it, the last one takes the rest. */
 #define SPREAD_PLACES 64
