@@ -300,8 +300,8 @@ static void see_commands(int *have_thread_state, PyGILState_STATE *gil_state)
 /* The peeks at the main thread between snapshots (spread.c): PEEKS_PER_INTERVAL
  * a mean interval, one at a random moment in each period of a grid, but never
  * more often than PEEK_PERIOD_MIN_NS apart: a peek costs the sampler thread
- * about 35 us of CPU here (a timed wake, 25 us on this virtual machine, and
- * 10 us of reads), so 3.6% of a core at the default rate.  Five a mean
+ * about 35-45 us of CPU here (a timed wake, 25-33 us on this virtual machine, and
+ * 10-16 us of reads), so 3.6-4.5% of a core at the default rate.  Five a mean
  * interval cost half as much, but the window's time divided among fewer
  * peeks carries more of the single look's bias: a loop of 10 ms periods read
  * 0.5-2.4 points off with five, 0.2-0.5 with ten (bench/precision.py).  Chosen by bench/precision.py, which

@@ -251,8 +251,7 @@ static uint64_t next_periods(const main_peek *p, uint64_t periods)
     if (!same || !still || ring.run_periods < SPREAD_LONGER_AFTER) {
         return 1;
     }
-    uint64_t longest = sampler.peeks.longest > 0 ? sampler.peeks.longest : 1;
-    return periods * 2 > longest ? longest : periods * 2;
+    return periods * 2 > sampler.peeks.longest ? sampler.peeks.longest : periods * 2;
 }
 
 /* The sampler thread, without the GIL: where the main thread stands now, a
@@ -390,7 +389,8 @@ static void charge_part(location loc, const main_peek *p, uint64_t cpu, uint64_t
         charge_quiet(&on, cpu + runq + off, cpu, runq, core_fraction, parts);
     }
     for (int k = 0; k < CPU_VARS; k++) {
-        parts[k] /= (double)p->periods; /* one period's: the merged peeks differ in nothing */
+        parts[k] /= (double)p->count; /* one peek's, with the periods it stands for: the merged ones
+                                          differ in nothing else */
     }
     add_variance(&loc, parts);
 }
