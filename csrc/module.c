@@ -750,16 +750,37 @@ static PyObject *core_follow_program(PyObject *module, PyObject *globals)
 }
 
 /* threading's Thread.start, as it returns: the thread ident was started from
- * where the calling thread stands (sampler_note_thread_origin). */
-static PyObject *core_note_thread_origin(PyObject *module, PyObject *ident)
+ * where the calling thread stands, the start begun at begun_ns
+ * (time.monotonic_ns; sampler_note_thread_origin). */
+static PyObject *core_note_thread_origin(PyObject *module, PyObject *args)
 {
     (void)module;
-    unsigned long id = PyLong_AsUnsignedLong(ident);
+    PyObject *ident;
+    unsigned long long begun;
+    if (!PyArg_ParseTuple(args, "OK:note_thread_origin", &ident, &begun)) {
+        return NULL;
+    }
+    unsigned long id = ident == Py_None ? 0 : PyLong_AsUnsignedLong(ident);
     if (id == (unsigned long)-1 && PyErr_Occurred()) {
         return NULL;
     }
-    if (sampler_running() && sampler_note_thread_origin(id) != 0) {
+    if (sampler_running() && sampler_note_thread_origin(id, (uint64_t)begun) != 0) {
         return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
+/* threading's Thread.start, as it begins (sampler_note_thread_starting); each
+ * is ended by note_thread_origin, with None when the start failed. */
+static PyObject *core_note_thread_starting(PyObject *module, PyObject *begun)
+{
+    (void)module;
+    unsigned long long at = PyLong_AsUnsignedLongLong(begun);
+    if (at == (unsigned long long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (sampler_running()) {
+        sampler_note_thread_starting((uint64_t)at);
     }
     Py_RETURN_NONE;
 }
@@ -897,8 +918,11 @@ static PyMethodDef core_methods[] = {
     {"gc_set_aside", core_gc_set_aside, METH_NOARGS,
      "The objects tracked since gc_mark() to the permanent generation, those it froze back (core/gc_aside.py)."},
     {"gc_release", core_gc_release, METH_NOARGS, "gc_mark() undone, nothing set aside (core/gc_aside.py)."},
-    {"note_thread_origin", core_note_thread_origin, METH_O,
-     "note_thread_origin(ident)\nThe thread ident was just started from where the calling thread stands."},
+    {"note_thread_origin", core_note_thread_origin, METH_VARARGS,
+     "note_thread_origin(ident, begun_ns)\nThe thread ident was just started from where the calling thread stands,\n"
+     "its start begun at begun_ns (time.monotonic_ns()); ident None: the start failed."},
+    {"note_thread_starting", core_note_thread_starting, METH_O,
+     "note_thread_starting(begun_ns)\nA Thread.start begins (time.monotonic_ns()); note_thread_origin ends it."},
     {"follow_program", core_follow_program, METH_O,
      "follow_program(globals)\nThe program's module dictionary, searched for its functions until stop()."},
     {"follow_code", core_follow_code, METH_O,

@@ -63,6 +63,7 @@ static void peek_one(thread_peek *out, uintptr_t ts)
 {
     out->ts = 0;
     out->gil_wait = THREAD_WAIT_UNKNOWN;
+    out->state = THREAD_STATE_UNKNOWN;
     out->held_gil = 0;
     out->on_cpu = -1;
     /* A state freed meanwhile is only read through safe_read; what it gives is
@@ -87,17 +88,20 @@ void peek_threads(thread_peek *out)
         if (holds) {
             holder = 0; /* peeked already */
             out[i].gil_wait = THREAD_WAIT_ELSEWHERE;
+            out[i].state = THREAD_STATE_RUNNING;
             out[i].held_gil = 1;
             uint64_t cpu_after = clock_thread_cpu_ns(tid);
             if (cpu_before != CLOCK_UNAVAILABLE && cpu_after != CLOCK_UNAVAILABLE) {
                 out[i].on_cpu = cpu_after > cpu_before;
             }
         } else if (out[i].ts != 0) {
-            out[i].gil_wait = thread_wait_in(&sampler.peek_waits[i], tid, sampler.gil_start, sampler.gil_size);
+            out[i].state = thread_state_in(&sampler.peek_waits[i], tid, sampler.gil_start, sampler.gil_size);
+            out[i].gil_wait = thread_wait_of(out[i].state);
         }
     }
     peek_one(&out[PEEK_THREADS], holder);
     out[PEEK_THREADS].gil_wait = THREAD_WAIT_ELSEWHERE;
+    out[PEEK_THREADS].state = holder != 0 ? THREAD_STATE_RUNNING : THREAD_STATE_UNKNOWN;
     out[PEEK_THREADS].held_gil = holder != 0;
 }
 

@@ -66,9 +66,31 @@ static location here_as_own_work(void)
     return origin;
 }
 
-int sampler_note_thread_origin(unsigned long ident)
+/* What is noted of a started thread: where it was started from (at.ok 0:
+ * from no line of the program) and when its start began. */
+typedef struct {
+    location at;
+    uint64_t begun_ns;
+} origin_note;
+
+void sampler_note_thread_starting(uint64_t begun_ns)
 {
-    if (!sampler.active || sampler.interp == NULL) {
+    if (sampler.starts_pending++ == 0 || begun_ns < sampler.starts_begun_ns) {
+        sampler.starts_begun_ns = begun_ns;
+    }
+}
+
+uint64_t thread_starts_begun_ns(void)
+{
+    return sampler.starts_pending > 0 ? sampler.starts_begun_ns : 0;
+}
+
+int sampler_note_thread_origin(unsigned long ident, uint64_t begun_ns)
+{
+    if (sampler.starts_pending > 0) {
+        sampler.starts_pending--;
+    }
+    if (ident == 0 || !sampler.active || sampler.interp == NULL) {
         return 0;
     }
     PyThreadState *started = thread_of(ident);
@@ -78,34 +100,47 @@ int sampler_note_thread_origin(unsigned long ident)
     /* Read before anything calls CPython: the thread may end meanwhile. */
     table_key key = {pyframe_thread_serial(started), 0};
     location origin = here_as_own_work();
-    if (!origin.ok || origin.site == SITE_NONE) {
-        return 0;
+    if (origin.site == SITE_NONE) {
+        origin.ok = 0;
     }
-    if (sampler.origins.slots == NULL && table_init(&sampler.origins, sizeof(location), 64) != 0) {
+    if (sampler.origins.slots == NULL && table_init(&sampler.origins, sizeof(origin_note), 64) != 0) {
         return -1;
     }
     if (sampler.origins.count >= ORIGINS_MAX) {
         table_release(&sampler.origins);
-        if (table_init(&sampler.origins, sizeof(location), 64) != 0) {
+        if (table_init(&sampler.origins, sizeof(origin_note), 64) != 0) {
             return -1;
         }
     }
     int created;
-    location *into = table_upsert(&sampler.origins, key, &created);
+    origin_note *into = table_upsert(&sampler.origins, key, &created);
     if (into == NULL) {
         return -1;
     }
-    *into = origin;
+    into->at = origin;
+    into->begun_ns = begun_ns;
     return 0;
 }
 
-const location *thread_origin(PyThreadState *ts)
+static const origin_note *note_of(PyThreadState *ts)
 {
     if (sampler.origins.slots == NULL) {
         return NULL;
     }
     table_key key = {pyframe_thread_serial(ts), 0};
     return table_find(&sampler.origins, key);
+}
+
+const location *thread_origin(PyThreadState *ts)
+{
+    const origin_note *note = note_of(ts);
+    return note != NULL && note->at.ok ? &note->at : NULL;
+}
+
+uint64_t thread_begun_ns(PyThreadState *ts)
+{
+    const origin_note *note = note_of(ts);
+    return note != NULL ? note->begun_ns : 0;
 }
 
 void release_origins(void)

@@ -228,15 +228,23 @@ static void snapshot_thread(snapshot_walk *w, PyThreadState *ts, pid_t tid)
         place_held(t, &t->held_at);
         forget_track(t); /* another thread's file */
     }
+    t->tid = tid;
     uint64_t runq_before = t->last_runq_ns;
     uint64_t runq = runq_since(t, tid, fresh);
     uint64_t runq_now = t->schedstat > 0 ? t->last_runq_ns : CLOCK_UNAVAILABLE;
     if (fresh) {
         /* First sight (threads that existed at start were seen by
          * sampler_start): the thread started within this window, so all of
-         * its CPU so far (at most the window) is new. */
-        wall = w->window;
-        used = cpu < w->window ? cpu : w->window;
+         * its CPU so far (at most the window) is new, and its window begins
+         * when threading began to start it, where that was noted (origins.c).
+         * From the window's start, the time before the thread existed was
+         * charged as time off the CPU where it stands: up to a window (10-46
+         * ms here) of system time or GIL wait that did not happen, for every
+         * thread started. */
+        uint64_t begun = created ? thread_begun_ns(ts) : 0;
+        begun = begun != 0 || !created ? begun : thread_starts_begun_ns();
+        wall = begun != 0 && begun < w->now && w->now - begun < w->window ? w->now - begun : w->window;
+        used = cpu < wall ? cpu : wall;
         sampler.totals.threads_seen++;
         t->last_wall_ns = w->now - wall;
         t->last_cpu_ns = cpu - used;
@@ -267,7 +275,6 @@ static void snapshot_thread(snapshot_walk *w, PyThreadState *ts, pid_t tid)
     t->last_wall_ns = w->now;
     t->last_cpu_ns = cpu;
     t->seen_in = sampler.serial;
-    t->tid = tid;
     const command_time *at = w->at;
     if (w->mode == SNAPSHOT_REBASE && at != NULL && ts == sampler.main_ts && at->main_cpu_ns != CLOCK_UNAVAILABLE &&
         at->main_cpu_ns <= cpu && at->wall_ns <= w->now) {

@@ -106,6 +106,10 @@ typedef struct {
     uint64_t held_serial; /* the snapshot that began holding it */
     location held_at;
     location running;
+    /* What its peeks last found it blocked in: THREAD_STATE_ON_SPAN (the
+     * GIL) or THREAD_STATE_BLOCKED (anything else); 0 (THREAD_STATE_RUNNING):
+     * never found blocked. */
+    int last_block;
 } thread_track;
 
 /* Threads other than the main one whose position is read with the request's
@@ -123,6 +127,9 @@ typedef struct {
      * position: THREAD_WAIT_IN_SPAN, _ELSEWHERE (the holder among them) or
      * _UNKNOWN. */
     int gil_wait;
+    /* What /proc said of it then (THREAD_STATE_*, thread_wait.h); the holder
+     * THREAD_STATE_RUNNING. */
+    int state;
     int held_gil; /* it held the GIL then */
     /* Whether its CPU clock moved while its position was read: 1 on a CPU, 0
      * off (preempted, waiting for a CPU where it stood), -1 not read (only the
@@ -202,8 +209,14 @@ typedef struct {
     /* Everything below is touched only with the GIL held. */
     /* Where each thread was started from in the program (origins.c, keyed by
      * thread serial): the line that started a thread that runs no code of
-     * the program (a library's pool) gets its CPU. */
+     * the program (a library's pool) gets its CPU; and when its start began,
+     * where its first window begins (snapshot_thread). */
     table origins;
+    /* Thread.start calls under way (sampler_note_thread_starting), and when the
+     * earliest of them began: a thread met before its start is noted began no
+     * earlier. */
+    int starts_pending;
+    uint64_t starts_begun_ns;
     sampler_options options;
     sampler_peeks peeks; /* the main thread's peeks between snapshots (spread.c) */
     PyInterpreterState *interp;
@@ -255,6 +268,10 @@ void place_held(thread_track *t, const location *loc);
 void place_held_of_gone(int all);
 /* The program's line that started ts (origins.c), or NULL. */
 const location *thread_origin(PyThreadState *ts);
+/* When threading began to start ts (clock_wall_ns), or 0 when not noted. */
+uint64_t thread_begun_ns(PyThreadState *ts);
+/* When the earliest Thread.start under way began, or 0 when none is. */
+uint64_t thread_starts_begun_ns(void);
 void release_origins(void);
 location charge_other_thread(PyThreadState *ts, thread_track *t, const thread_peek *peek, int passed_over,
                              uint64_t wall, uint64_t used, uint64_t runq, double core_fraction);

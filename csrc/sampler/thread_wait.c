@@ -70,9 +70,9 @@ int thread_state_in(thread_wait_file *f, pid_t tid, uintptr_t start, size_t size
     return addr >= start && addr - start < size ? THREAD_STATE_ON_SPAN : THREAD_STATE_BLOCKED;
 }
 
-int thread_wait_in(thread_wait_file *f, pid_t tid, uintptr_t start, size_t size)
+int thread_wait_of(int state)
 {
-    switch (thread_state_in(f, tid, start, size)) {
+    switch (state) {
     case THREAD_STATE_ON_SPAN:
         return THREAD_WAIT_IN_SPAN;
     case THREAD_STATE_UNKNOWN:
@@ -80,4 +80,9 @@ int thread_wait_in(thread_wait_file *f, pid_t tid, uintptr_t start, size_t size)
     default:
         return THREAD_WAIT_ELSEWHERE;
     }
+}
+
+int thread_wait_in(thread_wait_file *f, pid_t tid, uintptr_t start, size_t size)
+{
+    return thread_wait_of(thread_state_in(f, tid, start, size));
 }

@@ -45,6 +45,8 @@ enum {
     THREAD_STATE_BLOCKED = 2,  /* blocked in any other system call, or outside one */
 };
 int thread_state_in(thread_wait_file *f, pid_t tid, uintptr_t start, size_t size);
+/* thread_wait_in's answer for a state thread_state_in gave. */
+int thread_wait_of(int state);
 void thread_wait_close(thread_wait_file *f);
 
 #endif

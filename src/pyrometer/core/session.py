@@ -164,7 +164,7 @@ def follow_thread_starts() -> None:
     """threading.Thread.start tells the core, as it returns, which thread was
     started from where (_core.note_thread_origin): a thread that runs none of
     the program's code (a library's pool) has its CPU charged to the line that
-    started it.  Installed once per process, for good; it does nothing while
+    started it, and each thread's first window begins when its start began.  Installed once per process, for good; it does nothing while
     the core is not running, and never changes what start does or raises."""
     import threading
     start = threading.Thread.start
@@ -173,11 +173,20 @@ def follow_thread_starts() -> None:
 
     @functools.wraps(start)
     def started(self, *args, **kwargs):
-        result = start(self, *args, **kwargs)
+        begun = time.monotonic_ns()  # the thread's first window begins no earlier
         try:
-            _core.note_thread_origin(self.ident)
+            _core.note_thread_starting(begun)
         except Exception:
             pass  # a note for the profile: it must never break the program
+        ident = None
+        try:
+            result = start(self, *args, **kwargs)
+            ident = self.ident
+        finally:
+            try:
+                _core.note_thread_origin(ident, begun)
+            except Exception:
+                pass
         return result
 
     started._pyrometer_follows = True
