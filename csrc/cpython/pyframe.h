@@ -137,6 +137,8 @@ PyThreadState *pyframe_my_thread_state(void);
 PyObject *pyframe_running_loop(PyThreadState *ts);
 
 uint64_t pyframe_thread_serial(PyThreadState *ts); /* unique for the life of the interpreter */
+/* Whether ts is the calling thread's current state (its own, while attached). */
+int pyframe_is_current(PyThreadState *ts);
 /* Kernel thread id; 0 when unknown, as for a thread that has not started
  * running yet (its state is made by the thread that starts it). */
 pid_t pyframe_thread_tid(PyThreadState *ts);

@@ -24,6 +24,15 @@ int pyframe_gil_is_mine(void)
 #endif
 }
 
+int pyframe_is_current(PyThreadState *ts)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return ts != NULL && ts == PyThreadState_GetUnchecked();
+#else
+    return ts != NULL && ts == _PyThreadState_UncheckedGet();
+#endif
+}
+
 int pyframe_gil_held_by(PyInterpreterState *interp, PyThreadState *ts)
 {
     return ts != NULL && pyframe_gil_holder(interp) == ts;

@@ -214,6 +214,8 @@ location charge_other_thread(PyThreadState *ts, thread_track *t, const thread_pe
          * CPU (an idle pool's wait for work) stays unattributed. */
         charge(&loc, wall - used, 0, runq, core_fraction);
         charge_cpu(origin, used, loc.native, core_fraction);
+        t->cpu_at = *origin;
+        t->cpu_at.native = loc.native;
         return loc;
     }
     int in_call = loc.native; /* where it stood at the request (or now) is a call */
@@ -240,6 +242,7 @@ location charge_other_thread(PyThreadState *ts, thread_track *t, const thread_pe
         } else {
             charge(&loc, wall, used, runq, core_fraction);
         }
+        t->cpu_at = loc;
         /* Seen running: at bytecode, or in a call it held the GIL in, on its CPU. */
         if (at != NULL && loc.ok && used > 0 && (!in_call || (peek->held_gil && peek->on_cpu == 1))) {
             t->running = loc;
@@ -258,12 +261,15 @@ location charge_other_thread(PyThreadState *ts, thread_track *t, const thread_pe
         charge(&off, wall - used, 0, runq, core_fraction);
         charge_cpu(&t->running, used, t->running.native, core_fraction);
         place_held(t, &t->running);
+        t->cpu_at = t->running;
     } else if (used > 0 && in_call) {
         charge(&off, wall - used, 0, runq, core_fraction);
         charge_cpu(&loc, used, 1, core_fraction);
+        t->cpu_at = loc;
     } else if (used > 0) {
         charge(&off, wall - used, 0, runq, core_fraction);
         hold(t, &off, used, core_fraction);
+        t->cpu_at = off;
     } else {
         charge(&off, wall, used, runq, core_fraction);
     }
@@ -510,6 +516,23 @@ location charge_main_away(PyThreadState *ts, uint64_t cpu, uint64_t wall, uint64
 
 /* The held CPU (hold) of the threads this snapshot did not meet (gone), or of
  * every thread (all: the sampler stops), charged where each last parked. */
+/* An ended thread's last CPU and run-queue wait (ends.c): where its last
+ * window's CPU went, of that kind (charge_other_thread's rules, cpu_at), and
+ * what it held, there.  Its time blocked since, of a kind no peek saw, is
+ * charged nowhere.  0 when no window of its CPU went anywhere (then it is
+ * untracked CPU). */
+int charge_ended_thread(thread_track *t, uint64_t used, uint64_t runq, double core_fraction)
+{
+    if (!t->cpu_at.ok) {
+        return 0;
+    }
+    if (used + runq > 0) {
+        charge(&t->cpu_at, used + runq, used, runq, core_fraction);
+    }
+    place_held(t, &t->cpu_at);
+    return 1;
+}
+
 void place_held_of_gone(int all)
 {
     if (!sampler.holding || sampler.threads.slots == NULL) {

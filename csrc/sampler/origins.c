@@ -99,6 +99,7 @@ int sampler_note_thread_origin(unsigned long ident, uint64_t begun_ns)
     }
     /* Read before anything calls CPython: the thread may end meanwhile. */
     table_key key = {pyframe_thread_serial(started), 0};
+    thread_end_watch(started);
     location origin = here_as_own_work();
     if (origin.site == SITE_NONE) {
         origin.ok = 0;

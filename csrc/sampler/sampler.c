@@ -829,6 +829,7 @@ static void track_threads_at_start(void)
             t->tid = pyframe_thread_tid(ts);
             (void)runq_since(t, t->tid, 1);
             sampler.totals.threads_seen++;
+            thread_end_watch(ts);
         }
     }
 }

@@ -110,6 +110,14 @@ typedef struct {
      * GIL) or THREAD_STATE_BLOCKED (anything else); 0 (THREAD_STATE_RUNNING):
      * never found blocked. */
     int last_block;
+    /* Where its last window's CPU went (charge_other_thread), with the kind
+     * it went as; ok 0: none yet. */
+    location cpu_at;
+    /* Its CPU clock as it ended, when, and its run-queue wait then (ends.c);
+     * ended_cpu_ns 0: not ended, or charged. */
+    uint64_t ended_cpu_ns;
+    uint64_t ended_wall_ns;
+    uint64_t ended_runq_ns;
 } thread_track;
 
 /* Threads other than the main one whose position is read with the request's
@@ -215,6 +223,7 @@ typedef struct {
     /* Thread.start calls under way (sampler_note_thread_starting), and when the
      * earliest of them began: a thread met before its start is noted began no
      * earlier. */
+    int ended_threads; /* tracks with an ended_cpu_ns to charge (ends.c) */
     int starts_pending;
     uint64_t starts_begun_ns;
     sampler_options options;
@@ -272,6 +281,12 @@ const location *thread_origin(PyThreadState *ts);
 uint64_t thread_begun_ns(PyThreadState *ts);
 /* When the earliest Thread.start under way began, or 0 when none is. */
 uint64_t thread_starts_begun_ns(void);
+/* ends.c: GIL held, a thread other than the main one and the sampler's: its
+ * CPU clock is read as it ends (thread_track.ended_cpu_ns). */
+void thread_end_watch(PyThreadState *ts);
+/* The CPU an ended thread used since its last snapshot (charge.c): 1, or 0
+ * when it has no place for it. */
+int charge_ended_thread(thread_track *t, uint64_t used, uint64_t runq, double core_fraction);
 void release_origins(void);
 location charge_other_thread(PyThreadState *ts, thread_track *t, const thread_peek *peek, int passed_over,
                              uint64_t wall, uint64_t used, uint64_t runq, double core_fraction);

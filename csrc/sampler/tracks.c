@@ -61,6 +61,9 @@ void forget_track(thread_track *t)
     t->running_serial = 0;
     t->held_ns = 0; /* a child's copy of its parent's threads: not its CPU */
     t->held_busy_ns = 0.0;
+    t->cpu_at.ok = 0;
+    t->last_block = 0;
+    t->ended_cpu_ns = 0;
 }
 
 /* Closes the schedstat file of every tracked thread. */
