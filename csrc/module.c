@@ -138,6 +138,43 @@ static int register_sampler_clients(void)
     return 0;
 }
 
+#if PY_VERSION_HEX < 0x030C0000
+static PyObject *thread_start_stand_in(PyObject *original, PyObject *args, PyObject *kwargs, void *data)
+{
+    (void)data;
+    sampler_thread_starting();
+    return PyObject_Call(original, args, kwargs);
+}
+#endif
+
+/* Where the program starts a thread, seen without replacing anything of its
+ * own (sampler_thread_starting): CPython's audit event for it from 3.12
+ * ("_thread.start_new_thread", and 3.13+ threading's
+ * "_thread.start_joinable_thread"); before 3.12, which raises none, a
+ * stand-in for the builtin _thread.start_new_thread, also where threading
+ * holds it (its _start_new_thread: threading.Thread.start calls that).  For
+ * the process's life; each does nothing while the sampler is stopped. */
+static int see_thread_starts(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (audit_watch_native("_thread.start_new_thread", sampler_thread_starting) != 0 ||
+        audit_watch_native("_thread.start_joinable_thread", sampler_thread_starting) != 0) {
+        return -1;
+    }
+    return 0;
+#else
+    static const char *const modules[] = {"_thread", "threading:_start_new_thread", NULL};
+    static int put = 0;
+    if (!put) {
+        if (stand_in_put(modules, "start_new_thread", thread_start_stand_in, NULL) == -1) {
+            return -1;
+        }
+        put = 1;
+    }
+    return 0;
+#endif
+}
+
 static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     (void)module;
@@ -222,6 +259,10 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     if (memory_window > 0 && mem_profile_start((int64_t)memory_window, leak_detector) != 0) {
+        return NULL;
+    }
+    if (see_thread_starts() != 0) {
+        mem_profile_stop();
         return NULL;
     }
     if (sampler_start(&options) != 0) {
@@ -749,42 +790,6 @@ static PyObject *core_follow_program(PyObject *module, PyObject *globals)
     Py_RETURN_NONE;
 }
 
-/* threading's Thread.start, as it returns: the thread ident was started from
- * where the calling thread stands, the start begun at begun_ns
- * (time.monotonic_ns; sampler_note_thread_origin). */
-static PyObject *core_note_thread_origin(PyObject *module, PyObject *args)
-{
-    (void)module;
-    PyObject *ident;
-    unsigned long long begun;
-    if (!PyArg_ParseTuple(args, "OK:note_thread_origin", &ident, &begun)) {
-        return NULL;
-    }
-    unsigned long id = ident == Py_None ? 0 : PyLong_AsUnsignedLong(ident);
-    if (id == (unsigned long)-1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (sampler_running() && sampler_note_thread_origin(id, (uint64_t)begun) != 0) {
-        return PyErr_NoMemory();
-    }
-    Py_RETURN_NONE;
-}
-
-/* threading's Thread.start, as it begins (sampler_note_thread_starting); each
- * is ended by note_thread_origin, with None when the start failed. */
-static PyObject *core_note_thread_starting(PyObject *module, PyObject *begun)
-{
-    (void)module;
-    unsigned long long at = PyLong_AsUnsignedLongLong(begun);
-    if (at == (unsigned long long)-1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (sampler_running()) {
-        sampler_note_thread_starting((uint64_t)at);
-    }
-    Py_RETURN_NONE;
-}
-
 static PyObject *core_code_lines(PyObject *module, PyObject *code)
 {
     (void)module;
@@ -918,11 +923,6 @@ static PyMethodDef core_methods[] = {
     {"gc_set_aside", core_gc_set_aside, METH_NOARGS,
      "The objects tracked since gc_mark() to the permanent generation, those it froze back (core/gc_aside.py)."},
     {"gc_release", core_gc_release, METH_NOARGS, "gc_mark() undone, nothing set aside (core/gc_aside.py)."},
-    {"note_thread_origin", core_note_thread_origin, METH_VARARGS,
-     "note_thread_origin(ident, begun_ns)\nThe thread ident was just started from where the calling thread stands,\n"
-     "its start begun at begun_ns (time.monotonic_ns()); ident None: the start failed."},
-    {"note_thread_starting", core_note_thread_starting, METH_O,
-     "note_thread_starting(begun_ns)\nA Thread.start begins (time.monotonic_ns()); note_thread_origin ends it."},
     {"follow_program", core_follow_program, METH_O,
      "follow_program(globals)\nThe program's module dictionary, searched for its functions until stop()."},
     {"follow_code", core_follow_code, METH_O,

@@ -115,6 +115,9 @@ void pyframe_wake_main_thread(PyInterpreterState *interp);
  * answer (the holder may have let go since), and a state that may be freed
  * meanwhile: only compared, or read through safe_read (pyframe_peek). */
 PyThreadState *pyframe_gil_holder(PyInterpreterState *interp);
+/* The serial (pyframe_thread_serial) the next thread state made in interp
+ * will get (GIL held). */
+uint64_t pyframe_next_thread_serial(PyInterpreterState *interp);
 /* Whether thread ts holds the GIL at this moment (pyframe_gil_holder), for a
  * thread deciding whether to wait for the GIL at all. */
 int pyframe_gil_held_by(PyInterpreterState *interp, PyThreadState *ts);

@@ -173,6 +173,11 @@ void pyframe_wake_main_thread(PyInterpreterState *interp)
     _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
 }
 
+uint64_t pyframe_next_thread_serial(PyInterpreterState *interp)
+{
+    return interp->tstate_next_unique_id + 1; /* a new state takes the counter once raised */
+}
+
 PyThreadState *pyframe_gil_holder(PyInterpreterState *interp)
 {
     (void)interp; /* one GIL for the runtime */

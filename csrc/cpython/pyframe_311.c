@@ -198,6 +198,11 @@ void pyframe_wake_main_thread(PyInterpreterState *interp)
     _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
 }
 
+uint64_t pyframe_next_thread_serial(PyInterpreterState *interp)
+{
+    return interp->threads.next_unique_id + 1; /* a new state takes the counter once raised */
+}
+
 PyThreadState *pyframe_gil_holder(PyInterpreterState *interp)
 {
 #if PY_VERSION_HEX >= 0x030C0000

@@ -209,6 +209,11 @@ void pyframe_wake_main_thread(PyInterpreterState *interp)
     (void)interp; /* Py_AddPendingCall signals the main thread itself. */
 }
 
+uint64_t pyframe_next_thread_serial(PyInterpreterState *interp)
+{
+    return interp->threads.next_unique_id + 1; /* a new state takes the counter once raised */
+}
+
 PyThreadState *pyframe_gil_holder(PyInterpreterState *interp)
 {
     struct _gil_runtime_state *gil = interp->ceval.gil; /* the interpreter's, maybe shared */

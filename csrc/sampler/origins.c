@@ -1,11 +1,17 @@
 /* Where each thread was started from: the program's line whose call started
- * it (threading.Thread.start, noted by the thread that called it), for the
- * threads that then run no code of the program.  A library's pool (joblib's
+ * it, noted by the thread that called it at CPython's audit event for the
+ * start ("_thread.start_new_thread", 3.13+ "_thread.start_joinable_thread":
+ * threading's and _thread's alike, before the new thread's state is made;
+ * module.c watches them), for the threads that then run no code of the
+ * program, and when the start began, where the thread's first window begins
+ * (snapshot.c).  Before, threading.Thread.start was replaced by a wrapper the
+ * program could see (its identity, __wrapped__, its code's file).  A library's pool (joblib's
  * threading backend under scikit-learn's n_jobs, dask's threaded scheduler,
  * concurrent.futures) runs the program's work in threads whose stacks hold only
  * the library's frames: their CPU was charged to no line, and the line that
  * asked for the work showed only the main thread's wait (state.h: the rooms). */
 #include "state.h"
+#include "../common/clock.h"
 #include "../profile/codes.h"
 #include "../profile/stacks.h"
 
@@ -41,16 +47,6 @@ static location here(PyThreadState *ts)
     return loc;
 }
 
-static PyThreadState *thread_of(unsigned long ident)
-{
-    for (PyThreadState *ts = PyInterpreterState_ThreadHead(sampler.interp); ts != NULL; ts = PyThreadState_Next(ts)) {
-        if (ts->thread_id == ident) {
-            return ts;
-        }
-    }
-    return NULL;
-}
-
 /* Where the calling thread stands, worked out as a snapshot works (snapshot_in):
  * the code objects it registers are pyrometer's memory, not the program's, and
  * no collection runs meanwhile (its finalizers could release the GIL). */
@@ -73,54 +69,34 @@ typedef struct {
     uint64_t begun_ns;
 } origin_note;
 
-void sampler_note_thread_starting(uint64_t begun_ns)
+void sampler_thread_starting(void)
 {
-    if (sampler.starts_pending++ == 0 || begun_ns < sampler.starts_begun_ns) {
-        sampler.starts_begun_ns = begun_ns;
+    if (!sampler.active || sampler.interp == NULL || PyInterpreterState_Get() != sampler.interp) {
+        return;
     }
-}
-
-uint64_t thread_starts_begun_ns(void)
-{
-    return sampler.starts_pending > 0 ? sampler.starts_begun_ns : 0;
-}
-
-int sampler_note_thread_origin(unsigned long ident, uint64_t begun_ns)
-{
-    if (sampler.starts_pending > 0) {
-        sampler.starts_pending--;
-    }
-    if (ident == 0 || !sampler.active || sampler.interp == NULL) {
-        return 0;
-    }
-    PyThreadState *started = thread_of(ident);
-    if (started == NULL || started == sampler.main_ts) {
-        return 0; /* ended already, or never had a state */
-    }
-    /* Read before anything calls CPython: the thread may end meanwhile. */
-    table_key key = {pyframe_thread_serial(started), 0};
-    thread_end_watch(started);
+    uint64_t begun = clock_wall_ns();
+    /* The state the start makes next gets this serial; nothing runs between
+     * the event and its making (the GIL stays held). */
+    table_key key = {pyframe_next_thread_serial(sampler.interp), 0};
     location origin = here_as_own_work();
     if (origin.site == SITE_NONE) {
         origin.ok = 0;
     }
     if (sampler.origins.slots == NULL && table_init(&sampler.origins, sizeof(origin_note), 64) != 0) {
-        return -1;
+        return; /* out of memory: the thread's CPU goes where it stands, its window from the snapshot before */
     }
     if (sampler.origins.count >= ORIGINS_MAX) {
         table_release(&sampler.origins);
         if (table_init(&sampler.origins, sizeof(origin_note), 64) != 0) {
-            return -1;
+            return;
         }
     }
     int created;
     origin_note *into = table_upsert(&sampler.origins, key, &created);
-    if (into == NULL) {
-        return -1;
+    if (into != NULL) {
+        into->at = origin;
+        into->begun_ns = begun;
     }
-    into->at = origin;
-    into->begun_ns = begun_ns;
-    return 0;
 }
 
 static const origin_note *note_of(PyThreadState *ts)

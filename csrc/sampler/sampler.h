@@ -80,16 +80,11 @@ int sampler_running(void);
  * what ran up to a pause and nothing of the pause itself. */
 void sampler_apply_control(void);
 void sampler_get_totals(sampler_totals *out);
-/* GIL held, on the thread that has just started the thread ident (threading's
- * Thread.start, begun at begun_ns on the monotonic clock, clock_wall_ns):
- * where it stands in the program is where the started thread's CPU goes while
- * it runs no code of the program (origins.c), and the thread's first window
- * begins no earlier than begun_ns.  0, or -1 when memory ran out. */
-int sampler_note_thread_origin(unsigned long ident, uint64_t begun_ns);
-/* GIL held, as Thread.start begins (at begun_ns), before the thread exists:
- * a thread met before its start is noted began no earlier.  Each is ended
- * by a sampler_note_thread_origin (ident 0 when the start failed). */
-void sampler_note_thread_starting(uint64_t begun_ns);
+/* GIL held, on a thread starting another, at the start's audit event, before
+ * the new thread's state is made: where the calling thread stands in the
+ * program is where the started thread's CPU goes while it runs no code of the
+ * program, and the thread's first window begins now (origins.c). */
+void sampler_thread_starting(void);
 /* Per-thread bookkeeping and counters; the line records stay in line_stats. */
 void sampler_release(void);
 

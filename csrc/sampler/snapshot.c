@@ -236,13 +236,12 @@ static void snapshot_thread(snapshot_walk *w, PyThreadState *ts, pid_t tid)
         /* First sight (threads that existed at start were seen by
          * sampler_start): the thread started within this window, so all of
          * its CPU so far (at most the window) is new, and its window begins
-         * when threading began to start it, where that was noted (origins.c).
+         * when its start began, where that was noted (origins.c).
          * From the window's start, the time before the thread existed was
          * charged as time off the CPU where it stands: up to a window (10-46
          * ms here) of system time or GIL wait that did not happen, for every
          * thread started. */
         uint64_t begun = created ? thread_begun_ns(ts) : 0;
-        begun = begun != 0 || !created ? begun : thread_starts_begun_ns();
         wall = begun != 0 && begun < w->now && w->now - begun < w->window ? w->now - begun : w->window;
         used = cpu < wall ? cpu : wall;
         if (created && runq_now != CLOCK_UNAVAILABLE && cpu <= wall) {

@@ -220,12 +220,7 @@ typedef struct {
      * the program (a library's pool) gets its CPU; and when its start began,
      * where its first window begins (snapshot_thread). */
     table origins;
-    /* Thread.start calls under way (sampler_note_thread_starting), and when the
-     * earliest of them began: a thread met before its start is noted began no
-     * earlier. */
     int ended_threads; /* tracks with an ended_cpu_ns to charge (ends.c) */
-    int starts_pending;
-    uint64_t starts_begun_ns;
     sampler_options options;
     sampler_peeks peeks; /* the main thread's peeks between snapshots (spread.c) */
     PyInterpreterState *interp;
@@ -277,10 +272,8 @@ void place_held(thread_track *t, const location *loc);
 void place_held_of_gone(int all);
 /* The program's line that started ts (origins.c), or NULL. */
 const location *thread_origin(PyThreadState *ts);
-/* When threading began to start ts (clock_wall_ns), or 0 when not noted. */
+/* When its start began (clock_wall_ns), or 0 when not noted. */
 uint64_t thread_begun_ns(PyThreadState *ts);
-/* When the earliest Thread.start under way began, or 0 when none is. */
-uint64_t thread_starts_begun_ns(void);
 /* ends.c: GIL held, a thread other than the main one and the sampler's: its
  * CPU clock is read as it ends (thread_track.ended_cpu_ns). */
 void thread_end_watch(PyThreadState *ts);

@@ -14,9 +14,23 @@ static struct {
     PyInterpreterState *interp;       /* the watchers' */
 } A;
 
+#define WATCHED_NATIVE 4
+
+static struct {
+    int n;
+    char events[WATCHED_NATIVE][EVENT_NAME];
+    void (*fns[WATCHED_NATIVE])(void);
+    PyInterpreterState *interp;
+} N;
+
 static int on_audit(const char *event, PyObject *args, void *data)
 {
     (void)data;
+    for (int i = 0; i < N.n; i++) {
+        if (strcmp(event, N.events[i]) == 0 && PyInterpreterState_Get() == N.interp) {
+            N.fns[i]();
+        }
+    }
     int at = -1;
     for (int i = 0; i < A.n && at < 0; i++) {
         at = strcmp(event, A.events[i]) == 0 ? i : -1;
@@ -36,6 +50,41 @@ static int on_audit(const char *event, PyObject *args, void *data)
     return 0;
 }
 
+static int add_hook(void)
+{
+    if (!A.added) {
+        if (PySys_AddAuditHook(on_audit, NULL) != 0) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_RuntimeError, "the audit hook was refused");
+            }
+            return -1;
+        }
+        A.added = 1;
+    }
+    return 0;
+}
+
+int audit_watch_native(const char *event, void (*fn)(void))
+{
+    for (int i = 0; i < N.n; i++) {
+        if (strcmp(event, N.events[i]) == 0 && N.fns[i] == fn) {
+            return 0;
+        }
+    }
+    if (N.n == WATCHED_NATIVE || strlen(event) >= EVENT_NAME) {
+        PyErr_SetString(PyExc_RuntimeError, "audit_watch_native: no room for another event");
+        return -1;
+    }
+    if (add_hook() != 0) {
+        return -1;
+    }
+    N.interp = PyInterpreterState_Get();
+    strcpy(N.events[N.n], event);
+    N.fns[N.n] = fn;
+    N.n++;
+    return 0;
+}
+
 static PyObject *py_audit_watch(PyObject *module, PyObject *args)
 {
     (void)module;
@@ -48,14 +97,8 @@ static PyObject *py_audit_watch(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "audit_watch takes a short event name and a callable or None");
         return NULL;
     }
-    if (watcher != Py_None && !A.added) {
-        if (PySys_AddAuditHook(on_audit, NULL) != 0) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_RuntimeError, "the audit hook was refused");
-            }
-            return NULL;
-        }
-        A.added = 1;
+    if (watcher != Py_None && add_hook() != 0) {
+        return NULL;
     }
     if (A.n > 0 && PyInterpreterState_Get() != A.interp) {
         PyErr_SetString(PyExc_RuntimeError, "audit_watch: the main interpreter's only");

@@ -24,4 +24,10 @@
  * that name (eight names at most); audit_watch(event, None) stops. */
 extern PyMethodDef audit_methods[];
 
+/* A C function called on each audit event of that name, before the Python
+ * watchers, in the main interpreter only (four names at most; the same
+ * again is a no-op), for the process's life: it does nothing while what it
+ * serves is stopped.  0, or -1 with an exception set. */
+int audit_watch_native(const char *event, void (*fn)(void));
+
 #endif

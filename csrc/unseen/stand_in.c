@@ -121,14 +121,31 @@ static int slot_for(PyObject *original, const char *name)
 }
 
 /* Sets module.name to value where it holds `expected`. */
+/* A module entry "module" holds the original as `name`; "module:alias" as
+ * `alias` (threading's `_start_new_thread`, bound at its import). */
+static PyObject *module_of(PyObject *entry, const char *name, const char **attr)
+{
+    const char *spec = PyUnicode_AsUTF8(entry);
+    const char *colon = spec != NULL ? strchr(spec, ':') : NULL;
+    *attr = colon != NULL ? colon + 1 : name;
+    if (colon == NULL) {
+        return spec != NULL ? PyImport_Import(entry) : NULL;
+    }
+    PyObject *module_name = PyUnicode_FromStringAndSize(spec, colon - spec);
+    PyObject *module = module_name != NULL ? PyImport_Import(module_name) : NULL;
+    Py_XDECREF(module_name);
+    return module;
+}
+
 static int swap_in(PyObject *modules, const char *name, PyObject *expected, PyObject *value)
 {
     int rc = 0;
     for (Py_ssize_t m = 0; m < PyTuple_GET_SIZE(modules) && rc == 0; m++) {
-        PyObject *module = PyImport_Import(PyTuple_GET_ITEM(modules, m));
-        PyObject *now = module != NULL ? PyObject_GetAttrString(module, name) : NULL;
+        const char *attr;
+        PyObject *module = module_of(PyTuple_GET_ITEM(modules, m), name, &attr);
+        PyObject *now = module != NULL ? PyObject_GetAttrString(module, attr) : NULL;
         if (now == expected) {
-            rc = PyObject_SetAttrString(module, name, value);
+            rc = PyObject_SetAttrString(module, attr, value);
         } else if (now == NULL) {
             PyErr_Clear(); /* not in that module (a platform without it) */
         }

@@ -29,8 +29,9 @@
 typedef PyObject *(*stand_in_call)(PyObject *original, PyObject *args, PyObject *kwargs, void *data);
 
 /* Puts a stand-in for attribute `name` into each of `modules` (NULL-ended
- * names; the original is taken from the first, and only modules holding that
- * same object get the stand-in).  A handle (>= 0); -2 where the first module
+ * names, "module" or "module:alias" for a module that holds it under another
+ * name; the original is taken from the first, a plain name, and only modules
+ * holding that same object get the stand-in).  A handle (>= 0); -2 where the first module
  * has no such attribute (a platform without it: nothing done); -1 with an
  * exception set. */
 int stand_in_put(const char *const *modules, const char *name, stand_in_call call, void *data);

@@ -16,11 +16,14 @@ import pytest
 
 # What a program can read of the functions pyrometer replaces or watches.
 LOOKS = r"""
-import inspect, json, os, posix, signal, _signal, subprocess, sys
+import inspect, json, os, posix, signal, _signal, subprocess, sys, threading, _thread
 out = {}
 for where, name in [("signal", "signal"), ("_signal", "signal"), ("os", "fork"), ("os", "forkpty"),
-                    ("os", "_exit"), ("os", "waitpid"), ("os", "wait"), ("os", "execv"), ("os", "execve")]:
-    f = getattr(sys.modules[where], name)
+                    ("os", "_exit"), ("os", "waitpid"), ("os", "wait"), ("os", "execv"), ("os", "execve"),
+                    ("_thread", "start_new_thread"), ("threading", "_start_new_thread")]:
+    f = getattr(sys.modules[where], name, None)
+    if f is None:
+        continue  # threading._start_new_thread: before 3.13 only
     try:
         sig = str(inspect.signature(f))
     except ValueError as e:
@@ -29,6 +32,10 @@ for where, name in [("signal", "signal"), ("_signal", "signal"), ("os", "fork"),
                                getattr(getattr(f, "__self__", None), "__name__", None), sig, f.__doc__,
                                hasattr(f, "__wrapped__"), repr(f).split(" at ")[0]]
 out["same in os and posix"] = [getattr(os, n) is getattr(posix, n) for n in ("fork", "_exit", "waitpid", "wait")]
+start = threading.Thread.start
+out["Thread.start"] = [start.__module__, start.__qualname__, start.__code__.co_filename, hasattr(start, "__wrapped__"),
+                       sorted(vars(start)), str(inspect.signature(start))]
+out["_start_new_thread is start_new_thread"] = getattr(threading, "_start_new_thread", None) is _thread.start_new_thread
 ex = subprocess.Popen._execute_child
 out["Popen._execute_child"] = [ex.__module__, ex.__qualname__, ex.__code__.co_filename, str(inspect.signature(ex))]
 out["meta_path"] = [type(m).__name__ for m in sys.meta_path]
@@ -48,8 +55,9 @@ def test_what_pyrometer_replaces_looks_like_the_original(profile_program, run_ba
     has __module__ "signal": under pyrometer signal.signal had
     "pyrometer.run.endings".  os._exit, os.waitpid and os.wait were Python
     functions of pyrometer's, os.fork a builtin with another __self__ and no
-    __module__, Popen._execute_child pyrometer's own function, and a finder of
-    pyrometer's stood first in sys.meta_path."""
+    __module__, Popen._execute_child pyrometer's own function, a finder of
+    pyrometer's stood first in sys.meta_path, and threading.Thread.start a
+    wrapper of pyrometer's (its code's file, __wrapped__)."""
     bare = run_bare(LOOKS)
     assert bare.returncode == 0, bare.stderr
     for options in (["--cpu-only"], []):

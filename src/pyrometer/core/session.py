@@ -139,7 +139,6 @@ def start_core(settings: dict, *, exclude: list[str], own: list[str], program_co
     arguments are spelled out; replaced: settings this process decides for
     itself (a child's include, memory window, GPU, pause state)."""
     s = dict(settings, **replaced)
-    follow_thread_starts()  # in every profiled process: the run's first and its children
     _core.start(
         interval=s["interval"],
         virtual_time=s["virtual_time"],
@@ -158,39 +157,6 @@ def start_core(settings: dict, *, exclude: list[str], own: list[str], program_co
         control_file=control_file,
         gpu_library_dirs=kernel_library_dirs() if s["gpu"] & 4 else None,
     )
-
-
-def follow_thread_starts() -> None:
-    """threading.Thread.start tells the core, as it returns, which thread was
-    started from where (_core.note_thread_origin): a thread that runs none of
-    the program's code (a library's pool) has its CPU charged to the line that
-    started it, and each thread's first window begins when its start began.  Installed once per process, for good; it does nothing while
-    the core is not running, and never changes what start does or raises."""
-    import threading
-    start = threading.Thread.start
-    if getattr(start, "_pyrometer_follows", False):
-        return
-
-    @functools.wraps(start)
-    def started(self, *args, **kwargs):
-        begun = time.monotonic_ns()  # the thread's first window begins no earlier
-        try:
-            _core.note_thread_starting(begun)
-        except Exception:
-            pass  # a note for the profile: it must never break the program
-        ident = None
-        try:
-            result = start(self, *args, **kwargs)
-            ident = self.ident
-        finally:
-            try:
-                _core.note_thread_origin(ident, begun)
-            except Exception:
-                pass
-        return result
-
-    started._pyrometer_follows = True
-    threading.Thread.start = started
 
 
 class Session:
