@@ -174,15 +174,20 @@ static int waited_at_request(PyThreadState *ts, const thread_peek *peek, const l
  * - peeked, found on its CPU (or runnable) but not holding the GIL, and last
  *   found asleep on the GIL: it has just left that wait (woken, on its way to
  *   taking the GIL);
- * - not peeked (its first window, or more threads ran than there are peeks):
- *   asleep on the GIL now, at the snapshot, which holds the GIL.  One read of
- *   /proc (a transient descriptor, above the program's range: fd_aside), only
- *   for such a window.
+ * - not peeked, in its first window: asleep on the GIL now, at the snapshot,
+ *   which holds the GIL.  One read of /proc (a transient descriptor, above
+ *   the program's range: fd_aside), once in a thread's life at most.
  * before: what its peeks found it blocked in until this one (last_block). */
 static int waited_for_gil_in_call(const thread_track *t, const thread_peek *peek, int before)
 {
     if (peek != NULL) {
         return peek->state == THREAD_STATE_RUNNING && !peek->held_gil && before == THREAD_STATE_ON_SPAN;
+    }
+    if (t->seen_in != 0) {
+        /* Not its first window (more threads ran than there are peeks): no
+         * read, or an idle pool of fifty threads would cost fifty opens a
+         * snapshot. */
+        return 0;
     }
     thread_wait_file f = THREAD_WAIT_FILE_INIT;
     int now = thread_state_in(&f, t->tid, sampler.gil_start, sampler.gil_size);
