@@ -519,8 +519,6 @@ location charge_main_away(PyThreadState *ts, uint64_t cpu, uint64_t wall, uint64
     return here;
 }
 
-/* The held CPU (hold) of the threads this snapshot did not meet (gone), or of
- * every thread (all: the sampler stops), charged where each last parked. */
 /* An ended thread's last CPU and run-queue wait (ends.c): where its last
  * window's CPU went, of that kind (charge_other_thread's rules, cpu_at), and
  * what it held, there.  Its time blocked since, of a kind no peek saw, is
@@ -538,6 +536,8 @@ int charge_ended_thread(thread_track *t, uint64_t used, uint64_t runq, double co
     return 1;
 }
 
+/* The held CPU (hold) of the threads this snapshot did not meet (gone), or of
+ * every thread (all: the sampler stops), charged where each last parked. */
 void place_held_of_gone(int all)
 {
     if (!sampler.holding || sampler.threads.slots == NULL) {

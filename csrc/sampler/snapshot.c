@@ -317,7 +317,7 @@ static void publish_peeks(const snapshot_walk *w)
 }
 
 /* The threads that ended since the last snapshot (ends.c): the CPU each used
- * after it, in this window, where it was last seen running; what is left of
+ * after it, in this window, where its last window's CPU went; what is left of
  * the window's CPU once they and the live threads have theirs is untracked
  * (charge_untracked).  A pause's window charges none. */
 static void charge_ended(snapshot_walk *w)
