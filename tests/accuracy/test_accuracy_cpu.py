@@ -768,7 +768,7 @@ def test_threads_that_run_no_program_code_charge_the_line_that_started_them(prof
     """A thread whose stack holds no frame of the program had its CPU charged to
     no line: RandomForestClassifier(n_jobs=2).fit left 1.7 s of native CPU
     unattributed and its line 1-2% native, and the verdict named the import
-    line.  threading's Thread.start now tells the core where it was called from
+    line.  Each thread start now tells the core where it was called from
     (origins.c), and such a thread's CPU goes there (its waits do not: an idle
     pool waits for work all run long).  Truth: 0.8 s of CPU on the map's line,
     0.3 s on the start's.  Tolerances: each line at least 85% of its truth as

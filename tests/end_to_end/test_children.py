@@ -270,7 +270,9 @@ def test_a_childs_library_threads_charge_the_line_that_started_them(profile_prog
     """A child's pool threads, which run no code of the program: their CPU goes
     to the child's line that started them, as in the first process
     (test_threads_that_run_no_program_code_charge_the_line_that_started_them);
-    a child started by python itself installs the same note on Thread.start.
+    a child started by python itself watches thread starts the same way
+    (the start's audit event, or before 3.12 the _thread.start_new_thread
+    stand-in: module.c, see_thread_starts).
     Truth: 0.6 s of CPU in two C calls.  Tolerance: at least 85% of it on the
     child's line, as native time."""
     child = write_program(tmp_path, """
