@@ -117,7 +117,15 @@ const location *thread_origin(PyThreadState *ts)
 uint64_t thread_begun_ns(PyThreadState *ts)
 {
     const origin_note *note = note_of(ts);
-    return note != NULL ? note->begun_ns : 0;
+    uint64_t begun = note != NULL ? note->begun_ns : 0;
+    if (note != NULL && !note->at.ok) {
+        /* Started from no line of the program: its start's time was all the
+         * note held.  Kept, every thread a server starts per request would
+         * fill the table and, at ORIGINS_MAX, drop the pools' origins. */
+        table_key key = {pyframe_thread_serial(ts), 0};
+        table_remove(&sampler.origins, key);
+    }
+    return begun;
 }
 
 void release_origins(void)

@@ -322,7 +322,7 @@ static void publish_peeks(const snapshot_walk *w)
  * (charge_untracked).  A pause's window charges none. */
 static void charge_ended(snapshot_walk *w)
 {
-    if (sampler.ended_threads == 0) {
+    if (sampler.ended_threads == 0 || sampler.threads.slots == NULL) {
         return;
     }
     sampler.ended_threads = 0;

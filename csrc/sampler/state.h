@@ -272,7 +272,8 @@ void place_held(thread_track *t, const location *loc);
 void place_held_of_gone(int all);
 /* The program's line that started ts (origins.c), or NULL. */
 const location *thread_origin(PyThreadState *ts);
-/* When its start began (clock_wall_ns), or 0 when not noted. */
+/* When its start began (clock_wall_ns), or 0 when not noted; asked once, at
+ * the thread's first snapshot (a note with no origin is dropped then). */
 uint64_t thread_begun_ns(PyThreadState *ts);
 /* ends.c: GIL held, a thread other than the main one and the sampler's: its
  * CPU clock is read as it ends (thread_track.ended_cpu_ns). */
