@@ -301,10 +301,13 @@ def pytest_configure(config):
 # A ground-truth test compares a sampled estimate with the truth under a
 # tolerance: a few times in a hundred runs the sample itself lands outside it
 # on this loaded 2-core machine (a CPU split read 8 points off where 3 are
-# allowed, with nothing wrong).  Such a test is run once more when it fails,
-# and passes only if the second run is within the tolerance: a defect fails
-# both, and pytest's summary lists every rerun ("R"), so none is hidden.
-ACCURACY_RERUNS = 1
+# allowed, with nothing wrong).  Such a test is run again when it fails, up to
+# twice, and passes only if a later run is within the tolerance: a defect
+# fails every run, and pytest's summary lists every rerun ("R"), so none is
+# hidden.  Twice: CI runs about 700 of them (six builds), and with one rerun
+# a CI run failed on three tests, on three builds, that passed on the others
+# and run after run here: CI's virtual machine is at times busier.
+ACCURACY_RERUNS = 2
 
 
 # tests/pythons.py runs each CPython's suite in two parts: the tests marked

@@ -71,14 +71,15 @@ def test_the_stated_time_interval_holds_the_truth(profile_program, tmp_path):
     kinds) against the program's own timing of that line's part, as a share
     of the run's time (total_time_sec, the main thread's: the program has one
     thread).  A 95% interval holds the truth 95 times in 100, and the
-    successive differences overstate a stratified sample's variance; but the
-    sleep line reads 0.5-0.8 points under the truth on this 2-core virtual
-    machine in every run (a bias, which no sampling error covers: a known
-    limit, docs/how-it-works.md "Each time figure's error"), so it fails its
-    interval as a rule.  Held: at least 9 of the 12 cases (the other ten
-    lines 95% intervals fail 1 run in 100 at that bar), and every line within
-    its interval plus 1 point.  And the interval says something: under 2
-    points on each line."""
+    successive differences overstate a stratified sample's variance.  The
+    sleep line has a bias no sampling error covers (a known limit,
+    docs/how-it-works.md "Each time figure's error"): 0.2-1.3 points under
+    the truth on this 2-core virtual machine, 0.3-2.4 points over it on CI's,
+    so it is held to its bias's bound, its interval plus 2 points, and left
+    out of the count.  Held: at least 8 of the other ten lines' intervals
+    hold the truth (7 or fewer of ten 95% intervals: 1 run in 100), each of
+    them within its interval plus 1 point.  And the interval says something:
+    under 2 points on each line."""
     cases = []
     for run_no in range(2):
         truth_file = tmp_path / f"truth{run_no}.json"
@@ -92,7 +93,9 @@ def test_the_stated_time_interval_holds_the_truth(profile_program, tmp_path):
             cases.append((name, share, 100.0 * seconds / total, e["n_time_percent_error"]))
     report = "\n  ".join(f"{n}: {s:.2f}% ± {err:.2f}, truth {t:.2f}%" for n, s, t, err in cases)
     print(report)
-    inside = sum(abs(s - t) <= err for _, s, t, err in cases)
-    assert inside >= 9, f"{inside} of {len(cases)} intervals hold the truth:\n  {report}"
-    assert all(abs(s - t) <= err + 1.0 for _, s, t, err in cases), report
+    others = [case for case in cases if case[0] != "sleep"]
+    inside = sum(abs(s - t) <= err for _, s, t, err in others)
+    assert inside >= 8, f"{inside} of {len(others)} intervals (the sleep line's aside) hold the truth:\n  {report}"
+    assert all(abs(s - t) <= err + 1.0 for _, s, t, err in others), report
+    assert all(abs(s - t) <= err + 2.0 for n, s, t, err in cases if n == "sleep"), report
     assert all(0 < err < 2.0 for *_, err in cases), report
