@@ -302,35 +302,36 @@ static PyObject *core_end_kept_thread(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* The CPU sums of a record, in the order sums_tuple builds them: the module's
- * CPU_SUMS, which src/pyrometer/core/contract.py names once for every reader (a
- * test checks the two agree).  Times in ns; samples a count. */
-static const char *const cpu_sum_names[] = {
-    "python_ns",   "native_ns",   "system_ns",    "busy_ns",  "samples",
-    "gil_wait_ns", "cpu_wait_ns", "loop_idle_ns", "await_ns",
-    /* the sampling variance of each (line_stats.h, CPU_VARS), in ns^2 */
-    "python_var",  "native_var",  "system_var",   "gil_wait_var", "cpu_wait_var", "time_var", NULL};
-
-/* Each kind of estimated time with its own unit (see sampler_totals); await
- * time is measured only (awaits.h). */
-static PyObject *sums_tuple(const cpu_sums *s, const sampler_totals *units)
+/* A record's CPU sums as a named record (records.h), each kind of
+ * estimated time with its own unit (see sampler_totals); await time is
+ * measured only (awaits.h). */
+static PyObject *cpu_sums_record(const cpu_sums *s, const sampler_totals *units)
 {
     cpu_totals t, off, runq, wall;
     cpu_sums_resolve(s, units->unit_cpu_ns, &t);
     cpu_sums_resolve(s, units->unit_off_ns, &off);
     cpu_sums_resolve(s, units->unit_runq_ns, &runq);
     cpu_sums_resolve(s, units->unit_ns, &wall);
-    t.system_ns = off.system_ns;
-    t.gil_wait_ns = off.gil_wait_ns;
-    t.cpu_wait_ns = runq.cpu_wait_ns;
-    t.loop_idle_ns = off.loop_idle_ns;
-    t.busy_core_ns = wall.busy_core_ns;
     double var[CPU_VARS];
     cpu_sums_variance(s, units->unit_ns, var);
-    return Py_BuildValue("(ddddKdddddddddd)", t.python_ns, t.native_ns, t.system_ns, t.busy_core_ns,
-                         (unsigned long long)s->samples, t.gil_wait_ns, t.cpu_wait_ns, t.loop_idle_ns,
-                         (double)s->await_ns, var[VAR_PYTHON], var[VAR_NATIVE], var[VAR_SYSTEM],
-                         var[VAR_GIL_WAIT], var[VAR_CPU_WAIT], var[VAR_TIME]);
+    cpu_sums_figures r = {
+        .python_ns = t.python_ns,
+        .native_ns = t.native_ns,
+        .system_ns = off.system_ns,
+        .busy_ns = wall.busy_core_ns,
+        .samples = s->samples,
+        .gil_wait_ns = off.gil_wait_ns,
+        .cpu_wait_ns = runq.cpu_wait_ns,
+        .loop_idle_ns = off.loop_idle_ns,
+        .await_ns = (double)s->await_ns,
+        .python_var = var[VAR_PYTHON],
+        .native_var = var[VAR_NATIVE],
+        .system_var = var[VAR_SYSTEM],
+        .gil_wait_var = var[VAR_GIL_WAIT],
+        .cpu_wait_var = var[VAR_CPU_WAIT],
+        .time_var = var[VAR_TIME],
+    };
+    return records_cpu_sums(&r);
 }
 
 static PyObject *collect_records(const sampler_totals *units)
@@ -348,7 +349,7 @@ static PyObject *collect_records(const sampler_totals *units)
         if (where == NULL) {
             continue;
         }
-        PyObject *cpu = sums_tuple(&rec->cpu, units);
+        PyObject *cpu = cpu_sums_record(&rec->cpu, units);
         PyObject *item = cpu == NULL ? NULL
                                      : Py_BuildValue("(OiOiN)", where->filename, lineno, where->qualname,
                                                      where->firstlineno, cpu);
@@ -367,7 +368,7 @@ static PyObject *collect_records(const sampler_totals *units)
  *    "nodes": [(parent id, frame index, CPU sums or None)],  the index is the id;
  *                                                             the root's parent and frame are -1
  *    "other": CPU sums, "cap": ..., "max_depth": ...}
- * with the CPU sums as sums_tuple makes them (None: nothing charged, a prefix
+ * with the CPU sums as cpu_sums_record makes them (None: nothing charged, a prefix
  * of other stacks).  The memory and GPU sides give theirs by the same ids. */
 static PyObject *collect_stacks(const sampler_totals *units)
 {
@@ -411,7 +412,7 @@ static PyObject *collect_stacks(const sampler_totals *units)
             frame = *index;
         }
         PyObject *cpu = memcmp(sums, &nothing, sizeof nothing) == 0 ? (Py_INCREF(Py_None), Py_None)
-                                                                    : sums_tuple(sums, units);
+                                                                    : cpu_sums_record(sums, units);
         PyObject *item = cpu == NULL ? NULL : Py_BuildValue("(lnN)", parent, frame, cpu);
         if (item == NULL || PyList_Append(nodes, item) != 0) {
             Py_XDECREF(item);
@@ -419,7 +420,7 @@ static PyObject *collect_stacks(const sampler_totals *units)
         }
         Py_DECREF(item);
     }
-    other = sums_tuple(st != NULL ? stack_table_value(st, STACKS_OTHER) : &nothing, units);
+    other = cpu_sums_record(st != NULL ? stack_table_value(st, STACKS_OTHER) : &nothing, units);
     if (other != NULL) {
         result = Py_BuildValue("{s:O,s:O,s:O,s:i,s:i}", "frames", frames, "nodes", nodes, "other", other, "cap",
                                STACKS_CAP, "max_depth", STACKS_MAX_DEPTH);
@@ -474,7 +475,7 @@ static PyObject *collect_all(void)
     if (records == NULL) {
         return NULL;
     }
-    PyObject *unattributed = sums_tuple(&t.unattributed, &t);
+    PyObject *unattributed = cpu_sums_record(&t.unattributed, &t);
     if (unattributed == NULL) {
         Py_DECREF(records);
         return NULL;
@@ -961,26 +962,6 @@ static int core_exec(PyObject *module)
         PyModule_AddIntConstant(module, "VERSION_TESTED", tested) != 0 ||
         PyModule_AddIntConstant(module, "CONTROL_SIGNAL", control_signal_number()) != 0 ||
         records_add_names(module) != 0) {
-        return -1;
-    }
-    Py_ssize_t n = 0;
-    while (cpu_sum_names[n] != NULL) {
-        n++;
-    }
-    PyObject *names = PyTuple_New(n);
-    if (names == NULL) {
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name = PyUnicode_FromString(cpu_sum_names[i]);
-        if (name == NULL) {
-            Py_DECREF(names);
-            return -1;
-        }
-        PyTuple_SET_ITEM(names, i, name);
-    }
-    if (PyModule_AddObject(module, "CPU_SUMS", names) != 0) {
-        Py_DECREF(names);
         return -1;
     }
     return 0;

@@ -20,6 +20,26 @@ typedef struct {
 #define FIELD(type, member, kind) {#member, kind, offsetof(type, member)}
 #define COUNT(table) (sizeof(table) / sizeof((table)[0]))
 
+/* A record's CPU sums, _core.CpuSums's fields, in this order. */
+static const record_field CPU_SUMS_FIELDS[] = {
+    FIELD(cpu_sums_figures, python_ns, FIELD_DOUBLE),
+    FIELD(cpu_sums_figures, native_ns, FIELD_DOUBLE),
+    FIELD(cpu_sums_figures, system_ns, FIELD_DOUBLE),
+    FIELD(cpu_sums_figures, busy_ns, FIELD_DOUBLE),
+    FIELD(cpu_sums_figures, samples, FIELD_U64),
+    FIELD(cpu_sums_figures, gil_wait_ns, FIELD_DOUBLE),
+    FIELD(cpu_sums_figures, cpu_wait_ns, FIELD_DOUBLE),
+    FIELD(cpu_sums_figures, loop_idle_ns, FIELD_DOUBLE),
+    FIELD(cpu_sums_figures, await_ns, FIELD_DOUBLE),
+    /* the sampling variance of each kind and of their total (line_stats.h, CPU_VARS) */
+    FIELD(cpu_sums_figures, python_var, FIELD_DOUBLE),
+    FIELD(cpu_sums_figures, native_var, FIELD_DOUBLE),
+    FIELD(cpu_sums_figures, system_var, FIELD_DOUBLE),
+    FIELD(cpu_sums_figures, gil_wait_var, FIELD_DOUBLE),
+    FIELD(cpu_sums_figures, cpu_wait_var, FIELD_DOUBLE),
+    FIELD(cpu_sums_figures, time_var, FIELD_DOUBLE),
+};
+
 /* A line's memory record: these, and its place (filename, lineno, function,
  * function_lineno) and timeline (a list of (seconds, MB)). */
 static const record_field LINE_FIELDS[] = {
@@ -340,6 +360,36 @@ PyObject *records_gpu(void)
     return d;
 }
 
+/* A struct sequence type whose fields are the table's (made once per
+ * process: the collections are made in the main interpreter only). */
+static PyTypeObject *record_type(const char *name, const char *doc, const record_field *fields, size_t n,
+                                 PyStructSequence_Field *members)
+{
+    for (size_t i = 0; i < n; i++) {
+        members[i].name = fields[i].name;
+        members[i].doc = NULL;
+    }
+    members[n].name = NULL;
+    PyStructSequence_Desc desc = {name, doc, members, (int)n};
+    return PyStructSequence_NewType(&desc);
+}
+
+static PyTypeObject *cpu_sums_type;
+
+PyObject *records_cpu_sums(const cpu_sums_figures *figures)
+{
+    PyObject *record = PyStructSequence_New(cpu_sums_type);
+    for (size_t i = 0; record != NULL && i < COUNT(CPU_SUMS_FIELDS); i++) {
+        PyObject *value = field_value(&CPU_SUMS_FIELDS[i], figures);
+        if (value == NULL) {
+            Py_CLEAR(record);
+            break;
+        }
+        PyStructSequence_SetItem(record, (Py_ssize_t)i, value);
+    }
+    return record;
+}
+
 /* A tuple of the names of `lead` and then of fields. */
 static PyObject *names(const char *const *lead, size_t n_lead, const record_field *fields, size_t n)
 {
@@ -361,6 +411,7 @@ int records_add_names(PyObject *module)
         const char *name;
         PyObject *value;
     } all[] = {
+        {"CPU_SUMS", names(NULL, 0, CPU_SUMS_FIELDS, COUNT(CPU_SUMS_FIELDS))},
         {"MEMORY_LINE_FIELDS", names(LINE_PLACE, COUNT(LINE_PLACE), LINE_FIELDS, COUNT(LINE_FIELDS))},
         {"MEMORY_STACK_SUMS", names(NULL, 0, STACK_SUMS, COUNT(STACK_SUMS))},
         {"MEMORY_RUN_FIELDS", names(RUN_PARTS, COUNT(RUN_PARTS), RUN_FIELDS, COUNT(RUN_FIELDS))},
@@ -375,6 +426,17 @@ int records_add_names(PyObject *module)
             rc = -1;
         }
         Py_XDECREF(all[i].value);
+    }
+    if (rc == 0 && cpu_sums_type == NULL) {
+        static PyStructSequence_Field members[COUNT(CPU_SUMS_FIELDS) + 1];
+        cpu_sums_type = record_type("pyrometer._core.CpuSums",
+                                    "A record's CPU sums: each kind's time (ns), its samples, and each kind's "
+                                    "sampling variance (ns^2).",
+                                    CPU_SUMS_FIELDS, COUNT(CPU_SUMS_FIELDS), members);
+        rc = cpu_sums_type != NULL ? 0 : -1;
+    }
+    if (rc == 0 && PyModule_AddObjectRef(module, "CpuSums", (PyObject *)cpu_sums_type) != 0) {
+        rc = -1;
     }
     return rc;
 }

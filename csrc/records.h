@@ -15,7 +15,22 @@
 PyObject *records_memory(void);
 /* The GPU part (GIL held): None when GPU profiling was never started. */
 PyObject *records_gpu(void);
-/* Adds the tables' names to the module; -1 with an exception set. */
+#include <stdint.h>
+
+/* A line's, a stack's or the run's CPU sums, resolved (module.c): each kind's
+ * time in ns, its samples, and each kind's sampling variance in ns^2. */
+typedef struct {
+    double python_ns, native_ns, system_ns, busy_ns;
+    uint64_t samples;
+    double gil_wait_ns, cpu_wait_ns, loop_idle_ns, await_ns;
+    double python_var, native_var, system_var, gil_wait_var, cpu_wait_var, time_var;
+} cpu_sums_figures;
+
+/* The sums as a _core.CpuSums (GIL held, records_add_names done); NULL with
+ * an exception set. */
+PyObject *records_cpu_sums(const cpu_sums_figures *figures);
+/* Adds the tables' names and the record types to the module; -1 with an
+ * exception set. */
 int records_add_names(PyObject *module);
 
 #endif

@@ -34,6 +34,7 @@ def _profile(options: Options) -> int:
         if problem is not None:
             return error(problem, 1)
     from . import _core, model
+    from .model import processes as processes_model
     from .run import launcher
     from .run.endings import Endings
     from .run.periodic import PeriodicWriter
@@ -115,12 +116,7 @@ def _profile(options: Options) -> int:
         if not options.profile_all and not options.profile_only:
             notices.extend(launcher.console_script_notice(target))
         raw = session.collect()
-        top = {"pid": os.getpid(), "ppid": os.getppid(), "command": list(sys.orig_argv),
-               "started_by": "command", "profiled": True, "wall_sec": elapsed,
-               "paused_sec": raw.get("paused_ns", 0) * 1e-9,
-               "cpu_sec": raw["process_cpu_ns"] * 1e-9,
-               "peak_mb": max(raw["memory"]["max_footprint_bytes"], 0) / 1048576.0 if raw.get("memory") else None,
-               "exit_status": status, "ended_by": ended_by, "note": None}
+        top = processes_model.this_process(raw, elapsed, "command", exit_status=status, ended_by=ended_by)
         processes, count = [top], 1
         if run is not None and run.path is not None:
             began = time.perf_counter()

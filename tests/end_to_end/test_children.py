@@ -424,8 +424,9 @@ if __name__ == "__main__":
 
 def _partial(directory: Path, n: int, lines: int) -> None:
     """n children's partial profiles, each with the same `lines` lines."""
-    records = [[f"/src/module_{i % 50}.py", i, f"function_{i // 20}", i - i % 20, [1e6, 2e6, 3e6, 0.5e6, 1, 0, 0]]
-               for i in range(lines)]
+    from pyrometer.core import document
+    cpu = document.cpu_sums(python_ns=1e6, native_ns=2e6, system_ns=3e6, busy_ns=0.5e6, samples=1)
+    records = [[f"/src/module_{i % 50}.py", i, f"function_{i // 20}", i - i % 20, cpu] for i in range(lines)]
     memory_lines = [{"filename": f"/src/module_{i % 50}.py", "lineno": i, "function": f"function_{i // 20}",
                      "function_lineno": i - i % 20, "alloc_bytes": 1 << 20, "python_bytes": 1 << 19,
                      "free_bytes": 1 << 20, "copy_bytes": 0, "alloc_samples": 1, "free_samples": 1,
@@ -433,20 +434,21 @@ def _partial(directory: Path, n: int, lines: int) -> None:
                      "watched_evicted": 0, "timeline": [[0.001 * k, 0.5] for k in range(5)]}
                     for i in range(lines)]
     for k in range(n):
-        raw = {"records": records, "unattributed": [0, 0, 0, 0, 0, 0, 0], "snapshots": 10, "main_snapshots": 10,
+        raw = {"records": records, "unattributed": document.cpu_sums(), "snapshots": 10, "main_snapshots": 10,
                "threads_seen": 1, "process_cpu_ns": 1000, "memory": {
                    "lines": memory_lines, "max_footprint_bytes": 1 << 20, "max_footprint_where": None,
                    "max_footprint_time_sec": 0.0, "python_memory_profiled": True}}
         record = {"pid": 1000 + k, "ppid": 1, "command": ["python", "-c", "pass"], "started_by": "fork",
                   "start_time": 0.0, "wall_sec": 0.01, "cpu_sec": 0.001, "peak_mb": 1.0, "exit_status": 0,
-                  "ended_by": "os._exit", "raw": raw, "spawned": [], "reaped": {}}
+                  "ended_by": "os._exit", "raw": document.plain(raw), "spawned": [], "reaped": {}}
         (directory / f"p-{1000 + k}-0.json").write_text(json.dumps(record))
 
 
 def _merge(directory: Path) -> int:
     """Merges the partial profiles in directory: the peak of the bytes traced."""
+    from pyrometer.core import document
     from pyrometer.run import children
-    top_raw = {"records": [], "unattributed": (0, 0, 0, 0, 0, 0, 0), "memory": {
+    top_raw = {"records": [], "unattributed": document.cpu_sums(), "memory": {
         "lines": [], "max_footprint_bytes": 0, "max_footprint_where": None, "max_footprint_time_sec": 0.0}}
     top = {"pid": 1, "ppid": 0, "command": [], "started_by": "command", "profiled": True, "wall_sec": 1.0,
            "cpu_sec": 1.0, "peak_mb": 0.0, "exit_status": 0, "ended_by": "exit", "note": None}
@@ -457,7 +459,7 @@ def _merge(directory: Path) -> int:
     finally:
         tracemalloc.stop()
     assert len(raw["records"]) == 200 and count == len(table)
-    assert raw["records"][0][4][0] == pytest.approx(1e6 * (count - 1))
+    assert raw["records"][0][4].python_ns == pytest.approx(1e6 * (count - 1))
     assert raw["memory"]["lines"][0]["alloc_bytes"] == (count - 1) << 20
     return peak
 

@@ -1,21 +1,33 @@
-"""The contract between the measuring core and the Python side: the order of
-each record's CPU sums is named once (src/pyrometer/core/contract.py) and must be
-the order the core builds them in (csrc/module.c, sums_tuple, which names them
-in _core.CPU_SUMS).  Adding a figure on one side only fails here, not as
-numbers read into the wrong figure."""
+"""The contract between the measuring core and the Python side: each
+record's fields are named once, in csrc/records.c's tables, and the Python
+side reads them by those names.  The CPU sums are a named record type
+(_core.CpuSums) whose fields are _core.CPU_SUMS, and travel in a document
+(core/document.py) that carries their names; the positional memory and GPU
+sums are named once in src/pyrometer/core/contract.py, which must be the
+order the core builds them in.  Adding a figure on one side only fails here,
+not as numbers read into the wrong figure."""
 
 from __future__ import annotations
 
+import json
+import marshal
 import os
 import time
 
+import pytest
+
 from pyrometer import _core
-from pyrometer.core import contract
+from pyrometer.core import contract, document
 from pyrometer.integrations.inprocess import InProcessRun, default_options
 
 
-def test_the_core_names_its_cpu_sums_as_the_contract_does():
-    assert _core.CPU_SUMS == contract.CPU_SUMS
+def test_the_cpu_sums_are_a_record_named_as_the_core_names_them():
+    assert _core.CpuSums.__match_args__ == _core.CPU_SUMS
+    sums = document.cpu_sums(python_ns=2.0, samples=3)
+    assert (sums.python_ns, sums.samples, sums.native_ns) == (2.0, 3, 0)
+    with pytest.raises(TypeError):
+        document.cpu_sums(pyhton_ns=1.0)  # a misspelt field is an error, not a figure lost
+    assert document.add_cpu_sums(sums, sums).samples == 6
 
 
 def _spin(seconds: float) -> int:
@@ -29,23 +41,46 @@ def _spin(seconds: float) -> int:
     return n
 
 
-def test_records_hold_the_contracts_sums():
-    """A real run's records: one CPU sum per named position, the CPU time
-    (Python and native: the loop calls sum() and thread_time()) where the loop
-    ran, and its sample count a whole number."""
+def _run_collection() -> dict:
     run = InProcessRun(default_options(memory=False), "t", program_directory=os.path.dirname(__file__))
     run.start()
     _spin(0.3)
-    raw = run.collect()
+    return run.collect()
+
+
+def test_records_hold_the_cpu_sums():
+    """A real run's records: CpuSums records, the CPU time (Python and native:
+    the loop calls sum() and thread_time()) where the loop ran, and its
+    sample count a whole number."""
+    raw = _run_collection()
     mine = [cpu for filename, _, _, _, cpu in raw["records"] if filename == __file__]
     assert mine, raw["records"]
-    assert all(len(cpu) == len(contract.CPU_SUMS) for _, _, _, _, cpu in raw["records"])
-    assert len(raw["unattributed"]) == len(contract.CPU_SUMS)
-    on_cpu = sum(cpu[contract.PYTHON] + cpu[contract.NATIVE] for cpu in mine) * 1e-9
+    assert all(isinstance(cpu, _core.CpuSums) for _, _, _, _, cpu in raw["records"])
+    assert isinstance(raw["unattributed"], _core.CpuSums)
+    on_cpu = sum(cpu.python_ns + cpu.native_ns for cpu in mine) * 1e-9
     assert 0.15 < on_cpu < 0.6, mine
-    assert sum(cpu[contract.SYSTEM] for cpu in mine) * 1e-9 < 0.05, mine
-    assert all(isinstance(cpu[contract.SAMPLES], int) for cpu in mine)
-    assert sum(cpu[contract.SAMPLES] for cpu in mine) >= 10, mine
+    assert sum(cpu.system_ns for cpu in mine) * 1e-9 < 0.05, mine
+    assert all(isinstance(cpu.samples, int) for cpu in mine)
+    assert sum(cpu.samples for cpu in mine) >= 10, mine
+
+
+def test_a_document_carries_the_records_by_marshal_and_json():
+    """plain() is what marshal (periodic reports) and JSON (children's files)
+    carry; named() gives back the same records, and refuses a document of
+    other fields (a child run by another pyrometer)."""
+    raw = _run_collection()
+    for carried in (marshal.loads(marshal.dumps(document.plain(raw))),
+                    json.loads(json.dumps(document.plain(raw)))):
+        back = document.named(carried)
+        assert back["records"] == raw["records"] and back["unattributed"] == raw["unattributed"]
+        assert all(isinstance(cpu, _core.CpuSums) for *_, cpu in back["records"])
+        if raw.get("stacks"):
+            assert back["stacks"]["nodes"] == raw["stacks"]["nodes"]
+        other = dict(carried, document=dict(carried["document"], cpu_sums=carried["document"]["cpu_sums"][:-1]))
+        with pytest.raises(ValueError):
+            document.named(other)
+    with pytest.raises(ValueError):
+        document.named({k: v for k, v in json.loads(json.dumps(document.plain(raw))).items() if k != "document"})
 
 
 def test_the_core_names_its_memory_stack_sums_as_the_contract_does():

@@ -145,12 +145,8 @@ class InProcessRun:
 
 def process_row(raw: dict[str, Any], elapsed: float, started_by: str = "in-process") -> dict[str, Any]:
     """This process's row in a profile's process table, from its raw aggregates."""
-    memory = raw.get("memory")
-    return {"pid": os.getpid(), "ppid": os.getppid(), "command": list(getattr(sys, "orig_argv", sys.argv)),
-            "started_by": started_by, "profiled": True, "wall_sec": elapsed,
-            "cpu_sec": raw["process_cpu_ns"] * 1e-9,
-            "peak_mb": max(memory["max_footprint_bytes"], 0) / 1048576.0 if memory else None,
-            "exit_status": None, "ended_by": "exit", "note": None}
+    from ..model import processes
+    return processes.this_process(raw, elapsed, started_by, ended_by="exit")
 
 
 def default_options(**changes: Any) -> Options:

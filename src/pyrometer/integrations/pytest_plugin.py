@@ -343,6 +343,7 @@ class Profiling:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         from .. import _core
+        from ..core import document
         from .inprocess import process_row
         _core.end_kept_thread()
         self._build_pending()
@@ -352,7 +353,7 @@ class Profiling:
             self.processes.append(process_row(raw, self.profiled_sec, started_by))
         if self.worker:
             if self.ran_here:
-                self.config.workeroutput["pyrometer"] = {"raw": raw, "start_time": self.first_start,
+                self.config.workeroutput["pyrometer"] = {"raw": document.plain(raw), "start_time": self.first_start,
                                                          "tests": self.built_here,
                                                          "elapsed": self.profiled_sec,
                                                          "process": self.processes[-1]}

@@ -2,8 +2,9 @@
 
 - build.py: the C core's records turned into the profile (and Focus, what
   @profile narrows it to);
-- rules.py: the rules every report follows (time share, significant, hot),
-  decided once;
+- rules.py: the rules every report follows (the kinds of time, time share,
+  significant, hot, which columns show), decided once;
+- processes.py: each row of the process table;
 - schema.py: the profile's fields, and a saved profile read and checked
   against them (pyrometer view);
 - stacks.py: the call stacks; verdict.py: what bounds the run; since.py: what a
@@ -16,11 +17,13 @@ recompute these numbers.  What follows is the model's face to the rest of the
 package."""
 
 from .build import build
-from .rules import (FEW_SAMPLES, HOT_FACTOR, gpu_columns, mark, reduced, sampling, shown_error, significant,
-                    thresholds, time_share)
+from .rules import (CHURN_SHOWN_MB, FEW_SAMPLES, HOT_FACTOR, SHOWN_FROM, TIME_KINDS, gpu_columns, mark, reduced,
+                    sampling, shown_error, shows_awaits, shows_churn, shows_waits, significant, thresholds,
+                    time_share, wait_share)
 from .schema import SCHEMA_VERSION, ProfileError, check, load, loads
 from .since import since
 
-__all__ = ["build", "FEW_SAMPLES", "HOT_FACTOR", "mark", "reduced", "sampling", "significant", "thresholds",
-           "time_share", "shown_error",
+__all__ = ["build", "FEW_SAMPLES", "HOT_FACTOR", "TIME_KINDS", "mark", "reduced", "sampling", "significant",
+           "thresholds", "time_share", "wait_share", "shows_waits", "shows_awaits", "shows_churn", "shown_error",
+           "SHOWN_FROM", "CHURN_SHOWN_MB",
            "SCHEMA_VERSION", "ProfileError", "check", "load", "loads", "since"]

@@ -75,11 +75,12 @@ def _zip_member_lines(filename: str) -> list[str]:
         return []
 
 
-# Each time figure's sampling variance, from the core's (contract.CPU_SUMS: the
-# five kinds and their total, in ns^2), and the field of its stated error.
-_TIME_ERRORS = ((contract.PYTHON_VAR, "n_cpu_percent_python_error"), (contract.NATIVE_VAR, "n_cpu_percent_c_error"),
-                (contract.SYSTEM_VAR, "n_sys_percent_error"), (contract.GIL_WAIT_VAR, "n_gil_wait_percent_error"),
-                (contract.CPU_WAIT_VAR, "n_cpu_wait_percent_error"), (contract.TIME_VAR, "n_time_percent_error"))
+# Each time figure's sampling variance, from the core's (the CPU sums'
+# fields of the five kinds and their total, in ns^2), and the field of its
+# stated error.
+_TIME_ERRORS = (("python_var", "n_cpu_percent_python_error"), ("native_var", "n_cpu_percent_c_error"),
+                ("system_var", "n_sys_percent_error"), ("gil_wait_var", "n_gil_wait_percent_error"),
+                ("cpu_wait_var", "n_cpu_wait_percent_error"), ("time_var", "n_time_percent_error"))
 
 
 class _Sums:
@@ -95,19 +96,19 @@ class _Sums:
         # (a move between two of its lines is none of the function's).
         self.variance = [0.0] * len(_TIME_ERRORS)
 
-    def add(self, cpu: tuple) -> None:
-        """cpu: a record's CPU sums (contract.CPU_SUMS)."""
-        self.python += cpu[contract.PYTHON] * NS
-        self.native += cpu[contract.NATIVE] * NS
-        self.system += cpu[contract.SYSTEM] * NS
-        self.gil_wait += cpu[contract.GIL_WAIT] * NS
-        self.cpu_wait += cpu[contract.CPU_WAIT] * NS
-        self.loop_idle += cpu[contract.LOOP_IDLE] * NS
-        self.await_ += cpu[contract.AWAIT] * NS
-        self.busy += cpu[contract.BUSY] * NS
-        self.samples += cpu[contract.SAMPLES]
-        for i, (index, _) in enumerate(_TIME_ERRORS):
-            self.variance[i] += cpu[index] * NS * NS
+    def add(self, cpu) -> None:
+        """cpu: a record's CPU sums (_core.CpuSums, core/document.py)."""
+        self.python += cpu.python_ns * NS
+        self.native += cpu.native_ns * NS
+        self.system += cpu.system_ns * NS
+        self.gil_wait += cpu.gil_wait_ns * NS
+        self.cpu_wait += cpu.cpu_wait_ns * NS
+        self.loop_idle += cpu.loop_idle_ns * NS
+        self.await_ += cpu.await_ns * NS
+        self.busy += cpu.busy_ns * NS
+        self.samples += cpu.samples
+        for i, (field, _) in enumerate(_TIME_ERRORS):
+            self.variance[i] += getattr(cpu, field) * NS * NS
 
     def merge(self, other: "_Sums") -> None:
         for name in ("python", "native", "system", "gil_wait", "cpu_wait", "loop_idle", "await_"):

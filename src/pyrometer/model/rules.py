@@ -12,13 +12,44 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
+import math
+
 from ..settings import OPTION_DEFAULTS
+
+
+# The kinds of time, each as a line's (or function's) share field and seconds
+# field: its time is theirs together (neither await time nor an event loop's
+# idle time is in it).  The last two are the waits, for the GIL and for a CPU.
+TIME_KINDS = (("n_cpu_percent_python", "n_cpu_python_sec"), ("n_cpu_percent_c", "n_cpu_native_sec"),
+              ("n_sys_percent", "n_sys_sec"), ("n_gil_wait_percent", "n_gil_wait_sec"),
+              ("n_cpu_wait_percent", "n_cpu_wait_sec"))
+_WAITS = TIME_KINDS[3:]
 
 
 def time_share(entry: dict[str, Any]) -> float:
     """A line's or function's share of the run's time, in percent, of every kind."""
-    return (entry["n_cpu_percent_python"] + entry["n_cpu_percent_c"] + entry["n_sys_percent"]
-            + entry.get("n_gil_wait_percent", 0.0) + entry.get("n_cpu_wait_percent", 0.0))
+    return sum(entry.get(share, 0.0) for share, _ in TIME_KINDS)
+
+
+def wait_share(entry: dict[str, Any]) -> tuple[float, float]:
+    """A line's or function's share of the run's time waiting (for the GIL or
+    for a CPU: the reports' one wait column), and its error, the two waits'
+    errors taken as apart (their sampling is one)."""
+    share = sum(entry.get(name, 0.0) for name, _ in _WAITS)
+    return share, math.sqrt(sum(entry.get(name + "_error", 0.0) ** 2 for name, _ in _WAITS))
+
+
+def shows_waits(profile: dict[str, Any]) -> bool:
+    """Whether the reports show the wait column: when waiting for the GIL or a
+    CPU is 1% of the run or more; otherwise it is only noise in the table."""
+    cpu, total = profile["cpu_time_sec"], profile["total_time_sec"]
+    return total > 0 and (cpu.get("gil_wait", 0.0) + cpu.get("cpu_wait", 0.0)) >= 0.01 * total
+
+
+def shows_awaits(profile: dict[str, Any]) -> bool:
+    """Whether the reports show the await column: for a program whose
+    coroutines awaited."""
+    return profile.get("await_time_sec", 0.0) > 0
 
 
 def significant(entry: dict[str, Any], threshold: float, malloc_threshold: float | None = None) -> bool:
@@ -36,8 +67,23 @@ def significant(entry: dict[str, Any], threshold: float, malloc_threshold: float
 def shown_error(value: float, error: float) -> bool:
     """Whether a time share (in points) is shown with its sampling error: where
     the error is a tenth of the figure or more, and would not round to 0 (the
-    shares are shown whole); render/assets/report.js's errorOf says the same."""
-    return value >= 0.5 and error >= max(0.1 * value, 0.5)
+    shares are shown whole); render/assets/report.js's errorOf reads the same
+    cut-off from its page data (SHOWN_FROM)."""
+    return value >= SHOWN_FROM and error >= max(0.1 * value, SHOWN_FROM)
+
+
+# A figure the reports show whole (a share in points, megabytes, a rate) is
+# left blank below this: it would read 0.  The page gets it in its data.
+SHOWN_FROM = 0.5
+# The lines that churn (allocate and free tiny temporaries) are shown, in the
+# churn column and the text report's list, from this many MB of churn.
+CHURN_SHOWN_MB = 1.0
+
+
+def shows_churn(profile: dict[str, Any]) -> bool:
+    """Whether the page shows the churn column: memory was profiled and the
+    run churned CHURN_SHOWN_MB or more."""
+    return bool(profile.get("memory")) and profile.get("churn_mb", 0.0) >= CHURN_SHOWN_MB
 
 
 HOT_FACTOR = 5.0

@@ -146,6 +146,7 @@ class _Keyed:
 
 
 _REQUIRED, _OPTIONAL = object(), object()
+REQUIRED = _REQUIRED
 _TIMELINE = _List(_List(_ANY_NUMBER, 2))   # [seconds since the start, MB]; MB may be negative (net)
 _MB_BY_KIND = _Object({"malloc_mb": (_NONNEG, 0.0), "free_mb": (_NONNEG, 0.0), "copy_mb": (_NONNEG, 0.0),
                        "python_mb": (_NONNEG, _OPTIONAL)})
@@ -357,7 +358,8 @@ _MEMORY_TOP = _Object({
 })
 _EXIT_STATUS = _Leaf((int,), "a whole number from 0 to 255, or null", 0, 255)
 _PID = _whole(0, (1 << 31) - 1)
-_PROCESS = _Object({
+# A process's row in the process table (model/processes.py makes each).
+PROCESS = _Object({
     "pid": (_PID, _REQUIRED),
     "ppid": (_Null(_PID), None),
     "command": (_List(_STR), []),
@@ -374,7 +376,7 @@ _PROCESS = _Object({
 _RUN.fields.update({
     "process_count": (_COUNT, 1),
     "children_merge_sec": (_NONNEG, 0.0),
-    "processes": (_List(_PROCESS), []),
+    "processes": (_List(PROCESS), []),
     # @profile's functions (Focus): the files' entries hold only their lines.
     "profiled_functions": (_List(_Object({"filename": (_STR, _REQUIRED), "function": (_STR, _REQUIRED),
                                           "lineno": (_LINENO, _REQUIRED), "end_lineno": (_LINENO, _REQUIRED)})),

@@ -8,11 +8,11 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from .rules import time_share
+from .rules import TIME_KINDS, time_share
 
 
 # The seconds of an entry that make up its share of the run's time (time_share).
-_TIME_SECONDS = ("n_cpu_python_sec", "n_cpu_native_sec", "n_sys_sec", "n_gil_wait_sec", "n_cpu_wait_sec")
+_TIME_SECONDS = tuple(seconds for _, seconds in TIME_KINDS)
 
 
 def since(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:

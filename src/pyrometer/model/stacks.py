@@ -14,7 +14,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..core import contract
+from ..core import contract, document
 
 NS = 1e-9
 # The C core's id of the bucket of stacks past the cap (STACK_TABLE_OTHER).
@@ -38,9 +38,9 @@ def _without_churn(sums) -> tuple:
 
 
 def _cpu_vector(cpu) -> list[float]:
-    """A record's CPU sums (contract.CPU_SUMS) as a sums vector."""
-    return [cpu[contract.PYTHON], cpu[contract.NATIVE], cpu[contract.SYSTEM], cpu[contract.GIL_WAIT],
-            cpu[contract.CPU_WAIT], cpu[contract.SAMPLES], 0, 0, 0, 0, 0.0]
+    """A record's CPU sums (_core.CpuSums) as a sums vector."""
+    return [cpu.python_ns, cpu.native_ns, cpu.system_ns, cpu.gil_wait_ns, cpu.cpu_wait_ns, cpu.samples,
+            0, 0, 0, 0, 0.0]
 
 
 class StackSums:
@@ -132,10 +132,10 @@ class StackSums:
         memory_stacks, gpu_stacks = [], []
         for path, sums in self.stacks.items():
             stack_id = ids[path]
-            nodes[stack_id][2] = _cpu_tuple(sums)
+            nodes[stack_id][2] = _cpu_sums(sums)
             memory_stacks.append((stack_id, *sums[_MEMORY:_GPU]))
             gpu_stacks.append((stack_id, sums[_GPU]))
-        raw["stacks"] = {"frames": list(self.frame_keys), "nodes": nodes, "other": _cpu_tuple(self.other),
+        raw["stacks"] = {"frames": list(self.frame_keys), "nodes": nodes, "other": _cpu_sums(self.other),
                          "cap": self.cap, "max_depth": self.max_depth}
         if raw.get("memory"):
             raw["memory"] = dict(raw["memory"], stacks=memory_stacks, other_stacks=list(self.other[_MEMORY:_GPU]))
@@ -166,12 +166,10 @@ def _add(into: list, more: list) -> None:
         into[i] += v
 
 
-def _cpu_tuple(sums: list) -> tuple:
-    """A sums vector's CPU part as a record's CPU sums (contract.CPU_SUMS)."""
-    cpu = contract.no_cpu()
-    cpu[contract.PYTHON], cpu[contract.NATIVE], cpu[contract.SYSTEM] = sums[0], sums[1], sums[2]
-    cpu[contract.GIL_WAIT], cpu[contract.CPU_WAIT], cpu[contract.SAMPLES] = sums[3], sums[4], sums[_SAMPLES]
-    return tuple(cpu)
+def _cpu_sums(sums: list):
+    """A sums vector's CPU part as a record's CPU sums (_core.CpuSums)."""
+    return document.cpu_sums(python_ns=sums[0], native_ns=sums[1], system_ns=sums[2], gil_wait_ns=sums[3],
+                             cpu_wait_ns=sums[4], samples=sums[_SAMPLES])
 
 
 def _figures(sums: list, memory: bool, gpu: bool) -> dict[str, Any]:

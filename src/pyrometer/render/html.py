@@ -24,7 +24,8 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..model import gpu_columns, mark, sampling, significant, thresholds, time_share
+from ..model import (SHOWN_FROM, gpu_columns, mark, sampling, shows_awaits, shows_churn, shows_waits, significant,
+                     thresholds, time_share, wait_share)
 from ..model.units import display_name
 
 DEFAULT_OUTFILE = "pyrometer-profile.html"
@@ -82,10 +83,11 @@ def _entries(entries: list[dict[str, Any]], fields: list[str], with_text: bool,
     """Lines (or functions) as columns: their text, their numbers where any is not
     zero, their memory timelines, and the model's verdict on each (limits:
     model.thresholds): each one's share of the run's time (`shares`: what its
-    bar and the page's order by time read), which reach a threshold
+    bar and the page's order by time read) and of it waiting with its error
+    (`waits`: the wait column and the bar's part), which reach a threshold
     (`significant`: the reduced view keeps them) and how each is marked
     (`marks`: hot, warm)."""
-    text, numbers, sparks, linenos, kept, marks, shares = [], [], {}, [], [], {}, {}
+    text, numbers, sparks, linenos, kept, marks, shares, waits = [], [], {}, [], [], {}, {}, {}
     contiguous = True
     for i, e in enumerate(entries):
         text.append(e.get("line", ""))
@@ -98,6 +100,9 @@ def _entries(entries: list[dict[str, Any]], fields: list[str], with_text: bool,
             share = _round(time_share(e))
             if share:
                 shares[str(i)] = share
+            wait, error = wait_share(e)
+            if wait:
+                waits[str(i)] = [_round(wait), _round(error)]
             if significant(e, *limits):
                 kept.append(i)
             m = mark(e, *limits)
@@ -106,7 +111,7 @@ def _entries(entries: list[dict[str, Any]], fields: list[str], with_text: bool,
         if e.get("memory_samples"):
             sparks[str(i)] = _spark(e["memory_samples"])
     out: dict[str, Any] = {"text": text, "rows": numbers, "sparks": sparks, "significant": kept, "marks": marks,
-                           "shares": shares}
+                           "shares": shares, "waits": waits}
     if not contiguous or not with_text:
         out["lineno"] = linenos
     return out
@@ -147,7 +152,7 @@ def page_data(profile: dict[str, Any]) -> dict[str, Any]:
     """What the page script reads: the run's summary fields as they are, and each
     file in compact form, hottest first."""
     fields = list(TIME_FIELDS)
-    if profile.get("await_time_sec", 0) > 0:
+    if shows_awaits(profile):
         fields += AWAIT_FIELDS
     if profile.get("memory"):
         fields += MEMORY_FIELDS
@@ -169,8 +174,11 @@ def page_data(profile: dict[str, Any]) -> dict[str, Any]:
             "functions": _entries(f["functions"], fields, False, limits),
             "leaks": f.get("leaks", {}),
         })
+    # Which columns the page shows and the cut-off below which it leaves a
+    # figure blank: the model's rules (model/rules.py), as the terminal's.
+    columns = {"waits": shows_waits(profile), "awaits": shows_awaits(profile), "churn": shows_churn(profile)}
     return {"fields": fields, "summary": summary, "files": files, "flame": flame_data(profile),
-            "sampling": sampling(profile)}
+            "sampling": sampling(profile), "columns": columns, "shown_from": SHOWN_FROM}
 
 
 # Lone surrogates (from a file name that was not UTF-8) cannot be written as

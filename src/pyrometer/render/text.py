@@ -11,7 +11,8 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..model import gpu_columns, mark, sampling, shown_error, significant, thresholds, time_share
+from ..model import (CHURN_SHOWN_MB, gpu_columns, mark, sampling, shown_error, shows_awaits, shows_waits, significant, thresholds,
+                     time_share, wait_share)
 from ..model.units import display_name
 from ..visible import terminal_columns, visible
 
@@ -185,27 +186,13 @@ def _time_cells(entry: dict[str, Any], waits: bool = False, awaits: bool = False
              _pct(entry["n_cpu_percent_c"], e("n_cpu_percent_c_error", 0.0)),
              _pct(entry["n_sys_percent"], e("n_sys_percent_error", 0.0))]
     if waits:
-        # The two waits' errors as if apart (their sampling is one).
-        cells.append(_pct(e("n_gil_wait_percent", 0.0) + e("n_cpu_wait_percent", 0.0),
-                          (e("n_gil_wait_percent_error", 0.0) ** 2 + e("n_cpu_wait_percent_error", 0.0) ** 2) ** 0.5))
+        cells.append(_pct(*wait_share(entry)))
     if awaits:
         cells.append(_pct(entry.get("n_await_percent", 0.0)))
     return cells
 
 
-def _shows_awaits(profile: dict[str, Any]) -> bool:
-    """The await column is shown only for a program whose coroutines awaited."""
-    return profile.get("await_time_sec", 0.0) > 0
-
-
 _share = time_share
-
-
-def _shows_waits(profile: dict[str, Any]) -> bool:
-    """The wait column is shown when waiting for the GIL or a CPU is 1% of the
-    run or more: otherwise it is only noise in the table."""
-    cpu, total = profile["cpu_time_sec"], profile["total_time_sec"]
-    return total > 0 and (cpu.get("gil_wait", 0.0) + cpu.get("cpu_wait", 0.0)) >= 0.01 * total
 
 
 class _Painter:
@@ -426,7 +413,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
                                                                         ("cpu_wait", "CPU wait"))
                     if cpu.get(key, 0.0) >= 0.0005)
     add(f"Python {cpu['python']:.3f} s · native {cpu['native']:.3f} s · system {cpu['system']:.3f} s{waits}")
-    if _shows_awaits(profile):
+    if shows_awaits(profile):
         add(f"coroutines suspended at awaits {profile['await_time_sec']:.3f} s (task time: the await "
             f"column's total) · event loop idle {profile.get('event_loop_idle_sec', 0.0):.3f} s "
             "(in no percentage)")
@@ -475,8 +462,8 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         out.append("")
         add(visible(f"{display_name(filename)}: % of time = {f['percent_cpu_time']:.1f}% "
                     f"({f['cpu_time_sec']:.3f} s) out of {profile['total_time_sec']:.3f} s"), BOLD)
-        show_waits = _shows_waits(profile)
-        show_awaits = _shows_awaits(profile)
+        show_waits = shows_waits(profile)
+        show_awaits = shows_awaits(profile)
         header = (["Line", "Time Python", "native", "system"] + (["wait"] if show_waits else [])
                   + (["await"] if show_awaits else []))
         gpu, kernels = gpu_columns(profile)
@@ -518,7 +505,7 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
             add(visible(f"  {display_name(t['filename'])}:{t['lineno']}: {t['n_malloc_mb']:.0f}{within} MB "
                         f"({t['n_python_fraction'] * 100:.0f}% Python)"))
     churning = sorted(((e.get("n_churn_mb", 0.0), name, e["lineno"]) for name, f in profile["files"].items()
-                       for e in f["lines"] if e.get("n_churn_mb", 0.0) >= 1.0), reverse=True)[:3]
+                       for e in f["lines"] if e.get("n_churn_mb", 0.0) >= CHURN_SHOWN_MB), reverse=True)[:3]
     if memory and churning:
         out.append("")
         out.append(paint("Churn of tiny temporaries", BOLD) +

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 from .. import messages, private_files
 from ..installed import PACKAGE_PARENT
-from ..core import contract, preload
+from ..core import contract, document, preload
+from ..model import processes
 from ..model.stacks import StackSums
 
 _BOOT = "boot"
@@ -52,7 +53,6 @@ _SETTINGS_FILE = "settings.json"
 # A pause or resume from outside (pyrometer --off/--on --pid), recorded by the
 # processes it reached (csrc/control/control.c), for those that start later.
 CONTROL_FILE = "control"
-MB = 1048576.0
 # The per-process table keeps this many rows; the count beyond is kept exact.
 PROCESS_TABLE_MAX = 1000
 
@@ -411,13 +411,10 @@ class ChildSession:
         wall = time.perf_counter() - self.t0
         raw = focus.collect_into(_core.collect())
         spawned, reaped = _Family.records()
-        memory = raw.get("memory")
         record = self._record()
-        record.update(wall_sec=wall, cpu_sec=raw["process_cpu_ns"] * 1e-9,
-                      paused_sec=raw.get("paused_ns", 0) * 1e-9,
-                      peak_mb=max(memory["max_footprint_bytes"], 0) / MB if memory else None,
-                      exit_status=status, ended_by=ended_by, memory_lost=self.memory_lost,
-                      raw=raw, spawned=spawned, reaped=reaped)
+        record.update(processes.measured(raw, wall), exit_status=status, ended_by=ended_by,
+                      memory_lost=self.memory_lost,
+                      raw=document.plain(raw), spawned=spawned, reaped=reaped)
         self.written = True
         return _write_json(self._path("p"), record)
 
@@ -594,12 +591,13 @@ class Merger:
     sums keyed by line and function, so that memory follows distinct lines."""
 
     def __init__(self, raw: dict[str, Any], start_time: float):
-        self.raw = raw
+        """raw: the first collection, in process or a document (core/document.py)."""
+        self.raw = raw = document.named(raw)
         self.start_time = start_time
-        self.records: dict[tuple, list[float]] = {}
+        self.records: dict[tuple, Any] = {}  # a line's place -> its CPU sums (_core.CpuSums)
         for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
             self._add_cpu((filename, lineno, qualname, firstlineno), cpu)
-        self.unattributed = list(raw["unattributed"])
+        self.unattributed = raw["unattributed"]
         # @profile's functions, of every process: a child may decorate its own.
         self.focus: dict[tuple, int] = {}
         self._add_focus(raw)
@@ -620,11 +618,7 @@ class Merger:
 
     def _add_cpu(self, key: tuple, cpu) -> None:
         sums = self.records.get(key)
-        if sums is None:
-            self.records[key] = list(cpu)
-        else:
-            for i, v in enumerate(cpu):
-                sums[i] += v
+        self.records[key] = cpu if sums is None else document.add_cpu_sums(sums, cpu)
 
     def _add_focus(self, raw: dict[str, Any]) -> None:
         for filename, qualname, first, last in raw.get("profiled_functions", []):
@@ -646,7 +640,7 @@ class Merger:
             m["timeline"] = [[t + offset, mb] for t, mb in r["timeline"]]
 
     def add(self, child: dict[str, Any]) -> None:
-        raw = child["raw"]
+        raw = document.named(child["raw"])  # ValueError: another layout, not merged
         offset = child.get("start_time", self.start_time) - self.start_time
         self._add_focus(raw)  # first: a child of another shape fails here, before any sum
         stacks = StackSums()
@@ -654,8 +648,7 @@ class Merger:
         self.stacks.merge(stacks)
         for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
             self._add_cpu((filename, lineno, qualname, firstlineno), cpu)
-        for i, v in enumerate(raw["unattributed"]):
-            self.unattributed[i] += v
+        self.unattributed = document.add_cpu_sums(self.unattributed, raw["unattributed"])
         for name in _SCALARS_SUMMED:
             self.raw[name] = self.raw.get(name, 0) + raw.get(name, 0)
         self._add_gpu(raw.get("gpu"))
@@ -722,7 +715,7 @@ class Merger:
         if raw.get("gpu") is not None and raw["gpu"]["status"] == "ok":
             raw["gpu"] = dict(raw["gpu"], lines=[(*key, *sums) for key, sums in self.gpu_lines.items()])
         raw["records"] = [(*key, sums) for key, sums in self.records.items()]
-        raw["unattributed"] = tuple(self.unattributed)
+        raw["unattributed"] = self.unattributed
         raw["profiled_functions"] = [[*key, last] for key, last in self.focus.items()]
         if self.memory:
             raw["memory"] = dict(self.memory, lines=list(self.mem_lines.values()))
@@ -786,10 +779,8 @@ def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: fl
             notes.add("a child process's profile could not be merged (written by another version of "
                       "pyrometer?); its figures are left out")
             pid = record.get("pid") if isinstance(record, dict) else None
-            add_row({"pid": pid if isinstance(pid, int) and pid > 0 else 0, "ppid": None, "command": [],
-                     "started_by": "unknown", "profiled": False, "wall_sec": None, "cpu_sec": None,
-                     "peak_mb": None, "exit_status": None, "ended_by": None,
-                     "note": "profile not merged: not the shape this pyrometer writes"})
+            add_row(processes.row(pid=pid if isinstance(pid, int) and pid > 0 else 0, started_by="unknown",
+                                  profiled=False, note="profile not merged: not the shape this pyrometer writes"))
             continue
         if record.get("memory_lost"):
             notes.add("some child processes were profiled without memory (the memory library could not "
@@ -807,10 +798,9 @@ def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: fl
         if pid in images:
             continue
         images.add(pid)
-        add_row({"pid": pid, "ppid": None, "command": command, "started_by": "subprocess", "profiled": False,
-                 "wall_sec": None, "cpu_sec": None, "peak_mb": None,
-                 "exit_status": status if status is not None else reaped.get(pid), "ended_by": None,
-                 "note": "not profiled: not a Python program, or one that ignores PYTHONPATH (-E, -I)"})
+        add_row(processes.row(pid=pid, command=command, started_by="subprocess", profiled=False,
+                              exit_status=status if status is not None else reaped.get(pid),
+                              note="not profiled: not a Python program, or one that ignores PYTHONPATH (-E, -I)"))
     for row in table:
         if row["exit_status"] is None and row["pid"] in reaped and row is not top:
             row["exit_status"] = reaped[row["pid"]]
@@ -843,12 +833,11 @@ def _signal_name(signum: int) -> str:
 
 
 def _row(record: dict[str, Any], profiled: bool, note: str | None = None) -> dict[str, Any]:
-    return {"pid": record.get("pid"), "ppid": record.get("ppid"), "command": record.get("command", []),
-            "started_by": record.get("started_by", "exec"), "profiled": profiled,
-            "wall_sec": record.get("wall_sec"), "paused_sec": record.get("paused_sec"),
-            "cpu_sec": record.get("cpu_sec"), "peak_mb": record.get("peak_mb"),
-            "exit_status": record.get("exit_status"), "ended_by": record.get("ended_by"),
-            "note": note if note is not None else record.get("note")}
+    """A child's row, from the record it wrote at its start or its end."""
+    given = {name: record[name] for name in processes.PROCESS.fields if name in record}
+    given.setdefault("started_by", "exec")
+    given.setdefault("pid", None)
+    return processes.row(**dict(given, profiled=profiled, note=note if note is not None else record.get("note")))
 
 
 def family_records() -> tuple[list, dict[int, int]]:

@@ -100,8 +100,8 @@ class PeriodicWriter:
         """Called by the C core, GIL held, memory counting paused: must not release
         the GIL (no I/O) and must not raise."""
         from .. import _core
-        from ..core import focus
-        return marshal.dumps({**self.job, "raw": focus.collect_into(_core.collect()),
+        from ..core import document, focus
+        return marshal.dumps({**self.job, "raw": document.plain(focus.collect_into(_core.collect())),
                               "elapsed": time.perf_counter() - self.t0})
 
     def stop(self) -> None:
@@ -210,7 +210,8 @@ def child_main() -> None:
 
 
 def _build(model, job: dict, ended_by: str | None, notices: list[str] | None = None) -> dict:
-    return model.build(job["raw"], program=job["program"], argv=job["argv"], options=job["options"],
+    from ..core import document
+    return model.build(document.named(job["raw"]), program=job["program"], argv=job["argv"], options=job["options"],
                        elapsed=job["elapsed"], start_time=job["start_time"], exit_status=None,
                        ended_by=ended_by, notices=notices, sources=job.get("sources"))
 

@@ -24,13 +24,16 @@
   // The lines' GPU columns: the model's rule (model.gpu_columns) ships their
   // fields only where the program used the GPU.
   var GPU_COLUMNS = COL.n_gpu_percent !== undefined, KERNEL_COLUMNS = COL.n_gpu_kernel_sec !== undefined;
-  var AWAITS = num(S.await_time_sec, 0) > 0;  // the await column, only for a program that had any
-  var CHURN = MEMORY && num(S.churn_mb, 0) >= 1;  // the churn column, likewise (the card's rule)
+  // Which columns are shown, and the cut-off below which a figure shown whole
+  // is left blank: the model's rules (model/rules.py), in the page data.
+  var COLUMNS = D.columns || {};
+  var AWAITS = !!COLUMNS.awaits, CHURN = !!COLUMNS.churn, WAITS = !!COLUMNS.waits;
+  var SHOWN = D.shown_from;
   // Shown in the header and used to pick the files opened at first (the
   // profile always holds them: the schema gives an older one the defaults).
   // Which lines reach the thresholds, how each is marked, each one's share of
   // the time and whether the samples were few, the model decided (the page
-  // data's `significant`, `marks`, `shares` and `sampling`: model.rules).
+  // data's `significant`, `marks`, `shares`, `waits` and `sampling`: model.rules).
   var THRESHOLD = num(OPT.cpu_percent_threshold, 0);
   var MALLOC_THRESHOLD = MEMORY ? num(OPT.malloc_threshold, 0) : Infinity;
   var ELAPSED = num(S.elapsed_time_sec, 0);
@@ -44,10 +47,10 @@
   function esc(s) {
     return String(s).replace(/[&<>"']/g, function (c) { return ESCAPES[c]; });
   }
-  function pct(v) { return v >= 0.5 ? Math.round(v) + "%" : ""; }
+  function pct(v) { return v >= SHOWN ? Math.round(v) + "%" : ""; }
   // "±e" after a time share whose sampling error (a 95% interval, in points)
   // is a tenth of it or more and rounds to 1 or more (model/rules.py, shown_error).
-  function errorOf(v, e) { return v >= 0.5 && e && e >= Math.max(0.1 * v, 0.5) ? "±" + Math.round(e) : ""; }
+  function errorOf(v, e) { return v >= SHOWN && e && e >= Math.max(0.1 * v, SHOWN) ? "±" + Math.round(e) : ""; }
   function timeField(name, label, width, narrow, short) {
     var f = field(name, label, pct, width, narrow, short);
     f.cell = function (E, k) {
@@ -56,7 +59,7 @@
     };
     return f;
   }
-  function mb(v) { return v >= 0.5 ? (v < 10000 ? Math.round(v) + " MB" : Math.round(v / 1024) + " GB") : ""; }
+  function mb(v) { return v >= SHOWN ? (v < 10000 ? Math.round(v) + " MB" : Math.round(v / 1024) + " GB") : ""; }
   function fix(v, d) {
     var s = num(v, 0).toFixed(d);
     return /^-0(\.0*)?$/.test(s) ? s.slice(1) : s;  // no "-0.0" for a tiny negative
@@ -75,6 +78,7 @@
     this.sparks = raw.sparks || {};
     this.marks = raw.marks || {};
     this.shares = raw.shares || {};
+    this.waits = raw.waits || {};
     this.vals = new Array(this.n);
     for (var i = 0; i < raw.rows.length; i++) this.vals[raw.rows[i][0]] = raw.rows[i];
     this.kept = {};
@@ -89,6 +93,8 @@
   Entries.prototype.ln = function (k) { return this.lineno ? this.lineno[k] : k + 1; };
   Entries.prototype.fileOf = function (k) { return this.file ? this.file[k] : this.fi; };
   Entries.prototype.share = function (k) { return this.shares[k] || 0; };
+  Entries.prototype.wait = function (k) { return (this.waits[k] || [0, 0])[0]; };
+  Entries.prototype.waitError = function (k) { return (this.waits[k] || [0, 0])[1]; };
   Entries.prototype.significant = function (k) { return !!this.kept[k]; };
   Entries.prototype.rowClass = function (k) { return this.marks[k] || ""; };
 
@@ -106,7 +112,7 @@
 
   function sparkSvg(E, k) {
     var s = E.sparks[k];
-    if (!s || E.get(k, "n_malloc_mb") < 0.5) return "";
+    if (!s || !allocated(E, k)) return "";
     var lo = 0, hi = 0, i, pts = [];
     for (i = 1; i < s.length; i += 2) { lo = Math.min(lo, s[i]); hi = Math.max(hi, s[i]); }
     // x: the line's own stretch of the run (the hover gives its times), so a
@@ -123,14 +129,13 @@
   }
   function barHtml(E, k) {
     var py = E.get(k, "n_cpu_percent_python"), na = E.get(k, "n_cpu_percent_c"), sy = E.get(k, "n_sys_percent");
-    var wt = waitShare(E, k);
-    if (py + na + sy + wt <= 0) return "";
+    var wt = E.wait(k);
+    if (E.share(k) <= 0) return "";
     var f = 100 / MAXSHARE;
     return '<div class="bar" data-t="bar"><i class="py" style="width:' + (py * f).toFixed(2) + '%"></i><i class="na" style="width:' +
       (na * f).toFixed(2) + '%"></i><i class="sy" style="width:' + (sy * f).toFixed(2) + '%"></i><i class="wt" style="width:' +
       (wt * f).toFixed(2) + '%"></i></div>';
   }
-  function waitShare(E, k) { return E.get(k, "n_gil_wait_percent") + E.get(k, "n_cpu_wait_percent"); }
   // width: a column's width; narrow and short: its width and its name in a
   // window too narrow for the wide columns to leave the source in view (the
   // media query in report.css picks them; the full name stays in the tooltip).
@@ -139,7 +144,7 @@
              key: function (E, k) { return E.get(k, name); },
              cell: function (E, k) { return format(E.get(k, name)); } };
   }
-  function allocated(E, k) { return E.get(k, "n_malloc_mb") >= 0.5; }
+  function allocated(E, k) { return E.get(k, "n_malloc_mb") >= SHOWN; }
   // " ± e" after a memory figure whose sampling error (a 95% interval) is a
   // tenth of it or more; nothing otherwise (model._Memory.errors).
   function within(value, error) {
@@ -150,15 +155,15 @@
     timeField("n_cpu_percent_python", "Time Python", "100px", "50px", "Py"),
     timeField("n_cpu_percent_c", "native", "64px", "46px", "nat"),
     timeField("n_sys_percent", "system", "68px", "46px", "sys"),
+  ].concat(WAITS ? [
     { id: "wait", label: "wait", title: "waiting for the GIL or for a CPU", width: "56px", narrow: "46px",
-      key: waitShare, cell: function (E, k) {
-        var g = E.get(k, "n_gil_wait_percent_error"), c = E.get(k, "n_cpu_wait_percent_error");
-        return pct(waitShare(E, k)) + errorOf(waitShare(E, k), Math.sqrt(g * g + c * c));
-      } },
+      key: function (E, k) { return E.wait(k); },
+      cell: function (E, k) { return pct(E.wait(k)) + errorOf(E.wait(k), E.waitError(k)); } },
+  ] : [], [
     { id: "time", label: "time", title: "total time (the bar: Python, native, system, wait)", width: "96px",
       narrow: "54px",
       key: function (E, k) { return E.share(k); }, cell: barHtml },
-  ];
+  ]);
   var AWAIT_COLS = AWAITS ? [
     { id: "n_await_percent", label: "await", width: "60px", narrow: "50px", short: "awt",
       title: "share of all the time coroutines spent suspended at an await (not of the run time)",
@@ -177,7 +182,7 @@
       key: function (E, k) { return E.get(k, "n_gpu_copy_mb"); },
       cell: function (E, k) {
         var v = E.get(k, "n_gpu_copy_mb");
-        if (v < 0.5) return "";
+        if (v < SHOWN) return "";
         return '<span title="HtoD ' + E.get(k, "n_gpu_copy_htod_mb").toFixed(1) + " MB, DtoH " +
           E.get(k, "n_gpu_copy_dtoh_mb").toFixed(1) + " MB, DtoD " + E.get(k, "n_gpu_copy_dtod_mb").toFixed(1) +
           ' MB">' + mb(v) + "</span>";
@@ -193,7 +198,7 @@
       narrow: "46px", short: "tl", key: function (E, k) { return E.get(k, "n_malloc_mb"); }, cell: sparkSvg },
     { id: "n_usage_fraction", label: "%", title: "share of all allocation activity", width: "44px", narrow: "44px", key: function (E, k) { return E.get(k, "n_usage_fraction"); },
       cell: function (E, k) { return allocated(E, k) ? pct(E.get(k, "n_usage_fraction") * 100) : ""; } },
-    field("n_copy_mb_s", "Copy MB/s", function (v) { return v >= 0.5 ? String(Math.round(v)) : ""; }, "92px",
+    field("n_copy_mb_s", "Copy MB/s", function (v) { return v >= SHOWN ? String(Math.round(v)) : ""; }, "92px",
           "50px", "copy"),
   ].concat(CHURN ? [
     { id: "n_churn_mb", label: "churn", width: "64px", narrow: "40px", short: "chn",
@@ -447,7 +452,7 @@
     }
     h += '<div class="cards">';
     var py = num(cpu.python, 0), na = num(cpu.native, 0), sy = num(cpu.system, 0);
-    var gw = num(cpu.gil_wait, 0), cw = num(cpu.cpu_wait, 0), all = py + na + sy + gw + cw;
+    var gw = num(cpu.gil_wait, 0), cw = num(cpu.cpu_wait, 0), all = num(S.total_time_sec, 0);
     function seg(cls, label, v) {
       var share = all > 0 ? v / all * 100 : 0;
       return { bar: '<i class="' + cls + '" style="width:' + share.toFixed(2) + '%" data-tip="' + label + " " +
@@ -601,7 +606,7 @@
 
   var functionsTable = null;
   function allFunctions() {
-    var raw = { text: [], rows: [], sparks: {}, lineno: [], file: [], significant: [], marks: {}, shares: {} };
+    var raw = { text: [], rows: [], sparks: {}, lineno: [], file: [], significant: [], marks: {}, shares: {}, waits: {} };
     FILES.forEach(function (F, fi) {
       var E = F.functions;
       for (var k = 0; k < E.n; k++) {
@@ -614,6 +619,7 @@
         if (E.kept[k]) raw.significant.push(at);
         if (E.marks[k]) raw.marks[at] = E.marks[k];
         if (E.shares[k]) raw.shares[at] = E.shares[k];
+        if (E.waits[k]) raw.waits[at] = E.waits[k];
       }
     });
     return new Entries(raw, -1);
@@ -682,7 +688,7 @@
       return name + "\nallocated " + fix(g("n_malloc_mb"), 1) + within(g("n_malloc_mb"), g("n_malloc_mb_error")) +
         " MB in " + plural(g("n_mallocs"), "sample") +
         " (" + fix(g("n_python_fraction") * 100, 0) + "% Python)" +
-        (g("n_churn_mb") >= 0.5 ? "\nchurn " + fix(g("n_churn_mb"), 1) + " MB (tiny temporaries, not held)" : "") +
+        (g("n_churn_mb") >= SHOWN ? "\nchurn " + fix(g("n_churn_mb"), 1) + " MB (tiny temporaries, not held)" : "") +
         "\npeak " + fix(g("n_peak_mb"), 1) + " MB · net growth " + fix(g("n_growth_mb"), 1) +
         within(g("n_growth_mb"), g("n_growth_mb_error")) + " MB" +
         "\n" + fix(g("n_usage_fraction") * 100, 1) + "% of all allocation activity · copy " +
