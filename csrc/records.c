@@ -20,7 +20,7 @@ typedef struct {
 #define FIELD(type, member, kind) {#member, kind, offsetof(type, member)}
 #define COUNT(table) (sizeof(table) / sizeof((table)[0]))
 
-/* A record's CPU sums, _core.CpuSums's fields, in this order. */
+/* A record's CPU sums: _core.CpuSums's fields. */
 static const record_field CPU_SUMS_FIELDS[] = {
     FIELD(cpu_sums_figures, python_ns, FIELD_DOUBLE),
     FIELD(cpu_sums_figures, native_ns, FIELD_DOUBLE),
@@ -63,8 +63,9 @@ static const record_field LINE_FIELDS[] = {
 };
 static const char *const LINE_PLACE[] = {"filename", "lineno", "function", "function_lineno", "timeline"};
 
-/* A call stack's memory sums, in this order after its id ("stacks"), and
- * alone for the bucket of the stacks past the cap ("other_stacks"). */
+/* A call stack's memory sums (_core.MemoryStackSums), after its id
+ * ("stacks"), and alone for the bucket of the stacks past the cap
+ * ("other_stacks"). */
 static const record_field STACK_SUMS[] = {
     FIELD(mem_stack_record, alloc_bytes, FIELD_U64),
     FIELD(mem_stack_record, python_bytes, FIELD_U64),
@@ -99,7 +100,7 @@ static const record_field RUN_FIELDS[] = {
 };
 static const char *const RUN_PARTS[] = {"lines", "stacks", "other_stacks", "footprint", "max_footprint_where"};
 
-/* A line's GPU sums, in this order after its place (filename, lineno,
+/* A line's GPU sums (_core.GpuLineSums), after its place (filename, lineno,
  * function, function_lineno) in the GPU record's "lines". */
 static const record_field GPU_LINE_SUMS[] = {
     FIELD(gpu_line_record, busy_ns, FIELD_DOUBLE),
@@ -197,27 +198,73 @@ static int put(PyObject *dict, const char *name, PyObject *value)
     return rc;
 }
 
-/* The fields' values in order, after `first` values given (stolen). */
-static PyObject *fields_tuple(const record_field *fields, size_t n, const void *record, PyObject *first)
+/* The named records (struct sequences: tuples, fast to make, with a name
+ * for each field), one type per table, made once per process (the
+ * collections are made in the main interpreter only). */
+typedef enum { RECORD_CPU_SUMS, RECORD_MEMORY_STACK_SUMS, RECORD_GPU_LINE_SUMS, RECORD_KINDS } record_kind;
+
+static struct {
+    const char *name, *doc;
+    const record_field *fields;
+    size_t n;
+    PyTypeObject *type;
+} record_types[RECORD_KINDS] = {
+    [RECORD_CPU_SUMS] = {"pyrometer._core.CpuSums",
+                         "A record's CPU sums: each kind's time (ns), its samples, and each kind's sampling "
+                         "variance (ns^2).",
+                         CPU_SUMS_FIELDS, COUNT(CPU_SUMS_FIELDS), NULL},
+    [RECORD_MEMORY_STACK_SUMS] = {"pyrometer._core.MemoryStackSums", "A call stack's memory sums (bytes).",
+                                  STACK_SUMS, COUNT(STACK_SUMS), NULL},
+    [RECORD_GPU_LINE_SUMS] = {"pyrometer._core.GpuLineSums",
+                              "A line's GPU sums: NVML's busy time and memory, then the kernel tier's launches.",
+                              GPU_LINE_SUMS, COUNT(GPU_LINE_SUMS), NULL},
+};
+
+static int make_record_types(void)
 {
-    Py_ssize_t lead = first != NULL ? 1 : 0;
-    PyObject *t = PyTuple_New(lead + (Py_ssize_t)n);
-    if (t == NULL) {
-        Py_XDECREF(first);
-        return NULL;
-    }
-    if (first != NULL) {
-        PyTuple_SET_ITEM(t, 0, first);
-    }
-    for (size_t i = 0; i < n; i++) {
-        PyObject *value = field_value(&fields[i], record);
-        if (value == NULL) {
-            Py_DECREF(t);
-            return NULL;
+    enum { MOST_FIELDS = 32 };
+    static PyStructSequence_Field members[RECORD_KINDS][MOST_FIELDS + 1];
+    for (int k = 0; k < RECORD_KINDS; k++) {
+        if (record_types[k].type != NULL) {
+            continue;
         }
-        PyTuple_SET_ITEM(t, lead + (Py_ssize_t)i, value);
+        if (record_types[k].n > MOST_FIELDS) {
+            PyErr_SetString(PyExc_SystemError, "a record with more fields than MOST_FIELDS");
+            return -1;
+        }
+        for (size_t i = 0; i < record_types[k].n; i++) {
+            members[k][i].name = record_types[k].fields[i].name;
+            members[k][i].doc = NULL;
+        }
+        members[k][record_types[k].n].name = NULL;
+        PyStructSequence_Desc desc = {record_types[k].name, record_types[k].doc, members[k],
+                                      (int)record_types[k].n};
+        record_types[k].type = PyStructSequence_NewType(&desc);
+        if (record_types[k].type == NULL) {
+            return -1;
+        }
     }
-    return t;
+    return 0;
+}
+
+/* One C record as its named record; NULL with an exception set. */
+static PyObject *fields_record(record_kind kind, const void *record)
+{
+    PyObject *out = PyStructSequence_New(record_types[kind].type);
+    for (size_t i = 0; out != NULL && i < record_types[kind].n; i++) {
+        PyObject *value = field_value(&record_types[kind].fields[i], record);
+        if (value == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyStructSequence_SetItem(out, (Py_ssize_t)i, value);
+    }
+    return out;
+}
+
+PyObject *records_cpu_sums(const cpu_sums_figures *figures)
+{
+    return fields_record(RECORD_CPU_SUMS, figures);
 }
 
 static PyObject *timeline_list(const mem_series *s)
@@ -272,6 +319,13 @@ static PyObject *peak_place(const mem_run_record *run)
     return where != NULL ? Py_BuildValue("(Oi)", where->filename, run->max_footprint_lineno) : Py_NewRef(Py_None);
 }
 
+/* A call stack's entry in the memory record's "stacks": (its id, its sums). */
+static PyObject *stack_entry(const mem_stack_record *r)
+{
+    PyObject *sums = fields_record(RECORD_MEMORY_STACK_SUMS, r);
+    return sums != NULL ? Py_BuildValue("(KN)", (unsigned long long)r->stack, sums) : NULL;
+}
+
 PyObject *records_memory(void)
 {
     if (!mem_profile_collect_begin()) {
@@ -280,15 +334,14 @@ PyObject *records_memory(void)
     PyObject *lines = PyList_New(0);
     APPEND_ALL(lines, mem_line_record, mem_profile_next_line, line_record(&record_));
     PyObject *stacks = PyList_New(0);
-    APPEND_ALL(stacks, mem_stack_record, mem_profile_next_stack,
-               fields_tuple(STACK_SUMS, COUNT(STACK_SUMS), &record_, PyLong_FromUnsignedLongLong(record_.stack)));
+    APPEND_ALL(stacks, mem_stack_record, mem_profile_next_stack, stack_entry(&record_));
     mem_stack_record other;
     mem_profile_other_stacks(&other);
     mem_run_record run;
     mem_profile_run(&run);
     PyObject *d = PyDict_New();
     if (d == NULL || put(d, "lines", lines) != 0 || put(d, "stacks", stacks) != 0 ||
-        put(d, "other_stacks", fields_tuple(STACK_SUMS, COUNT(STACK_SUMS), &other, NULL)) != 0 ||
+        put(d, "other_stacks", fields_record(RECORD_MEMORY_STACK_SUMS, &other)) != 0 ||
         put(d, "footprint", timeline_list(run.footprint)) != 0 ||
         put(d, "max_footprint_where", peak_place(&run)) != 0 || put_fields(d, RUN_FIELDS, COUNT(RUN_FIELDS), &run) != 0) {
         Py_XDECREF(d);
@@ -309,12 +362,10 @@ static PyObject *fields_dict(const record_field *fields, size_t n, const void *r
 static PyObject *gpu_line(const gpu_line_record *r)
 {
     const site *where = sites_get(r->site);
-    PyObject *place = Py_BuildValue("(OiOi)", where->filename, r->lineno, where->qualname, where->firstlineno);
-    PyObject *sums = place != NULL ? fields_tuple(GPU_LINE_SUMS, COUNT(GPU_LINE_SUMS), r, NULL) : NULL;
-    PyObject *line = sums != NULL ? PySequence_Concat(place, sums) : NULL;
-    Py_XDECREF(place);
-    Py_XDECREF(sums);
-    return line;
+    PyObject *sums = fields_record(RECORD_GPU_LINE_SUMS, r);
+    return sums != NULL ? Py_BuildValue("(OiOiN)", where->filename, r->lineno, where->qualname, where->firstlineno,
+                                        sums)
+                        : NULL;
 }
 
 static int next_notice(size_t *cursor, PyObject **out)
@@ -360,36 +411,6 @@ PyObject *records_gpu(void)
     return d;
 }
 
-/* A struct sequence type whose fields are the table's (made once per
- * process: the collections are made in the main interpreter only). */
-static PyTypeObject *record_type(const char *name, const char *doc, const record_field *fields, size_t n,
-                                 PyStructSequence_Field *members)
-{
-    for (size_t i = 0; i < n; i++) {
-        members[i].name = fields[i].name;
-        members[i].doc = NULL;
-    }
-    members[n].name = NULL;
-    PyStructSequence_Desc desc = {name, doc, members, (int)n};
-    return PyStructSequence_NewType(&desc);
-}
-
-static PyTypeObject *cpu_sums_type;
-
-PyObject *records_cpu_sums(const cpu_sums_figures *figures)
-{
-    PyObject *record = PyStructSequence_New(cpu_sums_type);
-    for (size_t i = 0; record != NULL && i < COUNT(CPU_SUMS_FIELDS); i++) {
-        PyObject *value = field_value(&CPU_SUMS_FIELDS[i], figures);
-        if (value == NULL) {
-            Py_CLEAR(record);
-            break;
-        }
-        PyStructSequence_SetItem(record, (Py_ssize_t)i, value);
-    }
-    return record;
-}
-
 /* A tuple of the names of `lead` and then of fields. */
 static PyObject *names(const char *const *lead, size_t n_lead, const record_field *fields, size_t n)
 {
@@ -427,16 +448,14 @@ int records_add_names(PyObject *module)
         }
         Py_XDECREF(all[i].value);
     }
-    if (rc == 0 && cpu_sums_type == NULL) {
-        static PyStructSequence_Field members[COUNT(CPU_SUMS_FIELDS) + 1];
-        cpu_sums_type = record_type("pyrometer._core.CpuSums",
-                                    "A record's CPU sums: each kind's time (ns), its samples, and each kind's "
-                                    "sampling variance (ns^2).",
-                                    CPU_SUMS_FIELDS, COUNT(CPU_SUMS_FIELDS), members);
-        rc = cpu_sums_type != NULL ? 0 : -1;
-    }
-    if (rc == 0 && PyModule_AddObjectRef(module, "CpuSums", (PyObject *)cpu_sums_type) != 0) {
+    if (rc == 0 && make_record_types() != 0) {
         rc = -1;
+    }
+    for (int k = 0; rc == 0 && k < RECORD_KINDS; k++) {
+        const char *dot = strrchr(record_types[k].name, '.');
+        if (PyModule_AddObjectRef(module, dot + 1, (PyObject *)record_types[k].type) != 0) {
+            rc = -1;
+        }
     }
     return rc;
 }

@@ -1,11 +1,11 @@
 """The contract between the measuring core and the Python side: each
 record's fields are named once, in csrc/records.c's tables, and the Python
-side reads them by those names.  The CPU sums are a named record type
-(_core.CpuSums) whose fields are _core.CPU_SUMS, and travel in a document
-(core/document.py) that carries their names; the positional memory and GPU
-sums are named once in src/pyrometer/core/contract.py, which must be the
-order the core builds them in.  Adding a figure on one side only fails here,
-not as numbers read into the wrong figure."""
+side reads them by those names.  The sums are named record types
+(_core.CpuSums, MemoryStackSums, GpuLineSums) whose fields are the tables'
+names (exported as _core.CPU_SUMS, MEMORY_STACK_SUMS, GPU_LINE_SUMS), and
+travel in a document (core/document.py) that carries those names.  A
+figure read by a name the core does not give fails here, not as numbers
+read into the wrong figure."""
 
 from __future__ import annotations
 
@@ -17,12 +17,18 @@ import time
 import pytest
 
 from pyrometer import _core
-from pyrometer.core import contract, document
+from pyrometer.core import document
 from pyrometer.integrations.inprocess import InProcessRun, default_options
 
 
-def test_the_cpu_sums_are_a_record_named_as_the_core_names_them():
+def test_the_sums_are_records_named_as_the_core_names_them():
     assert _core.CpuSums.__match_args__ == _core.CPU_SUMS
+    assert _core.MemoryStackSums.__match_args__ == _core.MEMORY_STACK_SUMS
+    assert _core.GpuLineSums.__match_args__ == _core.GPU_LINE_SUMS
+    # The names the model reads (model/build.py, model/stacks.py, the merge).
+    assert {"memory_peak_bytes", "kernel_ns", "busy_ns", "memory_sum_bytes"} <= set(_core.GPU_LINE_SUMS)
+    assert set(_core.MEMORY_STACK_SUMS) == {"alloc_bytes", "python_bytes", "free_bytes", "copy_bytes",
+                                            "churn_bytes"}
     sums = document.cpu_sums(python_ns=2.0, samples=3)
     assert (sums.python_ns, sums.samples, sums.native_ns) == (2.0, 3, 0)
     with pytest.raises(TypeError):
@@ -83,10 +89,6 @@ def test_a_document_carries_the_records_by_marshal_and_json():
         document.named({k: v for k, v in json.loads(json.dumps(document.plain(raw))).items() if k != "document"})
 
 
-def test_the_core_names_its_memory_stack_sums_as_the_contract_does():
-    assert _core.MEMORY_STACK_SUMS == contract.MEMORY_STACK_SUMS
-
-
 # Profiles memory in a process of its own (the memory library attached to it
 # for good) and prints what the core's memory record holds.
 MEMORY_RECORDS = """
@@ -100,7 +102,8 @@ objects = [str(i) for i in range(200_000)]  # and one of Python's small objects
 memory = run.collect()["memory"]
 print(json.dumps({
     "run": sorted(memory), "lines": [sorted(line) for line in memory["lines"]],
-    "stack_lengths": sorted({len(s) for s in memory["stacks"]}), "other": len(memory["other_stacks"]),
+    "stacks": sorted({(len(s), type(s[1]).__name__) for s in memory["stacks"]}),
+    "other": type(memory["other_stacks"]).__name__,
     "kept": [line["net_bytes"] for line in memory["lines"] if line["lineno"] == int(sys.argv[1])],
     "line_fields": _core.MEMORY_LINE_FIELDS, "run_fields": _core.MEMORY_RUN_FIELDS}))
 """
@@ -122,17 +125,10 @@ def test_memory_records_hold_the_fields_the_core_names(tmp_path):
     seen = json.loads(proc.stdout.splitlines()[-1])
     assert seen["run"] == sorted(seen["run_fields"])
     assert seen["lines"] and all(keys == sorted(seen["line_fields"]) for keys in seen["lines"])
-    assert seen["stack_lengths"] == [1 + len(contract.MEMORY_STACK_SUMS)]
-    assert seen["other"] == len(contract.MEMORY_STACK_SUMS)
+    assert seen["stacks"] == [[2, "MemoryStackSums"]] and seen["other"] == "MemoryStackSums"
     # On 3.10 and 3.11 the list comprehension is a function of its own: the
     # line has a record in each (in no set order), the comprehension's keeping.
     assert seen["kept"] and 8 << 20 <= sum(seen["kept"]) <= 9 << 20, seen["kept"]
-
-
-def test_the_core_names_its_gpu_line_sums_as_the_contract_does():
-    assert _core.GPU_LINE_SUMS == contract.GPU_LINE_SUMS
-    assert contract.GPU_LINE_SUMS[contract.GPU_PEAK] == "memory_peak_bytes"
-    assert contract.GPU_LINE_SUMS[contract.GPU_KERNEL_NS] == "kernel_ns"
 
 
 # Profiles a program with both GPU tiers on the test doubles, in a process of
@@ -149,7 +145,7 @@ while time.monotonic() < end:
     pass
 gpu = run.collect()["gpu"]
 print(json.dumps({"run": sorted(gpu), "status": gpu["status"], "devices": [sorted(d) for d in gpu["devices"]],
-                  "kernels": sorted(gpu["kernels"] or {}), "line_lengths": sorted({len(l) for l in gpu["lines"]}),
+                  "kernels": sorted(gpu["kernels"] or {}), "lines": sorted({(len(l), type(l[4]).__name__) for l in gpu["lines"]}),
                   "run_fields": _core.GPU_RUN_FIELDS, "device_fields": _core.GPU_DEVICE_FIELDS,
                   "kernels_fields": _core.GPU_KERNELS_FIELDS}))
 """
@@ -158,7 +154,7 @@ print(json.dumps({"run": sorted(gpu), "status": gpu["status"], "devices": [sorte
 def test_gpu_records_hold_the_fields_the_core_names(tmp_path, fake_nvml_dir, fake_cupti_dir):
     """The GPU record of a real run on the test doubles (both tiers): its keys,
     each device's and the kernel tier's, are those the core's tables name, and
-    each line is its place and the contract's sums."""
+    each line is its place and its GpuLineSums."""
     import json
     import subprocess
     import sys
@@ -173,4 +169,4 @@ def test_gpu_records_hold_the_fields_the_core_names(tmp_path, fake_nvml_dir, fak
     assert seen["run"] == sorted(seen["run_fields"])
     assert seen["devices"] and all(keys == sorted(seen["device_fields"]) for keys in seen["devices"])
     assert seen["kernels"] == sorted(seen["kernels_fields"])
-    assert seen["line_lengths"] == [4 + len(contract.GPU_LINE_SUMS)], seen
+    assert seen["lines"] == [[5, "GpuLineSums"]], seen

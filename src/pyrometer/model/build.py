@@ -15,7 +15,6 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..core import contract
 from .units import MB, display_name
 from .rules import limits, significant
 from .schema import SCHEMA_VERSION, QuietLine
@@ -284,8 +283,10 @@ def _quiet_figures(denominator: float, await_total: float, gpu_used: bool, gpu_t
     return figures
 
 
-# The kernel tier's sums of a line, after NVML's (contract.GPU_LINE_SUMS).
-GPU_KERNEL_SUMS = len(contract.GPU_LINE_SUMS) - contract.GPU_KERNEL_NS
+# The kernel tier's sums of a line (_core.GpuLineSums's fields after NVML's),
+# added up as they are.
+GPU_LAUNCHED = ("kernel_ns", "kernels", "copy_htod_bytes", "copy_dtoh_bytes", "copy_dtod_bytes", "copy_other_bytes",
+                "memset_bytes", "alloc_bytes")
 
 
 class _Gpu:
@@ -298,17 +299,16 @@ class _Gpu:
     def __init__(self) -> None:
         self.busy = self.memory_sum = 0.0
         self.memory_samples = self.peak = 0
-        self.launched = [0] * GPU_KERNEL_SUMS
+        self.launched = [0] * len(GPU_LAUNCHED)
 
     def add(self, sums) -> None:
-        """A line's GPU sums from the core (contract.GPU_LINE_SUMS); a child's
-        of an older pyrometer may lack the kernel tier's."""
-        self.busy += sums[contract.GPU_BUSY] * NS
-        self.memory_sum += sums[contract.GPU_MEMORY_SUM]
-        self.memory_samples += sums[contract.GPU_MEMORY_SAMPLES]
-        self.peak = max(self.peak, sums[contract.GPU_PEAK])
-        for i, value in enumerate(sums[contract.GPU_KERNEL_NS:]):
-            self.launched[i] += value
+        """A line's GPU sums from the core (_core.GpuLineSums)."""
+        self.busy += sums.busy_ns * NS
+        self.memory_sum += sums.memory_sum_bytes
+        self.memory_samples += sums.memory_samples
+        self.peak = max(self.peak, sums.memory_peak_bytes)
+        for i, name in enumerate(GPU_LAUNCHED):
+            self.launched[i] += getattr(sums, name)
 
     def fields(self, total_busy: float, kernels: bool = False) -> dict[str, Any]:
         out = {
@@ -438,7 +438,7 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     gpu_total = 0.0
     gpu_kernels = gpu_top.get("gpu_kernel_tier") == "on"
     if gpu_used:
-        for filename, lineno, qualname, firstlineno, *sums in raw["gpu"]["lines"]:
+        for filename, lineno, qualname, firstlineno, sums in raw["gpu"]["lines"]:
             gpu_lines[filename][lineno].add(sums)
             gpu_functions[filename][(qualname, firstlineno)].add(sums)
             lines[filename]  # a file with GPU samples only is still reported

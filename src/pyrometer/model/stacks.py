@@ -14,7 +14,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..core import contract, document
+from ..core import document
 
 NS = 1e-9
 # The C core's id of the bucket of stacks past the cap (STACK_TABLE_OTHER).
@@ -28,13 +28,11 @@ _WIDTH = 11
 
 
 def _without_churn(sums) -> tuple:
-    """A stack's memory sums from the core (contract.MEMORY_STACK_SUMS) as the
-    memory part of a sums vector (MEMORY_FIGURES): churn out of the allocated,
-    Python and freed bytes.  A child's record written back by to_raw has the
-    four figures only, churn taken out already."""
-    churn = sums[contract.CHURN] if len(sums) > contract.CHURN else 0
-    return (sums[contract.ALLOC] - churn, sums[contract.PYTHON_ALLOC] - churn, sums[contract.FREED] - churn,
-            sums[contract.COPIED])
+    """A stack's memory sums (_core.MemoryStackSums) as the memory part of a
+    sums vector (MEMORY_FIGURES): churn out of the allocated, Python and freed
+    bytes.  A record written back by to_raw has no churn left in it."""
+    churn = sums.churn_bytes
+    return sums.alloc_bytes - churn, sums.python_bytes - churn, sums.free_bytes - churn, sums.copy_bytes
 
 
 def _cpu_vector(cpu) -> list[float]:
@@ -93,7 +91,7 @@ class StackSums:
         if memory and "stacks" in memory:
             # Without churn, as the lines' figures (model._Memory); a child's
             # record written back by to_raw has none left.
-            for stack_id, *figures in memory["stacks"]:
+            for stack_id, figures in memory["stacks"]:
                 sums = by_id(stack_id)
                 for i, v in enumerate(_without_churn(figures)):
                     sums[_MEMORY + i] += v
@@ -133,12 +131,12 @@ class StackSums:
         for path, sums in self.stacks.items():
             stack_id = ids[path]
             nodes[stack_id][2] = _cpu_sums(sums)
-            memory_stacks.append((stack_id, *sums[_MEMORY:_GPU]))
+            memory_stacks.append((stack_id, _memory_sums(sums)))
             gpu_stacks.append((stack_id, sums[_GPU]))
         raw["stacks"] = {"frames": list(self.frame_keys), "nodes": nodes, "other": _cpu_sums(self.other),
                          "cap": self.cap, "max_depth": self.max_depth}
         if raw.get("memory"):
-            raw["memory"] = dict(raw["memory"], stacks=memory_stacks, other_stacks=list(self.other[_MEMORY:_GPU]))
+            raw["memory"] = dict(raw["memory"], stacks=memory_stacks, other_stacks=_memory_sums(self.other))
         if raw.get("gpu") and raw["gpu"].get("status") == "ok":
             raw["gpu"] = dict(raw["gpu"], stacks=gpu_stacks + [(OTHER_ID, self.other[_GPU])])
 
@@ -164,6 +162,13 @@ class StackSums:
 def _add(into: list, more: list) -> None:
     for i, v in enumerate(more):
         into[i] += v
+
+
+def _memory_sums(sums: list):
+    """A sums vector's memory part as a stack's memory sums (_core.MemoryStackSums),
+    churn taken out already."""
+    alloc, python, freed, copied = sums[_MEMORY:_GPU]
+    return document.memory_stack_sums(alloc_bytes=alloc, python_bytes=python, free_bytes=freed, copy_bytes=copied)
 
 
 def _cpu_sums(sums: list):

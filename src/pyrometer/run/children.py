@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 from .. import messages, private_files
 from ..installed import PACKAGE_PARENT
-from ..core import contract, document, preload
+from ..core import document, preload
 from ..model import processes
 from ..model.stacks import StackSums
 
@@ -605,8 +605,8 @@ class Merger:
         self.gpu_lines: dict[tuple, list] = {}
         gpu = raw.get("gpu")
         if gpu is not None and gpu["status"] == "ok":
-            for filename, lineno, qualname, firstlineno, *sums in gpu["lines"]:
-                self.gpu_lines[(filename, lineno, qualname, firstlineno)] = list(sums)
+            for filename, lineno, qualname, firstlineno, sums in gpu["lines"]:
+                self.gpu_lines[(filename, lineno, qualname, firstlineno)] = sums
             raw["gpu"] = dict(gpu, devices=[dict(d) for d in gpu["devices"]])
         self.mem_lines: dict[tuple, dict[str, Any]] = {}
         if self.memory:
@@ -680,18 +680,13 @@ class Merger:
                                           unattributed_busy_ns=0.0, peak_memory_bytes=0, kernels=None)
         if gpu["status"] != "ok":
             return
-        for filename, lineno, qualname, firstlineno, *theirs in gpu["lines"]:
+        for filename, lineno, qualname, firstlineno, theirs in gpu["lines"]:
             key = (filename, lineno, qualname, firstlineno)
             sums = self.gpu_lines.get(key)
-            if sums is None:
-                self.gpu_lines[key] = list(theirs)
-                continue
-            # Sums add up (contract.GPU_LINE_SUMS), except the peak, the
-            # largest of any process.
-            if len(theirs) > len(sums):
-                sums.extend([0] * (len(theirs) - len(sums)))
-            for i, value in enumerate(theirs):
-                sums[i] = max(sums[i], value) if i == contract.GPU_PEAK else sums[i] + value
+            # Sums add up, except the peak, the largest of any process.
+            self.gpu_lines[key] = theirs if sums is None else document.gpu_line_sums(**{
+                name: max(mine, other) if name == "memory_peak_bytes" else mine + other
+                for name, mine, other in zip(sums.__match_args__, sums, theirs, strict=True)})
         names = {d["name"]: d for d in mine["devices"]}
         for d in gpu["devices"]:
             have = names.get(d["name"])
@@ -713,7 +708,7 @@ class Merger:
     def result(self) -> dict[str, Any]:
         raw = dict(self.raw)
         if raw.get("gpu") is not None and raw["gpu"]["status"] == "ok":
-            raw["gpu"] = dict(raw["gpu"], lines=[(*key, *sums) for key, sums in self.gpu_lines.items()])
+            raw["gpu"] = dict(raw["gpu"], lines=[(*key, sums) for key, sums in self.gpu_lines.items()])
         raw["records"] = [(*key, sums) for key, sums in self.records.items()]
         raw["unattributed"] = self.unattributed
         raw["profiled_functions"] = [[*key, last] for key, last in self.focus.items()]
