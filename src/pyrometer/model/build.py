@@ -416,141 +416,36 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
     verdict and the stacks were 40% of what was left)."""
     if listing not in ("whole", "around", "data"):
         raise ValueError(f"listing must be whole, around or data, not {listing!r}")
-    lines: dict[str, dict[int, _Sums]] = defaultdict(lambda: defaultdict(_Sums))
-    functions: dict[str, dict[tuple[str, int], _Sums]] = defaultdict(lambda: defaultdict(_Sums))
-    for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
-        lines[filename][lineno].add(cpu)
-        functions[filename][(qualname, firstlineno)].add(cpu)
-
-    memory = raw.get("memory")
-    mem_lines: dict[str, dict[int, _Memory]] = defaultdict(lambda: defaultdict(_Memory))
-    mem_functions: dict[str, dict[tuple[str, int], _Memory]] = defaultdict(lambda: defaultdict(_Memory))
-    activity = 0
-    for r in (memory or {}).get("lines", []):
-        mem_lines[r["filename"]][r["lineno"]].add(r)
-        mem_functions[r["filename"]][(r["function"], r["function_lineno"])].add(r)
-        activity += r["alloc_bytes"] + r["free_bytes"] - 2 * _churn(r)
-        lines[r["filename"]]  # a file with memory samples only is still reported
-
-    gpu_used, gpu_top, gpu_notices = _gpu_run(raw.get("gpu"), options)
-    gpu_lines: dict[str, dict[int, _Gpu]] = defaultdict(lambda: defaultdict(_Gpu))
-    gpu_functions: dict[str, dict[tuple[str, int], _Gpu]] = defaultdict(lambda: defaultdict(_Gpu))
-    gpu_total = 0.0
-    gpu_kernels = gpu_top.get("gpu_kernel_tier") == "on"
-    if gpu_used:
-        for filename, lineno, qualname, firstlineno, sums in raw["gpu"]["lines"]:
-            gpu_lines[filename][lineno].add(sums)
-            gpu_functions[filename][(qualname, firstlineno)].add(sums)
-            lines[filename]  # a file with GPU samples only is still reported
-        # The denominator of GPU percentages: all busy time charged, to lines or not.
-        gpu_total = sum(g.busy for per in gpu_lines.values() for g in per.values()) \
-            + raw["gpu"]["unattributed_busy_ns"] * NS
-
-    unattributed = _Sums()
-    unattributed.add(raw["unattributed"])
-    every_line = _Sums()
-    for per_line in lines.values():
-        for s in per_line.values():
-            every_line.merge(s)
-    # The denominator of every percentage: all time charged to reported lines, plus
-    # CPU that ran where no reported line was on the stack.  Idle time of threads
-    # that never touch the program's code (a pool waiting for work) is left out.
-    denominator = every_line.total + unattributed.python + unattributed.native
-    # Await shares are of the await time charged to the program's lines; tasks
-    # whose await chain has no reported frame (a library's own tasks) are left out.
-    await_total = every_line.await_
-    threshold, malloc_threshold = limits(options, bool(memory))
-    reduced = options["reduced_profile"]
-    footprint_grew = bool(memory) and memory["footprint_bytes"] >= memory["window_bytes"]
-    leak_detector = bool(memory) and memory["leak_detector"]
+    fig = _Figures(raw, options, elapsed)
     focus = Focus(raw.get("profiled_functions", []))
-
-    quiet: dict[str, Any] | None = None  # made at the first quiet line (a listing of data has none)
-    quiet_shown = False
+    shown = _Listing(fig, options, focus, listing, sources)
     files: dict[str, Any] = {}
     # Every line with figures, shown or not (@profile, --reduced-profile): the
     # verdict is about the whole run.
     every_entry: list[tuple[str, dict[str, Any]]] = []
-    for filename in sorted(lines):
-        if not focus.covers_file(filename):
-            every_entry.extend(_hidden_entries(filename, lines[filename], mem_lines.get(filename, {}),
-                                               gpu_lines.get(filename, {}), lambda n: False, denominator,
-                                               await_total, memory, activity, elapsed, gpu_used, gpu_total,
-                                               sources))
-            continue
-        per_line = lines[filename]
-        per_line_mem = mem_lines.get(filename, {})
-        source = _source_lines(filename, sources)
-        line_entries = []
-        leaks = {}
-        shown = focus.lines_of(filename)
-        per_line_gpu = gpu_lines.get(filename, {})
-        every_entry.extend(_hidden_entries(filename, per_line, per_line_mem, per_line_gpu, shown, denominator,
-                                           await_total, memory, activity, elapsed, gpu_used, gpu_total,
-                                           sources, source))
-        with_data = set(per_line) | set(per_line_mem) | set(per_line_gpu)
-        for lineno in _lines_to_report(len(source), with_data, listing == "whole") \
-                if listing != "data" else sorted(with_data):
-            if not shown(lineno):
-                continue
-            text = source[lineno - 1] if lineno <= len(source) else ""
-            if lineno not in with_data:
-                if quiet is None:
-                    quiet = _quiet_figures(denominator, await_total, gpu_used, gpu_total, gpu_kernels, memory,
-                                           activity, elapsed)
-                    quiet_shown = not reduced or significant(quiet, threshold, malloc_threshold)
-                if quiet_shown:
-                    line_entries.append(QuietLine.of(lineno, text, quiet))
-                continue
-            entry = {"lineno": lineno, "line": text}
-            entry.update((per_line.get(lineno) or _Sums()).fields(denominator, await_total))
-            if gpu_used:
-                entry.update(per_line_gpu.get(lineno, _NO_GPU).fields(gpu_total, gpu_kernels))
-            if memory:
-                m = per_line_mem.get(lineno, _NO_MEMORY)
-                entry.update(m.fields(activity, elapsed, memory))
-                likelihood = m.leak_likelihood()
-                if (leak_detector and footprint_grew and m.net > 0 and m.watched - m.evicted >= LEAK_MIN_SAMPLES
-                        and likelihood >= LEAK_LIKELIHOOD):
-                    leaks[str(lineno)] = {"likelihood": likelihood,
-                                          "velocity_mb_s": m.net / MB / elapsed if elapsed > 0 else 0.0,
-                                          "growth_mb": m.net / MB}
-            if lineno in per_line or lineno in per_line_mem or lineno in per_line_gpu:
-                every_entry.append((filename, entry))
-            if not reduced or significant(entry, threshold, malloc_threshold):
-                line_entries.append(entry)
-        function_entries = []
-        # A decorated function is listed even when all its time is in code
-        # defined inside it (a comprehension, on 3.11): the table names it.
-        keys = (set(functions[filename]) | set(mem_functions.get(filename, {})) | set(gpu_functions.get(filename, {}))
-                | focus.functions_in(filename))
-        for qualname, firstlineno in sorted(keys, key=lambda k: (k[1], k[0])):
-            if not shown(firstlineno):  # a decorated function, or one defined inside it
-                continue
-            entry = {"lineno": firstlineno, "line": qualname}
-            entry.update(functions[filename].get((qualname, firstlineno), _Sums()).fields(denominator, await_total))
-            if gpu_used:
-                entry.update(gpu_functions.get(filename, {}).get((qualname, firstlineno), _NO_GPU)
-                             .fields(gpu_total, gpu_kernels))
-            if memory:
-                entry.update(mem_functions[filename].get((qualname, firstlineno), _NO_MEMORY)
-                             .fields(activity, elapsed, memory))
-            if not reduced or significant(entry, threshold, malloc_threshold):
-                function_entries.append(entry)
-        file_total = _Sums()
-        for lineno, s in per_line.items():
-            if shown(lineno):
-                file_total.merge(s)
-        files[filename] = {
-            "percent_cpu_time": file_total.total * 100.0 / denominator if denominator else 0.0,
-            "cpu_time_sec": file_total.total,
-            "lines": line_entries,
-            "functions": function_entries,
-            "imports": [],
-            "leaks": leaks,
-        }
+    for filename in sorted(fig.lines):
+        if focus.covers_file(filename):
+            files[filename] = shown.file(filename, every_entry)
+        else:
+            every_entry.extend(shown.hidden(filename, lambda n: False))
+    profile = _profile_fields(raw, fig, focus, files, program=program, argv=argv, options=options, elapsed=elapsed,
+                              start_time=start_time, exit_status=exit_status, ended_by=ended_by, notices=notices,
+                              processes=processes, process_count=process_count, listing=listing)
+    if listing == "data":
+        return profile
+    from .verdict import decide
+    profile["verdict"] = decide(profile, every_entry,
+                                lambda filename, lineno: focus.covers_file(filename) and focus.lines_of(filename)(lineno))
+    return profile
 
-    profile = {
+
+def _profile_fields(raw: dict[str, Any], fig: _Figures, focus: Focus, files: dict[str, Any], *, program: str,
+                    argv: list[str], options: dict[str, Any], elapsed: float, start_time: float,
+                    exit_status: int | None, ended_by: str | None, notices: list[str] | None,
+                    processes: list[dict[str, Any]] | None, process_count: int | None,
+                    listing: str) -> dict[str, Any]:
+    """The profile: the run's fields around its files (build's arguments)."""
+    return {
         "pyrometer_schema": SCHEMA_VERSION,
         "program": program,
         "args": argv[1:],
@@ -578,68 +473,234 @@ def build(raw: dict[str, Any], *, program: str, argv: list[str], options: dict[s
         "profiler_memory_bytes": raw["profiler_memory_bytes"],
         "code_objects": raw["code_objects"],
         "code_objects_seen": raw["code_objects_seen"],
-        "total_time_sec": denominator,
+        "total_time_sec": fig.denominator,
         "cpu_time_sec": {
-            "python": every_line.python + unattributed.python,
-            "native": every_line.native + unattributed.native,
-            "system": every_line.system,
-            "gil_wait": every_line.gil_wait,
-            "cpu_wait": every_line.cpu_wait,
+            "python": fig.every_line.python + fig.unattributed.python,
+            "native": fig.every_line.native + fig.unattributed.native,
+            "system": fig.every_line.system,
+            "gil_wait": fig.every_line.gil_wait,
+            "cpu_wait": fig.every_line.cpu_wait,
         },
-        "await_time_sec": await_total,
-        "event_loop_idle_sec": every_line.loop_idle + unattributed.loop_idle,
+        "await_time_sec": fig.await_total,
+        "event_loop_idle_sec": fig.every_line.loop_idle + fig.unattributed.loop_idle,
         "unattributed": {
-            "python_sec": unattributed.python,
-            "native_sec": unattributed.native,
-            "system_sec": unattributed.system,
-            "gil_wait_sec": unattributed.gil_wait,
-            "cpu_wait_sec": unattributed.cpu_wait,
-            "await_sec": unattributed.await_,
+            "python_sec": fig.unattributed.python,
+            "native_sec": fig.unattributed.native,
+            "system_sec": fig.unattributed.system,
+            "gil_wait_sec": fig.unattributed.gil_wait,
+            "cpu_wait_sec": fig.unattributed.cpu_wait,
+            "await_sec": fig.unattributed.await_,
         },
-        "memory": bool(memory),
-        "gpu": gpu_used,
-        **gpu_top,
+        "memory": bool(fig.memory),
+        "gpu": fig.gpu_used,
+        **fig.gpu_top,
         "process_count": process_count if process_count is not None else len(processes or []) or 1,
         "children_merge_sec": raw.get("merge_ns", 0) * NS,
         "processes": processes or [],
-        "notices": [*(notices or []), *_notices(memory, raw["functions_overflowed"]), *gpu_notices, *focus.notices(
-            lambda f, first, last: any(first <= n <= last for n in (*lines.get(f, ()), *mem_lines.get(f, ()))))],
-        **(_run_memory(memory, focus.memory_lines(mem_lines), elapsed) if memory else {}),
+        "notices": [*(notices or []), *_notices(fig.memory, raw["functions_overflowed"]), *fig.gpu_notices, *focus.notices(
+            lambda f, first, last: any(first <= n <= last for n in (*fig.lines.get(f, ()), *fig.mem_lines.get(f, ()))))],
+        **(_run_memory(fig.memory, focus.memory_lines(fig.mem_lines), elapsed) if fig.memory else {}),
         "profiled_functions": focus.fields(),
         # The whole run's, even with @profile: a stack passes through lines
         # outside the decorated functions.
         **({"call_stacks": stacks} if listing != "data"
-           and (stacks := call_stacks(raw, bool(memory), gpu_used)) is not None else {}),
+           and (stacks := call_stacks(raw, bool(fig.memory), fig.gpu_used)) is not None else {}),
         "files": files,
     }
-    if listing == "data":
-        return profile
-    from .verdict import decide
-    profile["verdict"] = decide(profile, every_entry,
-                                lambda filename, lineno: focus.covers_file(filename) and focus.lines_of(filename)(lineno))
-    return profile
 
 
-def _hidden_entries(filename: str, per_line: dict, per_line_mem: dict, per_line_gpu: dict, shown,
-                    denominator: float, await_total: float, memory: Any, activity: float, elapsed: float,
-                    gpu_used: bool, gpu_total: float, sources: dict[str, str] | None,
-                    source: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
-    """Entries, for the verdict only, of the lines with figures that the
-    report does not show (outside the @profile functions)."""
-    out = []
-    for lineno in sorted(set(per_line) | set(per_line_mem) | set(per_line_gpu)):
-        if shown(lineno):
-            continue
-        if source is None:
-            source = _source_lines(filename, sources)
-        entry = {"lineno": lineno, "line": source[lineno - 1] if 0 < lineno <= len(source) else ""}
-        entry.update((per_line.get(lineno) or _Sums()).fields(denominator, await_total))
-        if gpu_used:
-            entry.update(per_line_gpu.get(lineno, _NO_GPU).fields(gpu_total))
-        if memory:
-            entry.update(per_line_mem.get(lineno, _NO_MEMORY).fields(activity, elapsed, memory))
-        out.append((filename, entry))
-    return out
+class _Figures:
+    """A collection's records summed per line and per function, by kind (CPU,
+    memory, GPU), and the run-wide figures each entry's shares are of: what
+    every line's and function's entry is made from (entry, function_entry)."""
+
+    def __init__(self, raw: dict[str, Any], options: dict[str, Any], elapsed: float):
+        self.elapsed = elapsed
+        self.lines: dict[str, dict[int, _Sums]] = defaultdict(lambda: defaultdict(_Sums))
+        self.functions: dict[str, dict[tuple[str, int], _Sums]] = defaultdict(lambda: defaultdict(_Sums))
+        for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
+            self.lines[filename][lineno].add(cpu)
+            self.functions[filename][(qualname, firstlineno)].add(cpu)
+        self._add_memory(raw.get("memory"))
+        self._add_gpu(raw, options)
+        self.unattributed = _Sums()
+        self.unattributed.add(raw["unattributed"])
+        self.every_line = _Sums()
+        for per_line in self.lines.values():
+            for s in per_line.values():
+                self.every_line.merge(s)
+        # The denominator of every percentage: all time charged to reported lines, plus
+        # CPU that ran where no reported line was on the stack.  Idle time of threads
+        # that never touch the program's code (a pool waiting for work) is left out.
+        self.denominator = self.every_line.total + self.unattributed.python + self.unattributed.native
+        # Await shares are of the await time charged to the program's lines; tasks
+        # whose await chain has no reported frame (a library's own tasks) are left out.
+        self.await_total = self.every_line.await_
+        memory = self.memory
+        self.footprint_grew = bool(memory) and memory["footprint_bytes"] >= memory["window_bytes"]
+        self.leak_detector = bool(memory) and memory["leak_detector"]
+
+    def _add_memory(self, memory: dict[str, Any] | None) -> None:
+        self.memory = memory
+        self.mem_lines: dict[str, dict[int, _Memory]] = defaultdict(lambda: defaultdict(_Memory))
+        self.mem_functions: dict[str, dict[tuple[str, int], _Memory]] = defaultdict(lambda: defaultdict(_Memory))
+        self.activity = 0
+        for r in (memory or {}).get("lines", []):
+            self.mem_lines[r["filename"]][r["lineno"]].add(r)
+            self.mem_functions[r["filename"]][(r["function"], r["function_lineno"])].add(r)
+            self.activity += r["alloc_bytes"] + r["free_bytes"] - 2 * _churn(r)
+            self.lines[r["filename"]]  # a file with memory samples only is still reported
+
+    def _add_gpu(self, raw: dict[str, Any], options: dict[str, Any]) -> None:
+        self.gpu_used, self.gpu_top, self.gpu_notices = _gpu_run(raw.get("gpu"), options)
+        self.gpu_lines: dict[str, dict[int, _Gpu]] = defaultdict(lambda: defaultdict(_Gpu))
+        self.gpu_functions: dict[str, dict[tuple[str, int], _Gpu]] = defaultdict(lambda: defaultdict(_Gpu))
+        self.gpu_total = 0.0
+        self.gpu_kernels = self.gpu_top.get("gpu_kernel_tier") == "on"
+        if self.gpu_used:
+            for filename, lineno, qualname, firstlineno, sums in raw["gpu"]["lines"]:
+                self.gpu_lines[filename][lineno].add(sums)
+                self.gpu_functions[filename][(qualname, firstlineno)].add(sums)
+                self.lines[filename]  # a file with GPU samples only is still reported
+            # The denominator of GPU percentages: all busy time charged, to lines or not.
+            self.gpu_total = sum(g.busy for per in self.gpu_lines.values() for g in per.values()) \
+                + raw["gpu"]["unattributed_busy_ns"] * NS
+
+    def with_data(self, filename: str) -> set[int]:
+        """The lines of a file with figures of any kind."""
+        return set(self.lines.get(filename, ())) | set(self.mem_lines.get(filename, ())) \
+            | set(self.gpu_lines.get(filename, ()))
+
+    def entry(self, filename: str, lineno: int, text: str, kernels: bool = True) -> dict[str, Any]:
+        """A line's entry: its CPU figures, and its GPU (the kernel tier's
+        too when kernels) and memory figures where those were measured."""
+        entry = {"lineno": lineno, "line": text}
+        entry.update((self.lines[filename].get(lineno) or _Sums()).fields(self.denominator, self.await_total))
+        if self.gpu_used:
+            entry.update(self.gpu_lines.get(filename, {}).get(lineno, _NO_GPU)
+                         .fields(self.gpu_total, kernels and self.gpu_kernels))
+        if self.memory:
+            entry.update(self.mem_lines.get(filename, {}).get(lineno, _NO_MEMORY)
+                         .fields(self.activity, self.elapsed, self.memory))
+        return entry
+
+    def function_entry(self, filename: str, qualname: str, firstlineno: int) -> dict[str, Any]:
+        key = (qualname, firstlineno)
+        entry = {"lineno": firstlineno, "line": qualname}
+        entry.update(self.functions[filename].get(key, _Sums()).fields(self.denominator, self.await_total))
+        if self.gpu_used:
+            entry.update(self.gpu_functions.get(filename, {}).get(key, _NO_GPU)
+                         .fields(self.gpu_total, self.gpu_kernels))
+        if self.memory:
+            entry.update(self.mem_functions[filename].get(key, _NO_MEMORY)
+                         .fields(self.activity, self.elapsed, self.memory))
+        return entry
+
+    def function_keys(self, filename: str) -> set[tuple[str, int]]:
+        return set(self.functions[filename]) | set(self.mem_functions.get(filename, {})) \
+            | set(self.gpu_functions.get(filename, {}))
+
+    def leak(self, filename: str, lineno: int) -> dict[str, Any] | None:
+        """A line's leak report, when it is reported as leaking."""
+        m = self.mem_lines.get(filename, {}).get(lineno)
+        if m is None or not (self.leak_detector and self.footprint_grew and m.net > 0
+                             and m.watched - m.evicted >= LEAK_MIN_SAMPLES):
+            return None
+        likelihood = m.leak_likelihood()
+        if likelihood < LEAK_LIKELIHOOD:
+            return None
+        return {"likelihood": likelihood, "velocity_mb_s": m.net / MB / self.elapsed if self.elapsed > 0 else 0.0,
+                "growth_mb": m.net / MB}
+
+    def quiet(self) -> dict[str, Any]:
+        """The figures of a line with nothing measured (QuietLine), as every
+        line's are made."""
+        return _quiet_figures(self.denominator, self.await_total, self.gpu_used, self.gpu_total, self.gpu_kernels,
+                              self.memory, self.activity, self.elapsed)
+
+
+class _Listing:
+    """What a run's files show: which lines (listing: whole, around, data),
+    which of them @profile leaves (focus), which --reduced-profile keeps,
+    and the one quiet figures of every line with nothing measured."""
+
+    def __init__(self, fig: _Figures, options: dict[str, Any], focus: Focus, listing: str,
+                 sources: dict[str, str] | None):
+        self.fig, self.focus, self.listing, self.sources = fig, focus, listing, sources
+        self.threshold, self.malloc_threshold = limits(options, bool(fig.memory))
+        self.reduced = options["reduced_profile"]
+        self._quiet: dict[str, Any] | None = None  # made at the first quiet line (a listing of data has none)
+        self._quiet_shown = False
+
+    def keeps(self, entry: dict[str, Any]) -> bool:
+        return not self.reduced or significant(entry, self.threshold, self.malloc_threshold)
+
+    def quiet_line(self, lineno: int, text: str) -> QuietLine | None:
+        if self._quiet is None:
+            self._quiet = self.fig.quiet()
+            self._quiet_shown = self.keeps(self._quiet)
+        return QuietLine.of(lineno, text, self._quiet) if self._quiet_shown else None
+
+    def hidden(self, filename: str, shown, source: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """Entries, for the verdict only, of the lines with figures that the
+        report does not show (outside the @profile functions)."""
+        out = []
+        for lineno in sorted(self.fig.with_data(filename)):
+            if shown(lineno):
+                continue
+            if source is None:
+                source = _source_lines(filename, self.sources)
+            text = source[lineno - 1] if 0 < lineno <= len(source) else ""
+            out.append((filename, self.fig.entry(filename, lineno, text, kernels=False)))
+        return out
+
+    def file(self, filename: str, every_entry: list) -> dict[str, Any]:
+        """A file's part of the profile; every line with figures, shown or
+        not, added to every_entry (the verdict's)."""
+        fig, shown = self.fig, self.focus.lines_of(filename)
+        source = _source_lines(filename, self.sources)
+        every_entry.extend(self.hidden(filename, shown, source))
+        with_data = fig.with_data(filename)
+        line_entries, leaks = [], {}
+        for lineno in _lines_to_report(len(source), with_data, self.listing == "whole") \
+                if self.listing != "data" else sorted(with_data):
+            if not shown(lineno):
+                continue
+            text = source[lineno - 1] if lineno <= len(source) else ""
+            if lineno not in with_data:
+                quiet = self.quiet_line(lineno, text)
+                if quiet is not None:
+                    line_entries.append(quiet)
+                continue
+            entry = fig.entry(filename, lineno, text)
+            leak = fig.leak(filename, lineno) if fig.memory else None
+            if leak is not None:
+                leaks[str(lineno)] = leak
+            every_entry.append((filename, entry))
+            if self.keeps(entry):
+                line_entries.append(entry)
+        function_entries = []
+        # A decorated function is listed even when all its time is in code
+        # defined inside it (a comprehension, on 3.11): the table names it.
+        keys = fig.function_keys(filename) | self.focus.functions_in(filename)
+        for qualname, firstlineno in sorted(keys, key=lambda k: (k[1], k[0])):
+            if not shown(firstlineno):  # a decorated function, or one defined inside it
+                continue
+            entry = fig.function_entry(filename, qualname, firstlineno)
+            if self.keeps(entry):
+                function_entries.append(entry)
+        file_total = _Sums()
+        for lineno, s in fig.lines[filename].items():
+            if shown(lineno):
+                file_total.merge(s)
+        return {
+            "percent_cpu_time": file_total.total * 100.0 / fig.denominator if fig.denominator else 0.0,
+            "cpu_time_sec": file_total.total,
+            "lines": line_entries,
+            "functions": function_entries,
+            "imports": [],
+            "leaks": leaks,
+        }
 
 
 class Focus:
