@@ -21,6 +21,8 @@ from .render.output import export_paths, hold_streams, report_path, where_writte
 
 
 def _profile(options: Options) -> int:
+    """`pyrometer [options] program`: the program run profiled, its report
+    written at its end (or wherever it ends), its exit status returned."""
     if "pyrometer.run.children" in sys.modules:
         # pyrometer started by a program that pyrometer profiles: this run is
         # its own, not a child of the outer one.
@@ -33,13 +35,7 @@ def _profile(options: Options) -> int:
         problem = ensure_memhooks_loaded()  # returns only when the library is in
         if problem is not None:
             return error(problem, 1)
-    from . import _core, model
-    from .model import processes as processes_model
     from .run import launcher
-    from .run.endings import Endings
-    from .run.periodic import PeriodicWriter
-    from .core.session import Session
-    from .core import gc_aside
     named = options.module is not None or options.command is not None
     script = None if named else options.program[0]
     args = options.program if named else options.program[1:]
@@ -54,163 +50,223 @@ def _profile(options: Options) -> int:
         problem = terminal_problem()
         if problem is not None:
             return error(problem)
-    fmt = options.format
-    path = report_path(fmt, options.outfile, periodic=options.profile_interval is not None)
-    shown = path  # as the user gave it, for the line that says where it went
-    if path is not None:
-        problem = unwritable(path)
+    run = _ProfiledRun(options, target)
+    problem_status = run.prepare()
+    if problem_status is not None:
+        return problem_status
+    return run.run()
+
+
+class _ProfiledRun:
+    """One profiled run of the program: where its report goes, its session,
+    its children's run directory, and the writing of its profile at its end,
+    or wherever it ends (exec, os._exit, a termination signal), from
+    whichever thread."""
+
+    def __init__(self, options: Options, target) -> None:
+        self.options, self.target = options, target
+        self.fmt = options.format
+        self.path = self.shown = None  # shown: as the user gave it, for the line that says where it went
+        self.exports: list = []
+        self.session = None
+        self.run_dir = None
+        self.writer = None  # the periodic reports' writer or the live view
+        self.endings = None
+        self.warned: set[str] = set()
+        self.writing = threading.Lock()
+        self.writing_thread: int | None = None
+
+    def prepare(self) -> int | None:
+        """Where the report goes, the session and the run directory; an exit
+        status when the run cannot be made (said on stderr), else None."""
+        # What the run uses at its end, imported before the program's first
+        # line (then only looked up): an import at the end could wait for a
+        # lock the program held when a signal ended it, and would be its time.
+        from . import _core, model  # noqa: F401
+        from .core import gc_aside  # noqa: F401
+        from .core.session import Session
+        from .model import processes  # noqa: F401
+        from .run import endings, periodic  # noqa: F401
+        options = self.options
+        self.path = self.shown = report_path(self.fmt, options.outfile, periodic=options.profile_interval is not None)
+        if self.path is not None:
+            problem = unwritable(self.path)
+            if problem is not None:
+                return error(problem)
+            self.path = os.path.abspath(self.path)  # the program may change directory
+        self.exports, problem = export_paths(options.exports())
         if problem is not None:
             return error(problem)
-        path = os.path.abspath(path)  # the program may change directory
-    exports, problem = export_paths(options.exports())
-    if problem is not None:
-        return error(problem)
-    session = Session(options, target.directory, target.program_prefixes, target.codes)
-    run = None
-    if options.children:
-        from .run import children
-        try:
-            run = _RunDirectory.run = children.RunDirectory(session.core_settings())
-        except OSError as e:
-            return error(f"cannot make a private directory for the child processes' profiles: "
-                          f"{e.strerror or e} (or use --no-children)", 1)
-        session.control_file = os.path.join(run.path, children.CONTROL_FILE)
-    writer = None
-    endings = None
-    warned: set[str] = set()
-    writing = threading.Lock()
-    writing_thread: int | None = None
+        self.session = Session(options, self.target.directory, self.target.program_prefixes, self.target.codes)
+        if options.children:
+            from .run import children
+            try:
+                self.run_dir = _RunDirectory.run = children.RunDirectory(self.session.core_settings())
+            except OSError as e:
+                return error(f"cannot make a private directory for the child processes' profiles: "
+                              f"{e.strerror or e} (or use --no-children)", 1)
+            self.session.control_file = os.path.join(self.run_dir.path, children.CONTROL_FILE)
+        return None
 
-    def write_profile(status: int | None, ended_by: str) -> bool | None:
+    # ---- the profile, written once, from whichever thread ----------------------
+
+    def write_profile(self, status: int | None, ended_by: str) -> bool | None:
         """The profile as it stands, written: at the end of the run, or where the
         run ends without returning (exec, os._exit, a termination signal), from
         whichever thread.  Whether it could be written; None when this thread is
         already writing it (a signal's request answered inside that write: the
         write under way ends the process of the signal when done, endings.py)."""
-        nonlocal writing_thread
         me = threading.get_ident()
-        if writing_thread == me:
+        if self.writing_thread == me:
             return None
-        with writing, _interrupts_held():
-            writing_thread = me
+        with self.writing, _interrupts_held():
+            self.writing_thread = me
             try:
-                return _write(status, ended_by)
+                return self._write(status, ended_by)
             finally:
-                writing_thread = None
+                self.writing_thread = None
 
-    def _write(status: int | None, ended_by: str) -> bool:
-        elapsed = session.elapsed_now()
+    def _notices(self, ended_by: str) -> list[str]:
+        """What the report must say of how the run went, the writer's trouble first."""
+        from .run import launcher
         notices = []
+        writer = self.writer
         if writer is not None:
             writer.stop()  # its last write must not replace this report
             if writer.error is not None:
                 notices.append(writer.error)
-                if writer.error not in warned:
-                    warned.add(writer.error)
+                if writer.error not in self.warned:
+                    self.warned.add(writer.error)
                     print(f"pyrometer: warning: {writer.error}", file=sys.stderr, flush=True)
         if ended_by == "exec":
             notices.append("the program replaced itself with another (exec): the profile ends there, "
                            "and the other program's exit status is the run's")
         elif ended_by != "exit":
             notices.append(f"the program ended by {ended_by}")
-        if not options.profile_all and not options.profile_only:
-            notices.extend(launcher.console_script_notice(target))
-        raw = session.collect()
+        if not self.options.profile_all and not self.options.profile_only:
+            notices.extend(launcher.console_script_notice(self.target))
+        return notices
+
+    def _collect(self, status: int | None, ended_by: str, elapsed: float,
+                 notices: list[str]) -> tuple[dict, list, int]:
+        """This process's collection with its children's merged: (raw, the
+        process table, how many processes in all)."""
+        from .model import processes as processes_model
+        raw = self.session.collect()
         top = processes_model.this_process(raw, elapsed, "command", exit_status=status, ended_by=ended_by)
-        processes, count = [top], 1
-        if run is not None and run.path is not None:
+        if self.run_dir is not None and self.run_dir.path is not None:
+            from .run import children
             began = time.perf_counter()
-            raw, processes, count, more = children.merge(run.path, raw, top, session.start_time,
-                                                         *children.family_records())
+            raw, table, count, more = children.merge(self.run_dir.path, raw, top, self.session.start_time,
+                                                     *children.family_records())
             raw["merge_ns"] = int((time.perf_counter() - began) * 1e9)
             notices.extend(more)
             if ended_by != "exit":
-                run.remove()  # the process ends now (a signal, os._exit, exec)
-        elif not options.children:
+                self.run_dir.remove()  # the process ends now (a signal, os._exit, exec)
+            return raw, table, count
+        if not self.options.children:
             notices.append("child processes were not profiled (--no-children): this is the first "
                            "process only")
+        return raw, [top], 1
+
+    def _write(self, status: int | None, ended_by: str) -> bool:
+        from . import model
+        options, target = self.options, self.target
+        elapsed = self.session.elapsed_now()
+        notices = self._notices(ended_by)
+        raw, table, count = self._collect(status, ended_by, elapsed, notices)
         profile = model.build(raw, program=target.display, argv=target.argv,
                               options=options.as_profile_options(), elapsed=elapsed,
-                              start_time=session.start_time, exit_status=status, ended_by=ended_by,
-                              notices=notices, sources=target.sources, processes=processes,
-                              process_count=count)
+                              start_time=self.session.start_time, exit_status=status, ended_by=ended_by,
+                              notices=notices, sources=target.sources, processes=table, process_count=count)
         try:
             # Only a run that ended by itself opens a browser: not one about to be
             # replaced or to die of a signal.
-            opened = write_report(profile, fmt, path, web=options.web and ended_by == "exit")
+            opened = write_report(profile, self.fmt, self.path, web=options.web and ended_by == "exit")
         except OSError as e:
             error(f"cannot write the report: {e}", 1)
             return False
-        if path is not None and not options.quiet:
-            say(where_written(fmt, shown, path, opened=opened, interval=options.profile_interval))
-        return write_exports(profile, exports, options.collapsed_metric, options.quiet, "this run's profile")
+        if self.path is not None and not options.quiet:
+            say(where_written(self.fmt, self.shown, self.path, opened=opened, interval=options.profile_interval))
+        return write_exports(profile, self.exports, options.collapsed_metric, options.quiet, "this run's profile")
 
-    def on_termination_signal(signum: int) -> bool:
+    def on_termination_signal(self, signum: int) -> bool:
         """Called by the core (csrc/ending) on a termination signal; it then dies of
         it, unless this returns False (this thread is writing the profile already)."""
-        return write_profile(128 + signum, signal.Signals(signum).name) is not None
+        return self.write_profile(128 + signum, signal.Signals(signum).name) is not None
 
-    def start() -> None:
-        nonlocal writer, endings
+    # ---- around the program -------------------------------------------------------
+
+    def start(self) -> None:
+        from . import _core
+        from .core import gc_aside
+        from .run.endings import Endings
+        options, target = self.options, self.target
+        job = {"program": target.display, "argv": target.argv, "options": options.as_profile_options(),
+               "format": self.fmt, "path": self.path, "sources": target.sources}
         if options.profile_interval is not None:
-            writer = PeriodicWriter(options.profile_interval, {
-                "program": target.display, "argv": target.argv, "options": options.as_profile_options(),
-                "format": fmt, "path": path, "sources": target.sources})
-            writer.spawn()
+            from .run.periodic import PeriodicWriter
+            self.writer = PeriodicWriter(options.profile_interval, job)
+            self.writer.spawn()
         elif options.live:  # pyrometer top: the same snapshots, drawn on the terminal (run/top.py)
             from .run.top import LiveView
-            writer = LiveView({"program": target.display, "argv": target.argv,
-                               "options": options.as_profile_options(), "format": fmt, "path": path,
-                               "sources": target.sources})
-            writer.spawn()
-        if run is not None:
-            children.profile_forks(run.settings)  # before the start: what it imports is not the program's
-        session.start()
-        _core.ending_install(on_termination_signal)
-        endings = Endings(write_profile, _core.ending_signal, _core.ending_reinstall, _core.ending_die)
-        endings.install()
-        if writer is not None:
-            writer.begin(session.start_time, session.t0)
+            self.writer = LiveView(job)
+            self.writer.spawn()
+        if self.run_dir is not None:
+            from .run import children
+            children.profile_forks(self.run_dir.settings)  # before the start: what it imports is not the program's
+        self.session.start()
+        _core.ending_install(self.on_termination_signal)
+        self.endings = Endings(self.write_profile, _core.ending_signal, _core.ending_reinstall, _core.ending_die)
+        self.endings.install()
+        if self.writer is not None:
+            self.writer.begin(self.session.start_time, self.session.t0)
         gc_aside.set_aside()  # the last step before the program's first line
 
-    def stop() -> None:
-        if run is not None:
+    def stop(self) -> None:
+        if self.run_dir is not None:
+            from .run import children
             children.stop_profiling_forks()
-        if endings is not None:
-            endings.uninstall()
-        session.stop()  # the writer, driven by the sampler, is stopped when the profile is written
+        if self.endings is not None:
+            self.endings.uninstall()
+        self.session.stop()  # the writer, driven by the sampler, is stopped when the profile is written
 
-    parent = os.getpid()
-    hold_streams()  # the report's, whatever the program does with sys.stdout
-    outcome = launcher.run(target, start, stop)
-    if os.getpid() != parent:
-        return outcome.status  # a child forked by the program: the parent reports
-    if not outcome.ran:
-        # python stopped before the program's first line and said why: a profile
-        # of nothing would only bury that (periodic reports end unwritten).
-        if writer is not None:
-            writer.stop()
-    else:
-        # A report that could not be written is said on stderr (_write); the
-        # run's exit status stays the program's, which scripts and CI act on.
-        write_profile(outcome.status, "exit")
-    if run is not None:
-        run.remove()
-    _core.ending_uninstall()
-    signum = _core.ending_signal()
-    if signum:
-        # A termination signal during the end of the run: the profile is written,
-        # now the death it asked for.
-        _core.ending_die(signum)
-    if outcome.interrupted:
-        if options.memory:
-            from .core.preload import remove_private_link
-            remove_private_link()  # main's finally does not run after the kill
-        # Exit the way Python does on Ctrl-C: killed by SIGINT, so that shells and
-        # parent processes see the interruption.
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    return outcome.status
+    def run(self) -> int:
+        """The program, profiled; its exit status (or its death, by the signal
+        that ended it)."""
+        from . import _core
+        from .run import launcher
+        parent = os.getpid()
+        hold_streams()  # the report's, whatever the program does with sys.stdout
+        outcome = launcher.run(self.target, self.start, self.stop)
+        if os.getpid() != parent:
+            return outcome.status  # a child forked by the program: the parent reports
+        if not outcome.ran:
+            # python stopped before the program's first line and said why: a profile
+            # of nothing would only bury that (periodic reports end unwritten).
+            if self.writer is not None:
+                self.writer.stop()
+        else:
+            # A report that could not be written is said on stderr (_write); the
+            # run's exit status stays the program's, which scripts and CI act on.
+            self.write_profile(outcome.status, "exit")
+        if self.run_dir is not None:
+            self.run_dir.remove()
+        _core.ending_uninstall()
+        signum = _core.ending_signal()
+        if signum:
+            # A termination signal during the end of the run: the profile is written,
+            # now the death it asked for.
+            _core.ending_die(signum)
+        if outcome.interrupted:
+            if self.options.memory:
+                from .core.preload import remove_private_link
+                remove_private_link()  # main's finally does not run after the kill
+            # Exit the way Python does on Ctrl-C: killed by SIGINT, so that shells and
+            # parent processes see the interruption.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        return outcome.status
 
 
 @contextlib.contextmanager

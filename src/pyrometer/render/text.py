@@ -11,8 +11,8 @@ TYPE_CHECKING = False  # not typing's: importing typing costs every run 5-9 ms
 if TYPE_CHECKING:
     from typing import Any
 
-from ..model import (CHURN_SHOWN_MB, gpu_columns, mark, sampling, shown_error, shows_awaits, shows_waits, significant, thresholds,
-                     time_share, wait_share)
+from ..model import (CHURN_SHOWN_MB, SHOWN_FROM, gpu_columns, mark, sampling, shown_error, shows_awaits,
+                     shows_waits, significant, thresholds, time_share, wait_share)
 from ..model.units import display_name
 from ..visible import terminal_columns, visible
 
@@ -380,21 +380,57 @@ def _processes(profile: dict[str, Any], width: int, paint: _Painter) -> list[str
     return out
 
 
+class _Out:
+    """The report's lines as they are written: each wrapped to the width and
+    painted, and the abbreviations a table's legend has spelled out."""
+
+    def __init__(self, color: bool, width: int):
+        self.lines: list[str] = []
+        self.paint = _Painter(color)
+        self.width = width
+        self.said: set[str] = set()
+
+    def add(self, text: str, *styles: str) -> None:
+        self.lines.extend(self.paint(line, *styles) for line in _wrapped(text, self.width))
+
+    def blank(self) -> None:
+        self.lines.append("")
+
+
 def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> str:
     profile = _printable(profile)
-    paint = _Painter(color)
-    threshold, malloc_threshold = thresholds(profile)
+    out = _Out(color, width)
+    threshold, _ = thresholds(profile)
+    brief = _header(profile, out)
+    # With @profile, the files left are the ones the program asked for: shown
+    # whatever their share, as the web page shows every file.
+    focused = bool(profile.get("profiled_functions"))
+    shown = 0
+    for filename, f in sorted(profile["files"].items(), key=lambda kv: -kv[1]["percent_cpu_time"]):
+        if _file_shown(profile, f, brief, focused):
+            shown += 1
+            _file_section(profile, filename, f, out)
+    if profile.get("memory", False):
+        _memory_lists(profile, out)
+    if profile.get("process_count", 1) > 1:
+        out.lines.extend(_processes(profile, width, out.paint))
+    if shown == 0 and profile["cpu_samples"] > 0:
+        out.blank()
+        out.add(f"No file of the program reached {threshold:g}% of the run time "
+                "(try --profile-all to include libraries).")
+    out.blank()
+    return "\n".join(out.lines)
+
+
+def _header(profile: dict[str, Any], out: _Out) -> bool:
+    """The run's lines above the files; whether the run was too brief to be
+    sampled (its files are then shown whatever they hold)."""
     cpu = profile["cpu_time_sec"]
     samples = profile["cpu_samples"]
-    out: list[str] = []
     title = f"pyrometer: {profile['program']}"
     if profile["args"]:
         title += " " + " ".join(profile["args"])
-    said: set[str] = set()  # abbreviations a table's legend has spelled out
-
-    def add(text: str, *styles: str) -> None:
-        out.extend(paint(line, *styles) for line in _wrapped(text, width))
-
+    add = out.add
     add(visible(title), BOLD)
     verdict = profile.get("verdict")
     if verdict:
@@ -422,101 +458,108 @@ def render(profile: dict[str, Any], color: bool = False, width: int = 132) -> st
         add(visible("notice: " + str(notice)), BOLD)
     if profile.get("exit_status", 0) is None and profile.get("ended_by") is None:
         add("A snapshot taken while the program was still running (--profile-interval).")
-    said_of_samples = sampling(profile)
-    brief = said_of_samples == "none"
-    if brief:
-        rate = profile["options"]["cpu_sampling_rate"]
-        add(
-            f"The program ran too briefly to be sampled ({profile['elapsed_time_sec']:.3f} s, one sample "
-            f"every {rate * 1e3:g} ms on average): no time could be attributed to its lines"
-            + (" (what memory sampling saw is below)." if profile.get("memory") else ".")
-            + " A lower --cpu-sampling-rate or a longer run gives a profile.", YELLOW)
-    elif said_of_samples == "few":
-        taken = "1 sample was" if samples == 1 else f"{samples} samples were"
-        add(f"Only {taken} taken: the percentages below are rough.", YELLOW)
+    brief = _sampling_lines(profile, out)
     if profile.get("gpu"):
         for line in _gpu_header(profile):
             add(line)
-    memory = profile.get("memory", False)
-    if memory:
+    if profile.get("memory", False):
         spark = sparkline([mb for _, mb in profile["samples"]], 40)
         where = profile["max_footprint_where"]
         at = f" at {display_name(where['filename'])}:{where['lineno']}" if where else ""
         add(f"memory: peak {profile['max_footprint_mb']:.1f} MB{at} · "
             f"growth {profile['growth_rate_mb_s']:.1f} MB/s · footprint {spark}")
         native = profile["native_threads"]
-        if native["malloc_mb"] >= 0.5:
+        if native["malloc_mb"] >= SHOWN_FROM:
             add(f"threads without Python frames allocated {native['malloc_mb']:.0f} MB (native)")
-    shown = 0
-    # With @profile, the files left are the ones the program asked for: shown
-    # whatever their share, as the web page shows every file.
-    focused = bool(profile.get("profiled_functions"))
-    for filename, f in sorted(profile["files"].items(), key=lambda kv: -kv[1]["percent_cpu_time"]):
-        if brief:  # show whatever was recorded at all
-            if not any(_share(e) > 0 or e.get("n_malloc_mb", 0.0) >= 0.5 for e in f["lines"]):
-                continue
-        elif not focused and f["percent_cpu_time"] < threshold and not any(
-                significant(e, threshold, malloc_threshold) for e in f["lines"]):
-            continue
-        shown += 1
-        out.append("")
-        add(visible(f"{display_name(filename)}: % of time = {f['percent_cpu_time']:.1f}% "
-                    f"({f['cpu_time_sec']:.3f} s) out of {profile['total_time_sec']:.3f} s"), BOLD)
-        show_waits = shows_waits(profile)
-        show_awaits = shows_awaits(profile)
-        header = (["Line", "Time Python", "native", "system"] + (["wait"] if show_waits else [])
-                  + (["await"] if show_awaits else []))
-        gpu, kernels = gpu_columns(profile)
-        if gpu:
-            header += ["GPU", "GPU memory"]
-        if kernels:
-            header += ["GPU kernel", "GPU copy", "GPU alloc"]
-        if memory:
-            header += ["Memory Python", "peak", "timeline / %", "Copy MB/s"]
+    return brief
 
-        def cells(e: dict[str, Any]) -> list:
-            return [*_time_cells(e, show_waits, show_awaits), *(_gpu_cells(e) if gpu else ()),
-                    *(_kernel_cells(e) if kernels else ()), *(_memory_cells(e) if memory else ())]
-        rows, styles = [], []
-        for e in f["lines"]:
-            if profile["options"]["reduced_profile"] and not significant(e, threshold, malloc_threshold):
-                continue
-            rows.append([str(e["lineno"]), *cells(e), visible(e["line"])])
-            styles.append(MARK_STYLES[mark(e, threshold, malloc_threshold)])
-        out.extend(_table(rows, header + ["source"], len(header), width, styles, paint, said))
-        funcs = [e for e in f["functions"] if _share(e) >= 0.5 or e.get("n_await_percent", 0.0) >= 0.5
-                 or e.get("n_malloc_mb", 0.0) >= 0.5 or e.get("n_gpu_percent", 0.0) >= 0.5
-                 or e.get("n_gpu_kernel_sec", 0.0) >= 0.0005]
-        if funcs:
-            out.append("")
-            rows = [[str(e["lineno"]), *cells(e), visible(e["line"])] for e in funcs]
-            styles = [(BOLD, RED) if mark(e, threshold, malloc_threshold) == "hot" else () for e in funcs]
-            out.extend(_table(rows, header + ["function summary"], len(header), width, styles, paint, said))
-        for lineno, leak in sorted(f.get("leaks", {}).items(), key=lambda kv: -kv[1]["velocity_mb_s"]):
-            add(f"possible leak at line {lineno}: {leak['growth_mb']:.1f} MB not freed, "
+
+def _sampling_lines(profile: dict[str, Any], out: _Out) -> bool:
+    """What the report says when the samples were none or few; whether none."""
+    said_of_samples = sampling(profile)
+    samples = profile["cpu_samples"]
+    if said_of_samples == "none":
+        rate = profile["options"]["cpu_sampling_rate"]
+        out.add(
+            f"The program ran too briefly to be sampled ({profile['elapsed_time_sec']:.3f} s, one sample "
+            f"every {rate * 1e3:g} ms on average): no time could be attributed to its lines"
+            + (" (what memory sampling saw is below)." if profile.get("memory") else ".")
+            + " A lower --cpu-sampling-rate or a longer run gives a profile.", YELLOW)
+    elif said_of_samples == "few":
+        taken = "1 sample was" if samples == 1 else f"{samples} samples were"
+        out.add(f"Only {taken} taken: the percentages below are rough.", YELLOW)
+    return said_of_samples == "none"
+
+
+def _file_shown(profile: dict[str, Any], f: dict[str, Any], brief: bool, focused: bool) -> bool:
+    """Whether a file gets its tables: one that reached a threshold, every one
+    with @profile, and in a run too brief to be sampled whatever was recorded."""
+    threshold, malloc_threshold = thresholds(profile)
+    if brief:
+        return any(_share(e) > 0 or e.get("n_malloc_mb", 0.0) >= SHOWN_FROM for e in f["lines"])
+    return focused or f["percent_cpu_time"] >= threshold or any(
+        significant(e, threshold, malloc_threshold) for e in f["lines"])
+
+
+def _file_section(profile: dict[str, Any], filename: str, f: dict[str, Any], out: _Out) -> None:
+    """A file's heading, its lines' table, its functions' and its leaks."""
+    threshold, malloc_threshold = thresholds(profile)
+    memory = profile.get("memory", False)
+    out.blank()
+    out.add(visible(f"{display_name(filename)}: % of time = {f['percent_cpu_time']:.1f}% "
+                    f"({f['cpu_time_sec']:.3f} s) out of {profile['total_time_sec']:.3f} s"), BOLD)
+    show_waits = shows_waits(profile)
+    show_awaits = shows_awaits(profile)
+    header = (["Line", "Time Python", "native", "system"] + (["wait"] if show_waits else [])
+              + (["await"] if show_awaits else []))
+    gpu, kernels = gpu_columns(profile)
+    if gpu:
+        header += ["GPU", "GPU memory"]
+    if kernels:
+        header += ["GPU kernel", "GPU copy", "GPU alloc"]
+    if memory:
+        header += ["Memory Python", "peak", "timeline / %", "Copy MB/s"]
+
+    def cells(e: dict[str, Any]) -> list:
+        return [*_time_cells(e, show_waits, show_awaits), *(_gpu_cells(e) if gpu else ()),
+                *(_kernel_cells(e) if kernels else ()), *(_memory_cells(e) if memory else ())]
+    rows, styles = [], []
+    for e in f["lines"]:
+        if profile["options"]["reduced_profile"] and not significant(e, threshold, malloc_threshold):
+            continue
+        rows.append([str(e["lineno"]), *cells(e), visible(e["line"])])
+        styles.append(MARK_STYLES[mark(e, threshold, malloc_threshold)])
+    out.lines.extend(_table(rows, header + ["source"], len(header), out.width, styles, out.paint, out.said))
+    funcs = [e for e in f["functions"] if _share(e) >= SHOWN_FROM or e.get("n_await_percent", 0.0) >= SHOWN_FROM
+             or e.get("n_malloc_mb", 0.0) >= SHOWN_FROM or e.get("n_gpu_percent", 0.0) >= SHOWN_FROM
+             or e.get("n_gpu_kernel_sec", 0.0) >= 0.0005]
+    if funcs:
+        out.blank()
+        rows = [[str(e["lineno"]), *cells(e), visible(e["line"])] for e in funcs]
+        styles = [(BOLD, RED) if mark(e, threshold, malloc_threshold) == "hot" else () for e in funcs]
+        out.lines.extend(_table(rows, header + ["function summary"], len(header), out.width, styles, out.paint,
+                                out.said))
+    for lineno, leak in sorted(f.get("leaks", {}).items(), key=lambda kv: -kv[1]["velocity_mb_s"]):
+        out.add(f"possible leak at line {lineno}: {leak['growth_mb']:.1f} MB not freed, "
                 f"{leak['velocity_mb_s']:.2f} MB/s (likelihood {leak['likelihood'] * 100:.1f}%)", BOLD, RED)
-    if memory and profile["top_allocations"]:
-        out.append("")
-        out.append(paint("Top allocating lines", BOLD))
+
+
+def _memory_lists(profile: dict[str, Any], out: _Out) -> None:
+    """The top allocating lines and the lines that churn."""
+    if profile["top_allocations"]:
+        out.blank()
+        out.lines.append(out.paint("Top allocating lines", BOLD))
         for t in profile["top_allocations"][:5]:
             error = t.get("n_malloc_mb_error", 0.0)
             # The sampling error where it is large (a 95% interval: docs/how-it-works.md).
             within = f" ± {error:.0f}" if error >= max(0.1 * t["n_malloc_mb"], 1.0) else ""
-            add(visible(f"  {display_name(t['filename'])}:{t['lineno']}: {t['n_malloc_mb']:.0f}{within} MB "
-                        f"({t['n_python_fraction'] * 100:.0f}% Python)"))
+            out.add(visible(f"  {display_name(t['filename'])}:{t['lineno']}: {t['n_malloc_mb']:.0f}{within} MB "
+                            f"({t['n_python_fraction'] * 100:.0f}% Python)"))
     churning = sorted(((e.get("n_churn_mb", 0.0), name, e["lineno"]) for name, f in profile["files"].items()
                        for e in f["lines"] if e.get("n_churn_mb", 0.0) >= CHURN_SHOWN_MB), reverse=True)[:3]
-    if memory and churning:
-        out.append("")
-        out.append(paint("Churn of tiny temporaries", BOLD) +
-                   " (small Python objects made and freed at once: allocator traffic, not memory held)")
+    if churning:
+        out.blank()
+        out.lines.append(out.paint("Churn of tiny temporaries", BOLD) +
+                         " (small Python objects made and freed at once: allocator traffic, not memory held)")
         for mb, name, lineno in churning:
-            add(visible(f"  {display_name(name)}:{lineno}: {mb:.0f} MB"))
-    if profile.get("process_count", 1) > 1:
-        out.extend(_processes(profile, width, paint))
-    if shown == 0 and profile["cpu_samples"] > 0:
-        out.append("")
-        add(f"No file of the program reached {threshold:g}% of the run time "
-            "(try --profile-all to include libraries).")
-    out.append("")
-    return "\n".join(out)
+            out.add(visible(f"  {display_name(name)}:{lineno}: {mb:.0f} MB"))
