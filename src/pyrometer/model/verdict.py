@@ -103,95 +103,116 @@ def decide(run: dict[str, Any], entries: Iterable[tuple[str, dict[str, Any]]],
     shown(filename, lineno): whether the report shows that line."""
     entries = [(f, e) for f, e in entries]
     n_cpus = int(run.get("n_cpus") or 0)
-    cpu = run["cpu_time_sec"]
-    idle = run.get("event_loop_idle_sec", 0.0)
-    total = run["total_time_sec"] + idle
-    overlapped = _overlapped(run)
-    judged = max(total - overlapped, 0.0)
-    seconds = {"python": cpu.get("python", 0.0), "native": cpu.get("native", 0.0),
-               "system": max(_system(run) - overlapped, 0.0),
-               "gil_wait": cpu.get("gil_wait", 0.0), "cpu_wait": cpu.get("cpu_wait", 0.0)}
-    folded = (run.get("threads") or 0) <= max(1, run.get("process_count") or 1)
-    if folded:
-        # One thread per process waits for no GIL: what was read as GIL wait
-        # there is time off the CPU that the kernel's run-queue count missed
-        # (how-it-works.md, "A snapshot"), so on a busy machine it is CPU wait.
-        # The sampler counts it so itself now (cpu_window.gil_alone); this
-        # stays for profiles of older builds that pyrometer view reads.
-        seconds["cpu_wait"] += seconds["gil_wait"]
-        seconds["gil_wait"] = 0.0
-    # CPU wait is the machine's doing: a share of the judged time.  The other
-    # kinds are the program's own: shares of the time it ran or waited on its
-    # own account, so that a busy machine does not hide what the program does.
-    own = max(judged - seconds["cpu_wait"], 0.0)
-    share = {k: (100.0 * v / own if own > 0 else 0.0) for k, v in seconds.items() if k != "cpu_wait"}
-    cpu_wait = 100.0 * seconds["cpu_wait"] / judged if judged > 0 else 0.0
-    cpu_sec = seconds["python"] + seconds["native"]
-    cpu_share = share["python"] + share["native"]
+    t = _Times(run)
     samples = int(run.get("cpu_samples") or 0)
     evidence: dict[str, Any] = {
         "samples": samples,
         "total_time_sec": run["total_time_sec"],
-        "event_loop_idle_sec": idle,
-        "overlapped_wait_sec": overlapped,
-        "judged_time_sec": judged,
-        "own_time_sec": own,
-        "cpu_wait_percent": cpu_wait,
-        **{f"{k}_percent": v for k, v in share.items()},
+        "event_loop_idle_sec": t.idle,
+        "overlapped_wait_sec": t.overlapped,
+        "judged_time_sec": t.judged,
+        "own_time_sec": t.own,
+        "cpu_wait_percent": t.cpu_wait,
+        **{f"{k}_percent": v for k, v in t.share.items()},
         "allocated_mb_per_cpu_sec": None, "freed_fraction": None, "copy_mb_per_cpu_sec": None,
         "gpu_busy_percent": None,
     }
-    memory = bool(run.get("memory"))
-    if memory:
-        threads = run.get("native_threads") or {}
-        elsewhere = run.get("unattributed_memory") or {}
-        allocated = sum(_bytes(e, "n_malloc_bytes", "n_malloc_mb") for _, e in entries) / MB
-        freed = sum(_bytes(e, "n_free_bytes") for _, e in entries) / MB
-        copied = sum(_bytes(e, "n_copy_bytes") for _, e in entries) / MB
-        allocated += threads.get("malloc_mb", 0.0) + elsewhere.get("malloc_mb", 0.0)
-        freed += threads.get("free_mb", 0.0) + elsewhere.get("free_mb", 0.0)
-        copied += threads.get("copy_mb", 0.0) + elsewhere.get("copy_mb", 0.0)
-        evidence["allocated_mb_per_cpu_sec"] = allocated / cpu_sec if cpu_sec > 0 else 0.0
-        evidence["freed_fraction"] = min(1.0, freed / allocated) if allocated > 0 else 0.0
-        evidence["copy_mb_per_cpu_sec"] = copied / cpu_sec if cpu_sec > 0 else 0.0
-    gpu_used = bool(run.get("gpu")) and run.get("gpu_time_sec", 0.0) > 0
-    if gpu_used:
+    if run.get("memory"):
+        evidence.update(_memory_evidence(run, entries, t.cpu_sec))
+    if run.get("gpu") and run.get("gpu_time_sec", 0.0) > 0:
         devices = max(1, len(run.get("gpu_devices") or ()))
         wall = max(run.get("elapsed_time_sec", 0.0) - run.get("paused_sec", 0.0), 0.0)
         evidence["gpu_busy_percent"] = min(100.0, 100.0 * run["gpu_time_sec"] / devices / wall) if wall > 0 else 0.0
 
-    own_bound = _own_bound(share, cpu_share, evidence) if samples >= FEW_SAMPLES and own > 0 else "unknown"
+    own_bound = _own_bound(t.share, t.cpu_share, evidence) if samples >= FEW_SAMPLES and t.own > 0 else "unknown"
     bound = own_bound
-    if samples < FEW_SAMPLES or judged <= 0:
+    if samples < FEW_SAMPLES or t.judged <= 0:
         bound = "unknown"
-    elif cpu_wait >= MAJORITY and cpu_wait >= MARGIN * max(v * (100.0 - cpu_wait) / 100.0 for v in share.values()):
+    elif t.cpu_wait >= MAJORITY and t.cpu_wait >= MARGIN * max(v * (100.0 - t.cpu_wait) / 100.0
+                                                              for v in t.share.values()):
         # Waiting for a CPU bounds the run when it is most of the judged time, by a margin.
         bound = "cpu_wait"
     measure, unit = _MEASURES[bound]
-    if bound == "cpu_wait" and folded:
+    if bound == "cpu_wait" and t.folded:
         measure = _line_waits
-    picked: list[dict[str, Any]] = []
-    of_bound = 0.0
-    if measure is not None:
-        values = [(measure(e), f, e) for f, e in entries]
-        of_bound = sum(v for v, _, _ in values)
-        # A line with less than LINE_MIN of the figure makes nothing so: not named.
-        values = sorted((x for x in values if x[0] > 0 and x[0] >= LINE_MIN * of_bound),
-                        key=lambda x: (-x[0], x[1], x[2]["lineno"]))[:LINES]
-        for value, filename, e in values:
-            visible = True if shown is None else bool(shown(filename, e["lineno"]))
-            picked.append({"filename": filename, "lineno": e["lineno"],
-                           # A line the report does not show (@profile) is named by its place
-                           # only: the report holds no source outside the decorated functions.
-                           "line": str(e.get("line", "")).strip() if visible else "",
-                           "value": value / MB if unit == "MB" else value, "unit": unit,
-                           # (rounding can put a line holding all of it a hair above 100)
-                           "percent": min(100.0, 100.0 * value / of_bound) if of_bound > 0 else 0.0,
-                           "shown": visible})
+    picked = _picked_lines(entries, measure, unit, shown) if measure is not None else []
     evidence["lines_percent"] = min(100.0, sum(p["percent"] for p in picked))
-    own_words = _OWN_WORDS[own_bound](share, cpu_share, evidence) if own_bound in _OWN_WORDS else ""
-    summary = _summary(bound, share, cpu_wait, cpu_share, evidence, picked, n_cpus, own_words)
+    own_words = _OWN_WORDS[own_bound](t.share, t.cpu_share, evidence) if own_bound in _OWN_WORDS else ""
+    summary = _summary(bound, t.share, t.cpu_wait, t.cpu_share, evidence, picked, n_cpus, own_words)
     return {"bound": bound, "own_bound": own_bound, "summary": summary, "evidence": evidence, "lines": picked}
+
+
+class _Times:
+    """A run's time as the verdict judges it: each kind's seconds, the time
+    judged (an event loop's idle time in, waits overlapped by other threads'
+    work out), the program's own share of each kind and CPU wait's of the
+    judged time."""
+
+    def __init__(self, run: dict[str, Any]):
+        cpu = run["cpu_time_sec"]
+        self.idle = run.get("event_loop_idle_sec", 0.0)
+        total = run["total_time_sec"] + self.idle
+        self.overlapped = _overlapped(run)
+        self.judged = max(total - self.overlapped, 0.0)
+        seconds = {"python": cpu.get("python", 0.0), "native": cpu.get("native", 0.0),
+                   "system": max(_system(run) - self.overlapped, 0.0),
+                   "gil_wait": cpu.get("gil_wait", 0.0), "cpu_wait": cpu.get("cpu_wait", 0.0)}
+        self.folded = (run.get("threads") or 0) <= max(1, run.get("process_count") or 1)
+        if self.folded:
+            # One thread per process waits for no GIL: what was read as GIL wait
+            # there is time off the CPU that the kernel's run-queue count missed
+            # (how-it-works.md, "A snapshot"), so on a busy machine it is CPU wait.
+            # The sampler counts it so itself now (cpu_window.gil_alone); this
+            # stays for profiles of older builds that pyrometer view reads.
+            seconds["cpu_wait"] += seconds["gil_wait"]
+            seconds["gil_wait"] = 0.0
+        # CPU wait is the machine's doing: a share of the judged time.  The other
+        # kinds are the program's own: shares of the time it ran or waited on its
+        # own account, so that a busy machine does not hide what the program does.
+        self.own = max(self.judged - seconds["cpu_wait"], 0.0)
+        self.share = {k: (100.0 * v / self.own if self.own > 0 else 0.0) for k, v in seconds.items()
+                      if k != "cpu_wait"}
+        self.cpu_wait = 100.0 * seconds["cpu_wait"] / self.judged if self.judged > 0 else 0.0
+        self.cpu_sec = seconds["python"] + seconds["native"]
+        self.cpu_share = self.share["python"] + self.share["native"]
+
+
+def _memory_evidence(run: dict[str, Any], entries: list, cpu_sec: float) -> dict[str, float]:
+    """How much the run allocated, freed and copied per second of CPU: its
+    lines', its threads' without Python frames and what went to no line."""
+    threads = run.get("native_threads") or {}
+    elsewhere = run.get("unattributed_memory") or {}
+    allocated = sum(_bytes(e, "n_malloc_bytes", "n_malloc_mb") for _, e in entries) / MB
+    freed = sum(_bytes(e, "n_free_bytes") for _, e in entries) / MB
+    copied = sum(_bytes(e, "n_copy_bytes") for _, e in entries) / MB
+    allocated += threads.get("malloc_mb", 0.0) + elsewhere.get("malloc_mb", 0.0)
+    freed += threads.get("free_mb", 0.0) + elsewhere.get("free_mb", 0.0)
+    copied += threads.get("copy_mb", 0.0) + elsewhere.get("copy_mb", 0.0)
+    return {"allocated_mb_per_cpu_sec": allocated / cpu_sec if cpu_sec > 0 else 0.0,
+            "freed_fraction": min(1.0, freed / allocated) if allocated > 0 else 0.0,
+            "copy_mb_per_cpu_sec": copied / cpu_sec if cpu_sec > 0 else 0.0}
+
+
+def _picked_lines(entries: list, measure: Callable, unit: str,
+                  shown: Callable[[str, int], bool] | None) -> list[dict[str, Any]]:
+    """The lines that hold most of what bounds the run (measure), LINES at most."""
+    picked = []
+    values = [(measure(e), f, e) for f, e in entries]
+    of_bound = sum(v for v, _, _ in values)
+    # A line with less than LINE_MIN of the figure makes nothing so: not named.
+    values = sorted((x for x in values if x[0] > 0 and x[0] >= LINE_MIN * of_bound),
+                    key=lambda x: (-x[0], x[1], x[2]["lineno"]))[:LINES]
+    for value, filename, e in values:
+        visible = True if shown is None else bool(shown(filename, e["lineno"]))
+        picked.append({"filename": filename, "lineno": e["lineno"],
+                       # A line the report does not show (@profile) is named by its place
+                       # only: the report holds no source outside the decorated functions.
+                       "line": str(e.get("line", "")).strip() if visible else "",
+                       "value": value / MB if unit == "MB" else value, "unit": unit,
+                       # (rounding can put a line holding all of it a hair above 100)
+                       "percent": min(100.0, 100.0 * value / of_bound) if of_bound > 0 else 0.0,
+                       "shown": visible})
+    return picked
 
 
 # The program's own bound in a few words, where a busy machine bounds the run.
