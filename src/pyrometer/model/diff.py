@@ -574,6 +574,89 @@ def _totals(a: dict[str, Any], b: dict[str, Any], run_a: _Run, run_b: _Run,
     return out
 
 
+class _Compared:
+    """Two runs' files compared, one pair at a time (compare): each line's,
+    function's and file's figures side by side, and the findings, the
+    changes past their noise, gathered as they are met."""
+
+    def __init__(self, figures: list, headline: list, run_a: _Run, run_b: _Run):
+        self.figures, self.headline, self.run_a, self.run_b = figures, headline, run_a, run_b
+        self.findings: list[dict[str, Any]] = []
+        self.within_noise = {"lines": 0, "functions": 0}
+
+    def file(self, fa: dict[str, Any], fb: dict[str, Any], name_a: str | None, name_b: str | None,
+             how: str | None) -> dict[str, Any]:
+        la, lb = fa["lines"], fb["lines"]
+        ctx_a, ctx_b = _enclosing(la, fa.get("functions", [])), _enclosing(lb, fb.get("functions", []))
+        matched = match_lines(la, lb, ctx_a, ctx_b)
+        line_map = {la[i]["lineno"]: lb[j]["lineno"] for i, j, _ in matched if i is not None and j is not None}
+        counts = {"same": 0, "moved": 0, "edited": 0, "new": 0, "removed": 0}
+        lines = []
+        for i, j, status in matched:
+            counts[status] += 1
+            entry = self._line(la[i] if i is not None else None, lb[j] if j is not None else None, status,
+                               ctx_b[j] if j is not None else ctx_a[i])
+            if entry is not None:
+                lines.append(entry)
+                _collect(self.findings, self.within_noise, "lines", entry, self.headline, name_a, name_b)
+        functions = []
+        mapped_after = set(line_map.values())
+        for i, j in _match_functions(fa.get("functions", []), fb.get("functions", []), line_map):
+            entry = self._function(fa["functions"][i] if i is not None else None,
+                                   fb["functions"][j] if j is not None else None, line_map, mapped_after)
+            functions.append(entry)
+            _collect(self.findings, self.within_noise, "functions", entry, self.headline, name_a, name_b)
+        file_figures = self._sums(la, lb)
+        return {"before": name_a, "after": name_b, "matched_by": how,
+                "status": "matched" if how else ("removed" if name_a else "new"),
+                "figures": file_figures, "verdict": _verdict(file_figures, self.headline),
+                "line_counts": counts, "lines": lines, "functions": functions}
+
+    def _line(self, ea: dict[str, Any] | None, eb: dict[str, Any] | None, status: str,
+              function: str) -> dict[str, Any] | None:
+        """A matched line's entry; None for an unchanged line with nothing measured (not listed)."""
+        has_data = ((ea is not None and any(f.read(ea, self.run_a.elapsed) for f in self.figures))
+                    or (eb is not None and any(f.read(eb, self.run_b.elapsed) for f in self.figures)))
+        if status == "same" and not has_data:
+            return None
+        values = {f.name: _compare(f, ea, eb, self.run_a, self.run_b) for f in self.figures}
+        entry = {"status": status,
+                 "lineno_before": ea["lineno"] if ea else None,
+                 "lineno_after": eb["lineno"] if eb else None,
+                 "line": (eb or ea)["line"],
+                 "function": function,
+                 "figures": values, "verdict": _verdict(values, self.headline), "has_data": has_data}
+        if status == "edited":
+            entry["line_before"] = ea["line"]
+        return entry
+
+    def _function(self, ea: dict[str, Any] | None, eb: dict[str, Any] | None, line_map: dict[int, int],
+                  mapped_after: set[int]) -> dict[str, Any]:
+        values = {f.name: _compare(f, ea, eb, self.run_a, self.run_b) for f in self.figures}
+        # A function listed in one run only may just not have been sampled
+        # in the other: it is new or removed only when its first line is.
+        if ea and eb or (ea and ea["lineno"] in line_map) or (eb and eb["lineno"] in mapped_after):
+            status = "same"
+        else:
+            status = "new" if eb else "removed"
+        return {"status": status,
+                "lineno_before": ea["lineno"] if ea else None,
+                "lineno_after": eb["lineno"] if eb else None,
+                "function": (eb or ea)["line"], "figures": values, "verdict": _verdict(values, self.headline)}
+
+    def _sums(self, la: list, lb: list) -> dict[str, Any]:
+        """A file's figures: its lines' added up, before and after, with their noise."""
+        sums_a = _sum_entries(la, self.figures, self.run_a.elapsed)
+        sums_b = _sum_entries(lb, self.figures, self.run_b.elapsed)
+        out = {}
+        for f in self.figures:
+            x, y = sums_a[f.name], sums_b[f.name]
+            noise = NOISE_Z * math.hypot(self.run_a.error(x, None, f.kind), self.run_b.error(y, None, f.kind))
+            out[f.name] = {"before": x, "after": y, "change": y - x, "ratio": _ratio(x, y),
+                           "noise": noise, "significant": abs(y - x) > noise}
+        return out
+
+
 def compare(before: dict[str, Any], after: dict[str, Any], before_path: str = "BEFORE",
             after_path: str = "AFTER") -> dict[str, Any]:
     """The diff of two checked profiles (model.load), as the document that
@@ -590,67 +673,12 @@ def compare(before: dict[str, Any], after: dict[str, Any], before_path: str = "B
         return [e["line"] for e in p["files"][name]["lines"]]
 
     pairs, only_a, only_b = match_files(sorted(before["files"]), sorted(after["files"]), lines_of)
-    files = []
-    findings = []
-    within_noise = {"lines": 0, "functions": 0}
-    for name_a, name_b, how in [*pairs, *((f, None, None) for f in only_a), *((None, g, None) for g in only_b)]:
-        fa = before["files"][name_a] if name_a else {"lines": [], "functions": []}
-        fb = after["files"][name_b] if name_b else {"lines": [], "functions": []}
-        la, lb = fa["lines"], fb["lines"]
-        ctx_a, ctx_b = _enclosing(la, fa.get("functions", [])), _enclosing(lb, fb.get("functions", []))
-        matched = match_lines(la, lb, ctx_a, ctx_b)
-        line_map = {la[i]["lineno"]: lb[j]["lineno"] for i, j, _ in matched if i is not None and j is not None}
-        counts = {"same": 0, "moved": 0, "edited": 0, "new": 0, "removed": 0}
-        lines = []
-        for i, j, status in matched:
-            counts[status] += 1
-            ea = la[i] if i is not None else None
-            eb = lb[j] if j is not None else None
-            has_data = ((ea is not None and any(f.read(ea, run_a.elapsed) for f in figures))
-                        or (eb is not None and any(f.read(eb, run_b.elapsed) for f in figures)))
-            if status == "same" and not has_data:
-                continue  # an unchanged line with nothing measured: not listed
-            values = {f.name: _compare(f, ea, eb, run_a, run_b) for f in figures}
-            entry = {"status": status,
-                     "lineno_before": ea["lineno"] if ea else None,
-                     "lineno_after": eb["lineno"] if eb else None,
-                     "line": (eb or ea)["line"],
-                     "function": ctx_b[j] if j is not None else ctx_a[i],
-                     "figures": values, "verdict": _verdict(values, headline), "has_data": has_data}
-            if status == "edited":
-                entry["line_before"] = ea["line"]
-            lines.append(entry)
-            _collect(findings, within_noise, "lines", entry, headline, name_a, name_b)
-        functions = []
-        mapped_after = set(line_map.values())
-        for i, j in _match_functions(fa.get("functions", []), fb.get("functions", []), line_map):
-            ea = fa["functions"][i] if i is not None else None
-            eb = fb["functions"][j] if j is not None else None
-            values = {f.name: _compare(f, ea, eb, run_a, run_b) for f in figures}
-            # A function listed in one run only may just not have been sampled
-            # in the other: it is new or removed only when its first line is.
-            if ea and eb or (ea and ea["lineno"] in line_map) or (eb and eb["lineno"] in mapped_after):
-                status = "same"
-            else:
-                status = "new" if eb else "removed"
-            entry = {"status": status,
-                     "lineno_before": ea["lineno"] if ea else None,
-                     "lineno_after": eb["lineno"] if eb else None,
-                     "function": (eb or ea)["line"], "figures": values, "verdict": _verdict(values, headline)}
-            functions.append(entry)
-            _collect(findings, within_noise, "functions", entry, headline, name_a, name_b)
-        sums_a = _sum_entries(la, figures, run_a.elapsed)
-        sums_b = _sum_entries(lb, figures, run_b.elapsed)
-        file_figures = {}
-        for f in figures:
-            x, y = sums_a[f.name], sums_b[f.name]
-            noise = NOISE_Z * math.hypot(run_a.error(x, None, f.kind), run_b.error(y, None, f.kind))
-            file_figures[f.name] = {"before": x, "after": y, "change": y - x, "ratio": _ratio(x, y),
-                                    "noise": noise, "significant": abs(y - x) > noise}
-        files.append({"before": name_a, "after": name_b, "matched_by": how,
-                      "status": "matched" if how else ("removed" if name_a else "new"),
-                      "figures": file_figures, "verdict": _verdict(file_figures, headline),
-                      "line_counts": counts, "lines": lines, "functions": functions})
+    compared = _Compared(figures, headline, run_a, run_b)
+    files = [compared.file(before["files"][name_a] if name_a else {"lines": [], "functions": []},
+                           after["files"][name_b] if name_b else {"lines": [], "functions": []}, name_a, name_b, how)
+             for name_a, name_b, how in [*pairs, *((f, None, None) for f in only_a),
+                                         *((None, g, None) for g in only_b)]]
+    findings, within_noise = compared.findings, compared.within_noise
 
     totals = _totals(before, after, run_a, run_b, memory, gpu)
     uniform = _uniform_change(totals, files)

@@ -723,82 +723,106 @@ def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: fl
     """The top's raw aggregates with every child's partial profile in run_dir
     added: (raw, the process table, how many processes in all, notices)."""
     merger = Merger(raw, start_time)
-    table = [top]
-    count = 1
-    images: set[int] = {top["pid"]}  # pids with a record of their own
-    reaped = dict(top_reaped)
-    spawned = list(top_spawned)
-    started: dict[str, dict] = {}
-    finished: set[str] = set()
-    notes: set[str] = set()
+    family = _ProcessTable(top, top_spawned, top_reaped)
     try:
         names = sorted(os.listdir(run_dir))
     except OSError:
         names = []
-
-    def add_row(row: dict[str, Any]) -> None:
-        nonlocal count
-        count += 1
-        if len(table) < PROCESS_TABLE_MAX:
-            table.append(row)
-
     for name in names:
         if not name.endswith(".json") or name[:2] not in ("p-", "s-", "n-", "r-"):
             continue
-        path = os.path.join(run_dir, name)
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(os.path.join(run_dir, name), encoding="utf-8") as f:
                 record = json.load(f)
         except (OSError, ValueError):
             continue
-        key = name[2:]
-        if name.startswith("r-"):  # a child reaped by another child (_note_reaped)
+        family.read(name[:2], name[2:], record, merger)
+        del record  # one child's aggregates at a time
+    family.close()
+    return merger.result(), family.table, family.count, sorted(family.notes)
+
+
+class _ProcessTable:
+    """The process table of a merge: a row for every process a record in the
+    run directory or the top's own record names, profiled or not, with how
+    each ended; `count` all of them, `table` the first PROCESS_TABLE_MAX."""
+
+    def __init__(self, top: dict[str, Any], spawned: list, reaped: dict[int, int]):
+        self.top = top
+        self.table = [top]
+        self.count = 1
+        self.images: set[int] = {top["pid"]}  # pids with a record of their own
+        self.reaped = dict(reaped)
+        self.spawned = list(spawned)
+        self.started: dict[str, dict] = {}
+        self.finished: set[str] = set()
+        self.notes: set[str] = set()
+
+    def add_row(self, row: dict[str, Any]) -> None:
+        self.count += 1
+        if len(self.table) < PROCESS_TABLE_MAX:
+            self.table.append(row)
+
+    def read(self, kind: str, key: str, record: Any, merger: Merger) -> None:
+        """One file of the run directory: kind "r-" a child reaped by another
+        child (_note_reaped), "s-" a child's start, "n-" a child that is not
+        profiled, "p-" a child's partial profile, merged."""
+        if kind == "r-":
             if isinstance(record, dict) and isinstance(record.get("pid"), int) and \
                     isinstance(record.get("exit_status"), int):
-                reaped[record["pid"]] = record["exit_status"]
-            continue
-        if name.startswith("s-"):
-            started[key] = record
-            continue
-        images.add(record.get("pid", 0))
-        if name.startswith("n-"):
-            add_row(_row(record, profiled=False))
-            continue
-        finished.add(key)
+                self.reaped[record["pid"]] = record["exit_status"]
+            return
+        if kind == "s-":
+            self.started[key] = record
+            return
+        self.images.add(record.get("pid", 0))
+        if kind == "n-":
+            self.add_row(_row(record, profiled=False))
+            return
+        self.finished.add(key)
         try:
             merger.add(record)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             # Not the shape this pyrometer writes (a child run by another
             # interpreter's pyrometer, a file cut short): listed, not merged,
             # never the end of the whole profile.
-            notes.add("a child process's profile could not be merged (written by another version of "
-                      "pyrometer?); its figures are left out")
+            self.notes.add("a child process's profile could not be merged (written by another version of "
+                           "pyrometer?); its figures are left out")
             pid = record.get("pid") if isinstance(record, dict) else None
-            add_row(processes.row(pid=pid if isinstance(pid, int) and pid > 0 else 0, started_by="unknown",
-                                  profiled=False, note="profile not merged: not the shape this pyrometer writes"))
-            continue
+            self.add_row(processes.row(pid=pid if isinstance(pid, int) and pid > 0 else 0, started_by="unknown",
+                                       profiled=False, note="profile not merged: not the shape this pyrometer writes"))
+            return
         if record.get("memory_lost"):
-            notes.add("some child processes were profiled without memory (the memory library could not "
-                      "be loaded in them)")
-        spawned.extend(record.get("spawned", []))
-        reaped.update({int(k): v for k, v in record.get("reaped", {}).items()})
-        add_row(_row(record, profiled=True))
-        del record  # one child's aggregates at a time
-    for key, record in started.items():
-        if key in finished:
-            continue
-        images.add(record.get("pid", 0))
-        add_row(_row(record, profiled=True, note=NO_PROFILE))
-    for pid, command, status in spawned:
-        if pid in images:
-            continue
-        images.add(pid)
-        add_row(processes.row(pid=pid, command=command, started_by="subprocess", profiled=False,
-                              exit_status=status if status is not None else reaped.get(pid),
-                              note="not profiled: not a Python program, or one that ignores PYTHONPATH (-E, -I)"))
-    for row in table:
-        if row["exit_status"] is None and row["pid"] in reaped and row is not top:
-            row["exit_status"] = reaped[row["pid"]]
+            self.notes.add("some child processes were profiled without memory (the memory library could not "
+                           "be loaded in them)")
+        self.spawned.extend(record.get("spawned", []))
+        self.reaped.update({int(k): v for k, v in record.get("reaped", {}).items()})
+        self.add_row(_row(record, profiled=True))
+
+    def close(self) -> None:
+        """After every file: the children that started and wrote no profile,
+        those started but never profiled, and how each ended."""
+        for key, record in self.started.items():
+            if key in self.finished:
+                continue
+            self.images.add(record.get("pid", 0))
+            self.add_row(_row(record, profiled=True, note=NO_PROFILE))
+        for pid, command, status in self.spawned:
+            if pid in self.images:
+                continue
+            self.images.add(pid)
+            self.add_row(processes.row(pid=pid, command=command, started_by="subprocess", profiled=False,
+                                       exit_status=status if status is not None else self.reaped.get(pid),
+                                       note="not profiled: not a Python program, or one that ignores "
+                                            "PYTHONPATH (-E, -I)"))
+        for row in self.table:
+            self._ended(row)
+        if self.count > len(self.table):
+            self.notes.add(f"{self.count:,} processes: the process table lists the first {len(self.table):,}")
+
+    def _ended(self, row: dict[str, Any]) -> None:
+        if row["exit_status"] is None and row["pid"] in self.reaped and row is not self.top:
+            row["exit_status"] = self.reaped[row["pid"]]
         if row["note"] == NO_PROFILE and isinstance(row["exit_status"], int) and row["exit_status"] > 128:
             name = _signal_name(row["exit_status"] - 128)
             row["note"] = f"no profile: it died of {name}"
@@ -808,9 +832,6 @@ def merge(run_dir: str, raw: dict[str, Any], top: dict[str, Any], start_time: fl
                 said = (f"the program's child process {row['pid']} crashed ({name}): its own profile is lost, "
                         "a crashed process cannot write it (the run's profile lists it)")
                 messages.say("pyrometer: " + said)
-    if count > len(table):
-        notes.add(f"{count:,} processes: the process table lists the first {len(table):,}")
-    return merger.result(), table, count, sorted(notes)
 
 
 # The signals of a crash (csrc/ending/ending.c catches the same).
