@@ -100,7 +100,7 @@ def sparkline(values: list[float], width: int = 10) -> str:
 
 
 def _mb(value: float) -> str:
-    if value < 0.5:
+    if value < SHOWN_FROM:
         return ""
     return f"{value:.0f}M" if value < 10000 else f"{value / 1024:.0f}G"
 
@@ -129,14 +129,14 @@ SPARK_WIDTH, SPARK_NARROW = 8, 4
 
 
 def _memory_cells(entry: dict[str, Any]) -> list[str]:
-    if entry.get("n_malloc_mb", 0.0) < 0.5 and entry.get("n_copy_mb_s", 0.0) < 0.5:
+    if entry.get("n_malloc_mb", 0.0) < SHOWN_FROM and entry.get("n_copy_mb_s", 0.0) < SHOWN_FROM:
         return ["", "", "", ""]
     usage = entry["n_usage_fraction"] * 100
     return [
-        f"{entry['n_python_fraction'] * 100:.0f}%" if entry["n_malloc_mb"] >= 0.5 else "",
+        f"{entry['n_python_fraction'] * 100:.0f}%" if entry["n_malloc_mb"] >= SHOWN_FROM else "",
         _mb(entry["n_peak_mb"]),
-        _Timeline([mb for _, mb in entry["memory_samples"]], usage) if entry["n_malloc_mb"] >= 0.5 else "",
-        f"{entry['n_copy_mb_s']:.0f}" if entry["n_copy_mb_s"] >= 0.5 else "",
+        _Timeline([mb for _, mb in entry["memory_samples"]], usage) if entry["n_malloc_mb"] >= SHOWN_FROM else "",
+        f"{entry['n_copy_mb_s']:.0f}" if entry["n_copy_mb_s"] >= SHOWN_FROM else "",
     ]
 
 
@@ -144,7 +144,7 @@ def _gpu_cells(entry: dict[str, Any]) -> list[str]:
     """GPU: the line's share of the run's GPU busy time; GPU memory: the most
     this process held on the GPU while it ran."""
     peak = entry.get("n_gpu_peak_memory_mb", 0.0)
-    return [_pct(entry.get("n_gpu_percent", 0.0)), _mb(peak) if peak >= 0.5 else ""]
+    return [_pct(entry.get("n_gpu_percent", 0.0)), _mb(peak) if peak >= SHOWN_FROM else ""]
 
 
 def _kernel_cells(entry: dict[str, Any]) -> list[str]:
@@ -152,8 +152,8 @@ def _kernel_cells(entry: dict[str, Any]) -> list[str]:
     bytes it copied (every direction), the device memory it allocated."""
     sec, copy, alloc = (entry.get("n_gpu_kernel_sec", 0.0), entry.get("n_gpu_copy_mb", 0.0),
                         entry.get("n_gpu_alloc_mb", 0.0))
-    return [_seconds(sec) if sec >= 0.0005 else "", _mb(copy) if copy >= 0.5 else "",
-            _mb(alloc) if alloc >= 0.5 else ""]
+    return [_seconds(sec) if sec >= 0.0005 else "", _mb(copy) if copy >= SHOWN_FROM else "",
+            _mb(alloc) if alloc >= SHOWN_FROM else ""]
 
 
 def _seconds(sec: float) -> str:
@@ -175,7 +175,7 @@ def _gpu_header(profile: dict[str, Any]) -> list[str]:
 
 
 def _pct(value: float, error: float = 0.0) -> str:
-    if value < 0.5:
+    if value < SHOWN_FROM:
         return ""
     return f"{value:.0f}%" + (f"±{error:.0f}" if shown_error(value, error) else "")
 
