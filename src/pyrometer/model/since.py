@@ -24,7 +24,7 @@ def since(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
 
     A line's seconds are not only added to as the run goes on: the estimated
     part of each sample is counted in units whose size is the whole run's
-    (csrc/module.c, sums_tuple), so every line's seconds move a little with each
+    (csrc/module.c, cpu_sums_record), so every line's seconds move a little with each
     snapshot.  What a line did now is therefore its seconds' change only where
     it was sampled in between (n_samples grew), and nothing where it was not;
     the time now, the percentages' denominator, is the sum of the lines' now
