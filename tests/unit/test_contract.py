@@ -33,7 +33,10 @@ def test_the_sums_are_records_named_as_the_core_names_them():
     assert (sums.python_ns, sums.samples, sums.native_ns) == (2.0, 3, 0)
     with pytest.raises(TypeError):
         document.cpu_sums(pyhton_ns=1.0)  # a misspelt field is an error, not a figure lost
-    assert document.add_cpu_sums(sums, sums).samples == 6
+    assert document.add(sums, sums).samples == 6
+    stack = document.memory_stack_sums(alloc_bytes=5, free_bytes=2)
+    both = document.add(stack, document.memory_stack_sums(alloc_bytes=3, free_bytes=7), largest=("free_bytes",))
+    assert (both.alloc_bytes, both.free_bytes) == (8, 7)  # added, and the larger of the two
 
 
 def _spin(seconds: float) -> int:

@@ -46,14 +46,11 @@ def memory_stack_sums(**figures: float) -> Any:
     return _record("MemoryStackSums", figures)
 
 
-def gpu_line_sums(**figures: float) -> Any:
-    """A GpuLineSums record (a line's GPU figures)."""
-    return _record("GpuLineSums", figures)
-
-
-def add_cpu_sums(a: Any, b: Any) -> Any:
-    """Two records' CPU sums added, field by field."""
-    return type(a)([x + y for x, y in zip(a, b, strict=True)])
+def add(a: Any, b: Any, largest: tuple[str, ...] = ()) -> Any:
+    """Two records of one kind added field by field; the fields named in
+    largest take the larger of the two (a peak)."""
+    return type(a)([max(x, y) if name in largest else x + y
+                    for name, x, y in zip(a.__match_args__, a, b, strict=True)])
 
 
 def _convert(raw: dict[str, Any], cpu, memory_stack, gpu_line) -> dict[str, Any]:
@@ -104,6 +101,7 @@ def named(doc: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"a raw profile of another layout ({header!r}; this pyrometer writes format "
                              f"{FORMAT})")
         doc = {k: v for k, v in doc.items() if k != "document"}
-    elif doc["records"] and not isinstance(doc["records"][0][4], _core.CpuSums):
+        return _convert(doc, _core.CpuSums, _core.MemoryStackSums, _core.GpuLineSums)
+    if not isinstance(doc["unattributed"], _core.CpuSums):
         raise ValueError("a raw profile without its document header")
-    return _convert(doc, _core.CpuSums, _core.MemoryStackSums, _core.GpuLineSums)
+    return doc  # a collection in process: its records are named already

@@ -618,7 +618,7 @@ class Merger:
 
     def _add_cpu(self, key: tuple, cpu) -> None:
         sums = self.records.get(key)
-        self.records[key] = cpu if sums is None else document.add_cpu_sums(sums, cpu)
+        self.records[key] = cpu if sums is None else document.add(sums, cpu)
 
     def _add_focus(self, raw: dict[str, Any]) -> None:
         for filename, qualname, first, last in raw.get("profiled_functions", []):
@@ -648,7 +648,7 @@ class Merger:
         self.stacks.merge(stacks)
         for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
             self._add_cpu((filename, lineno, qualname, firstlineno), cpu)
-        self.unattributed = document.add_cpu_sums(self.unattributed, raw["unattributed"])
+        self.unattributed = document.add(self.unattributed, raw["unattributed"])
         for name in _SCALARS_SUMMED:
             self.raw[name] = self.raw.get(name, 0) + raw.get(name, 0)
         self._add_gpu(raw.get("gpu"))
@@ -684,9 +684,8 @@ class Merger:
             key = (filename, lineno, qualname, firstlineno)
             sums = self.gpu_lines.get(key)
             # Sums add up, except the peak, the largest of any process.
-            self.gpu_lines[key] = theirs if sums is None else document.gpu_line_sums(**{
-                name: max(mine, other) if name == "memory_peak_bytes" else mine + other
-                for name, mine, other in zip(sums.__match_args__, sums, theirs, strict=True)})
+            self.gpu_lines[key] = theirs if sums is None else document.add(sums, theirs,
+                                                                           largest=("memory_peak_bytes",))
         names = {d["name"]: d for d in mine["devices"]}
         for d in gpu["devices"]:
             have = names.get(d["name"])
