@@ -156,6 +156,41 @@ def test_termination_signal_writes_the_profile_then_kills(tmp_path, run_pyromete
     assert busy_samples(profile, prog) >= 5
 
 
+RAISED_LAST = """
+import os, signal, subprocess, sys
+if sys.argv[1] == "itself":
+    signal.raise_signal(signal.SIGUSR1)
+else:   # CPython's test_posix TestPosixSpawn.test_setsigdef: the child's last line
+    original = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    code = "import signal; signal.raise_signal(signal.SIGUSR1)"
+    try:
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-c", code], os.environ,
+                             setsigdef=[signal.SIGUSR1])
+    finally:
+        signal.signal(signal.SIGUSR1, original)
+    print("spawned", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+    print("run", subprocess.run([sys.executable, "-c", code]).returncode, flush=True)
+"""
+
+
+@pytest.mark.parametrize("who", ["itself", "children"])
+def test_a_termination_signal_on_the_last_line_still_kills(tmp_path, run_pyrometer, run_bare, who):
+    """A signal raised as the program ends, before the sampler thread acted on
+    it: the profile is written and the process dies of the signal, as it does
+    bare (a child used to exit 0 and say nothing of it)."""
+    bare = run_bare(BUSY + RAISED_LAST, args=[who])
+    proc, out, prog = profiled(run_pyrometer, tmp_path, RAISED_LAST, args=[who])
+    assert (proc.returncode, proc.stdout) == (bare.returncode, bare.stdout), proc.stderr
+    profile = load(out)
+    if who == "itself":
+        assert proc.returncode == -signal.SIGUSR1
+        assert profile["ended_by"] == "SIGUSR1" and profile["exit_status"] == 128 + signal.SIGUSR1
+    else:
+        assert proc.stdout == f"spawned {-signal.SIGUSR1}\nrun {-signal.SIGUSR1}\n"
+        children = [p for p in profile["processes"] if p["pid"] != profile["processes"][0]["pid"]]
+        assert [(c["exit_status"], c["ended_by"]) for c in children] == [(128 + signal.SIGUSR1, "SIGUSR1")] * 2
+
+
 ASLEEP_WHEN_TERMINATED = """
 import os, signal, threading, time
 

@@ -419,7 +419,19 @@ class ChildSession:
         return _write_json(self._path("p"), record)
 
     def at_exit(self) -> None:
-        self.write(None, "exit")
+        """The end of the child's run.  A termination signal caught before the
+        sampler thread acted on it (a short program that raises it and ends,
+        as CPython's test_posix setsigdef test does) still ends the child: its
+        profile says so, and it dies of the signal, as it would have bare."""
+        from .. import _core
+        signum = _core.ending_signal()
+        if signum:
+            self._on_termination_signal(signum)
+        else:
+            self.write(None, "exit")
+        signum = _core.ending_signal()
+        if signum and os.getpid() == self.pid:
+            _core.ending_die(signum)
 
 
 def detach() -> None:
