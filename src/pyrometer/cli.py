@@ -193,7 +193,8 @@ class _ProfiledRun:
     def on_termination_signal(self, signum: int) -> bool:
         """Called by the core (csrc/ending) on a termination signal; it then dies of
         it, unless this returns False (this thread is writing the profile already)."""
-        return self.write_profile(128 + signum, signal.Signals(signum).name) is not None
+        from .run.endings import by_signal
+        return self.write_profile(*by_signal(signum)) is not None
 
     # ---- around the program -------------------------------------------------------
 
@@ -249,15 +250,14 @@ class _ProfiledRun:
         else:
             # A report that could not be written is said on stderr (_write); the
             # run's exit status stays the program's, which scripts and CI act on.
-            self.write_profile(outcome.status, "exit")
+            self.endings.at_end(outcome.status)
         if self.run_dir is not None:
             self.run_dir.remove()
         _core.ending_uninstall()
-        signum = _core.ending_signal()
-        if signum:
-            # A termination signal during the end of the run: the profile is written,
-            # now the death it asked for.
-            _core.ending_die(signum)
+        if self.endings is not None:
+            # A termination signal before or during the end of the run: the profile
+            # is written, now the death it asked for.
+            self.endings.die_if_signalled()
         if outcome.interrupted:
             if self.options.memory:
                 from .core.preload import remove_private_link

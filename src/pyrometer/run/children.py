@@ -380,7 +380,8 @@ class ChildSession:
                 "python": sys.version.split()[0]}
 
     def _on_termination_signal(self, signum: int) -> bool:
-        return self.write(128 + signum, signal.Signals(signum).name) is not None
+        from .endings import by_signal
+        return self.write(*by_signal(signum)) is not None
 
     def write(self, status: int | None, ended_by: str) -> bool | None:
         """The partial profile, written once: at the end, os._exit, exec or a
@@ -390,12 +391,6 @@ class ChildSession:
         me = threading.get_ident()
         if self.writing == me:
             return None
-        if ended_by == "exit" and threading.current_thread() is threading.main_thread():
-            from .. import _core
-            # The last drain of memory samples; not from the ending's own thread,
-            # and before the lock: stopping joins the sampler thread, which may be
-            # waiting for the lock to write on a termination signal.
-            _core.stop()
         with self.lock:
             if self.written:
                 return True
@@ -419,19 +414,17 @@ class ChildSession:
         return _write_json(self._path("p"), record)
 
     def at_exit(self) -> None:
-        """The end of the child's run.  A termination signal caught before the
-        sampler thread acted on it (a short program that raises it and ends,
-        as CPython's test_posix setsigdef test does) still ends the child: its
-        profile says so, and it dies of the signal, as it would have bare."""
+        """The end of the child's run (atexit, the main thread); nothing in a
+        process forked from it, which has its own."""
+        if os.getpid() != self.pid:
+            return
         from .. import _core
-        signum = _core.ending_signal()
-        if signum:
-            self._on_termination_signal(signum)
-        else:
-            self.write(None, "exit")
-        signum = _core.ending_signal()
-        if signum and os.getpid() == self.pid:
-            _core.ending_die(signum)
+        # The last drain of memory samples, before the write's lock: stopping
+        # joins the sampler thread, which may be waiting for the lock to write
+        # on a termination signal.
+        _core.stop()
+        self.endings.at_end(None)
+        self.endings.die_if_signalled()
 
 
 def detach() -> None:

@@ -64,27 +64,44 @@ class Endings:
     def _ours(self) -> bool:
         return os.getpid() == self._owner
 
-    def _die_if_signalled(self) -> None:
-        """A termination signal that came while the profile was being written:
-        its turn now (the profile is written)."""
+    def at_end(self, status: int | None) -> None:
+        """The program's end: the profile written as a return, or as the
+        termination signal caught before the sampler thread acted on it (a
+        program that raises one on its last line, as CPython's test_posix
+        setsigdef test does); die_if_signalled then ends the process of it."""
         signum = self._signal()
         if signum:
+            self._write(*by_signal(signum))
+        else:
+            self._write(status, "exit")
+
+    def die_if_signalled(self) -> None:
+        """A termination signal that came before or while the profile was being
+        written: its turn now (the profile is written)."""
+        signum = self._signal()
+        if signum and self._ours():
             self._die(signum)
 
     def _on_exec(self, event: str, args: tuple) -> None:
         if self._ours() and args and _may_execute(args[0]):
             self._write(None, "exec")
-            self._die_if_signalled()
+            self.die_if_signalled()
 
     def _on_exit(self, args: tuple, kwargs: dict) -> None:
         status = args[0] if args else kwargs.get("status")
         if self._ours() and isinstance(status, int):
             self._write(status & 0xFF, "os._exit")
-            self._die_if_signalled()
+            self.die_if_signalled()
 
     def _on_signal(self, previous, args: tuple, kwargs: dict) -> None:
         if len(args) == 2 and args[1] == signal.SIG_DFL and self._ours():
             self._reinstall(int(args[0]))
+
+
+def by_signal(signum: int) -> tuple[int, str]:
+    """The exit status and ended_by of a run a termination signal ends: the
+    status a shell shows for it (128 + n), the signal's name."""
+    return 128 + signum, signal.Signals(signum).name
 
 
 def _may_execute(path) -> bool:
