@@ -22,9 +22,14 @@
  * made and freed; list(range(10**8)): 3.2 GB kept) queues every sample it
  * takes in a function met for the first time, 16,000 of them at the 64 KiB
  * window for the first; 2,048 slots dropped seven of eight, silently.  16,384
- * slots (about 11 MB with pending, deferred and pending_freed_ns: in memory as
- * the ring goes round) hold 1 GB of such a call's samples; past them samples are dropped, counted, and the
- * profile says so (memory_samples_dropped, memory_dropped_mb, a notice). */
+ * slots (about 10 MB with pending, deferred and pending_freed_ns) hold 1 GB of
+ * such a call's samples; past them samples are dropped, counted, and the
+ * profile says so (memory_samples_dropped, memory_dropped_mb, a notice).  Only
+ * what a burst fills is ever in memory: a drain that empties the ring starts
+ * the next sample at its first slot again (rewind_ring).  Left to go round,
+ * the ring was in memory a little more with every sample queued: 200 threads
+ * allocating without the GIL grew the process by 12 MB in 60 s, flat without
+ * the profile (tests/end_to_end/test_stress.py). */
 #define RING_SLOTS 16384
 
 /* A timeline that keeps at most `cap` points by dropping every other point and
@@ -84,6 +89,7 @@ typedef struct {
     int64_t bytes, python_bytes;
     uint64_t t_ns;
     int64_t footprint; /* the library's footprint counter at t_ns */
+    uint32_t mark;     /* its token's index in pending (pending_mark) */
     const void *frames[STACK_DEPTH]; /* innermost first: the call stack charged is their reported frames
                                       * (a deeper stack is cut: see stacks_of_queued) */
     PyCodeObject *codes[STACK_DEPTH];
@@ -126,6 +132,7 @@ static struct {
     _Atomic uint64_t queued; /* samples that could not be charged where they were taken */
     _Atomic uint64_t ring_head; /* next slot a writer claims */
     _Atomic uint64_t ring_tail; /* next slot the drain reads (GIL held) */
+    _Atomic uint64_t marks;     /* pending marks given out (pending_mark) */
     uint64_t ring_start; /* the first slot of this run: older ones were queued by an earlier run */
     /* Whether the callbacks may touch the profile's memory, and how many are
      * running: release waits for none before unmapping (see callback_enter). */
@@ -138,9 +145,13 @@ static ring_slot ring[RING_SLOTS];
 /* The drain after the library stopped (its watch table cleared): blocks not seen
  * freed by then stay live. */
 static int final_drain;
-/* The token of a queued allocation sample until its line is known: one per ring
- * slot, so that no two samples in the queue share one (a block freed and its
- * address reused by another queued sample must not pass for it). */
+/* The token of a queued allocation sample until its line is known: as many as
+ * ring slots, so that no two samples in the queue share one (a block freed and
+ * its address reused by another queued sample must not pass for it).  Given
+ * out in turn, not by ring slot: a mark is taken again only after RING_SLOTS
+ * other samples, so that a free that took its block out of the watch table
+ * just before the drain and tells the mark just after does not tell the next
+ * sample's (the ring's first slots are taken again after every drain). */
 static leak_site pending[RING_SLOTS];
 /* When each pending mark's block was freed (0: not freed, or not known when),
  * so that the drain tells a queued sample's free in its place among the
@@ -497,7 +508,8 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
     }
     uint64_t head = atomic_load(&M.ring_head);
     do {
-        if (head - atomic_load_explicit(&M.ring_tail, memory_order_acquire) >= RING_SLOTS) {
+        /* Signed: the drain moves the tail first when it rewinds (rewind_ring). */
+        if ((int64_t)(head - atomic_load_explicit(&M.ring_tail, memory_order_acquire)) >= RING_SLOTS) {
             atomic_fetch_add(&M.dropped, 1);
             if (kind == MEMHOOKS_ALLOC) {
                 atomic_fetch_add(&M.dropped_bytes, (uint64_t)bytes);
@@ -507,8 +519,9 @@ static uintptr_t sample(int kind, int64_t bytes, int64_t python_bytes, void *add
     } while (!atomic_compare_exchange_weak(&M.ring_head, &head, head + 1));
     atomic_fetch_add(&M.queued, 1);
     ring_slot *s = &ring[head % RING_SLOTS];
-    leak_site *mark = &pending[head % RING_SLOTS];
-    atomic_store_explicit(&pending_freed_ns[head % RING_SLOTS], 0, memory_order_relaxed);
+    s->mark = (uint32_t)(atomic_fetch_add(&M.marks, 1) % RING_SLOTS);
+    leak_site *mark = &pending[s->mark];
+    atomic_store_explicit(&pending_freed_ns[s->mark], 0, memory_order_relaxed);
     atomic_store(&mark->freed, 0);
     atomic_store(&mark->evicted, 0);
     atomic_store(&mark->freed_bytes, 0);
@@ -594,6 +607,7 @@ static void on_freed(uintptr_t token, int evicted, int64_t bytes, uint64_t born)
 }
 
 static void drain_queue(void);
+static void rewind_ring(void);
 
 /* The nearest reported frame of a queued sample's stack.  Codes recorded with a
  * reference are alive; the others (taken without the GIL) only if the profiler
@@ -741,7 +755,7 @@ static void drain_queue(void)
         if (!atomic_load_explicit(&s->ready, memory_order_acquire)) {
             break;
         }
-        leak_site *mark = &pending[tail % RING_SLOTS];
+        leak_site *mark = &pending[s->mark];
         int watched_yet = 1;
         if (s->kind == MEMHOOKS_ALLOC && s->address != NULL && !final_drain &&
             atomic_load(&mark->freed) == 0 && atomic_load(&mark->evicted) == 0 &&
@@ -772,7 +786,7 @@ static void drain_queue(void)
              * table says nothing: only what the block's own token heard counts. */
             int freed = atomic_load(&mark->freed) != 0;
             int evicted = atomic_load(&mark->evicted) != 0 && !freed;
-            uint64_t freed_ns = atomic_load_explicit(&pending_freed_ns[tail % RING_SLOTS], memory_order_relaxed);
+            uint64_t freed_ns = atomic_load_explicit(&pending_freed_ns[s->mark], memory_order_relaxed);
             int churn = atomic_load(&mark->churn_bytes) != 0;
             int windowed = windowed_kind(s->python_bytes > 0, (uint64_t)s->bytes);
             if (freed && freed_ns != 0 && deferred_count < RING_SLOTS) {
@@ -791,6 +805,25 @@ static void drain_queue(void)
     }
     tell_deferred(UINT64_MAX);
     code_life_forget(atomic_load(&M.ring_tail));
+    rewind_ring();
+}
+
+/* GIL held, after a drain: an empty ring's next sample goes into its first
+ * slot (see RING_SLOTS).  The tail moves first (a writer's check of a full
+ * ring is signed), then the head, unless a writer claimed the slot at the
+ * tail meanwhile: the tail then goes back to it. */
+static void rewind_ring(void)
+{
+    uint64_t tail = atomic_load(&M.ring_tail);
+    uint64_t first = tail + (RING_SLOTS - tail % RING_SLOTS) % RING_SLOTS;
+    if (first == tail || atomic_load(&M.ring_head) != tail) {
+        return;
+    }
+    atomic_store(&M.ring_tail, first);
+    uint64_t expected = tail;
+    if (!atomic_compare_exchange_strong(&M.ring_head, &expected, first)) {
+        atomic_store(&M.ring_tail, tail);
+    }
 }
 
 /* A forked child stops the parent's memory profile: its samples would charge
