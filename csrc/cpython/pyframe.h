@@ -76,6 +76,10 @@ typedef struct {
     pyframe_position callers[PYFRAME_PEEK_CALLERS];
 } pyframe_peeked;
 int pyframe_peek(PyThreadState *ts, pyframe_peeked *out);
+/* Only the innermost frame's position, as pyframe_peek gives it (its status;
+ * out set only for PYFRAME_PEEK_OPCODE): for reading again, cheaply, whether
+ * the thread has moved. */
+int pyframe_peek_leaf(PyThreadState *ts, pyframe_position *out);
 
 /* Code objects.  The bytecode without adaptive specialisation (a new reference
  * to bytes of 2-byte code units), so that opcode numbers from the `opcode`

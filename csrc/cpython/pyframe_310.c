@@ -87,25 +87,43 @@ static void peek_callers(PyFrameObject *f, pyframe_peeked *out)
     }
 }
 
+/* Without the GIL: ts's innermost frame (*f), read into *leaf. */
+static int peek_leaf(PyThreadState *ts, PyFrameObject **f, PyFrameObject *leaf)
+{
+    if (safe_read(MEMBER(ts, PyThreadState, frame), f, sizeof *f) != 0) {
+        return PYFRAME_PEEK_FAILED;
+    }
+    if (*f == NULL) {
+        return PYFRAME_PEEK_NO_FRAME;
+    }
+    if (safe_read(*f, leaf, offsetof(PyFrameObject, f_localsplus)) != 0) {
+        return PYFRAME_PEEK_FAILED;
+    }
+    return leaf->f_lasti < 0 ? PYFRAME_PEEK_STARTING : PYFRAME_PEEK_OPCODE;
+}
+
+int pyframe_peek_leaf(PyThreadState *ts, pyframe_position *out)
+{
+    PyFrameObject *f;
+    PyFrameObject leaf;
+    int status = peek_leaf(ts, &f, &leaf);
+    if (status == PYFRAME_PEEK_OPCODE) {
+        *out = (pyframe_position){(uintptr_t)f, (uintptr_t)leaf.f_code, leaf.f_lasti};
+    }
+    return status;
+}
+
 int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
 {
     PyFrameObject *f;
-    if (safe_read(MEMBER(ts, PyThreadState, frame), &f, sizeof f) != 0) {
-        return PYFRAME_PEEK_FAILED;
-    }
-    if (f == NULL) {
-        return PYFRAME_PEEK_NO_FRAME;
-    }
     PyFrameObject leaf;
     PyObject *bytes;
-    if (safe_read(f, &leaf, offsetof(PyFrameObject, f_localsplus)) != 0) {
-        return PYFRAME_PEEK_FAILED;
+    int status = peek_leaf(ts, &f, &leaf);
+    if (status != PYFRAME_PEEK_OPCODE) {
+        return status;
     }
     int lasti = leaf.f_lasti;
     PyCodeObject *code = leaf.f_code;
-    if (lasti < 0) {
-        return PYFRAME_PEEK_STARTING;
-    }
     Py_ssize_t size;
     if (safe_read(MEMBER(code, PyCodeObject, co_code), &bytes, sizeof bytes) != 0 ||
         safe_read(MEMBER(bytes, PyVarObject, ob_size), &size, sizeof size) != 0 ||

@@ -143,15 +143,29 @@ static int peek_frame(const _PyInterpreterFrame **f, _PyInterpreterFrame *copy, 
     return *f == NULL ? PYFRAME_PEEK_NO_FRAME : PYFRAME_PEEK_FAILED;
 }
 
+/* Without the GIL: ts's innermost complete frame (peek_frame). */
+static int peek_leaf(PyThreadState *ts, const _PyInterpreterFrame **f, _PyInterpreterFrame *copy,
+                     pyframe_position *at)
+{
+    if (safe_read(MEMBER(ts, PyThreadState, current_frame), f, sizeof *f) != 0) {
+        return PYFRAME_PEEK_FAILED;
+    }
+    return peek_frame(f, copy, at);
+}
+
+int pyframe_peek_leaf(PyThreadState *ts, pyframe_position *out)
+{
+    const _PyInterpreterFrame *f;
+    _PyInterpreterFrame copy;
+    return peek_leaf(ts, &f, &copy, out);
+}
+
 int pyframe_peek(PyThreadState *ts, pyframe_peeked *out)
 {
     const _PyInterpreterFrame *f;
-    if (safe_read(MEMBER(ts, PyThreadState, current_frame), &f, sizeof f) != 0) {
-        return PYFRAME_PEEK_FAILED;
-    }
     _PyInterpreterFrame copy;
     pyframe_position leaf;
-    int status = peek_frame(&f, &copy, &leaf);
+    int status = peek_leaf(ts, &f, &copy, &leaf);
     if (status != PYFRAME_PEEK_OPCODE) {
         return status;
     }

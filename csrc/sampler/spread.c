@@ -47,13 +47,22 @@
  * merged into one (a long call is one entry, whatever its length). */
 #define SPREAD_RING 256
 /* Identical running peeks in a row, at an instruction that is not a call, that
- * make it one instruction's native work: a Python loop whose body has seven
- * instructions is found at the same one twice in a row by chance one time in
- * seven, so k in a row one time in 7^(k-1) (with 3, a pure-Python loop read
- * 1-2.4% native).  And on its CPU between them, at least half the time: a
- * thread preempted by a busy machine stands still too, waiting for a CPU (a
- * pure-Python loop beside two busy processes read 20% native without this). */
+ * make it one instruction's native work, each after the first found still
+ * there (SPREAD_STILL_READS).  And on its CPU between them, at least half the
+ * time: a thread preempted by a busy machine stands still too, waiting for a
+ * CPU (a pure-Python loop beside two busy processes read 20% native without
+ * this).  Identical peeks alone are not enough: a loop meets its instructions
+ * in proportion to their time, not one in seven, and `for i in range(n):
+ * pass`, three instructions of which FOR_ITER takes about half the time, was
+ * found at FOR_ITER five times in a row often enough to read 8-19% native on
+ * 3.11 and 3.12 (`while i < n: i += 1` 1.3-5.2%). */
 #define SPREAD_STUCK 5
+/* How many times a peek that finds the thread running where the one before
+ * did reads its innermost position again (pyframe_peek_leaf, a few us apart,
+ * hundreds of a loop's instructions) before it counts as still there: a loop
+ * whose instruction takes a fraction f of its time passes all of them about
+ * f^3 of the time, one instruction's C work always. */
+#define SPREAD_STILL_READS 3
 /* Instructions where an answer measured one instruction's native work (the
  * code object and the instruction; code 0: a free slot), kept for the run:
  * compared only, never followed (a code freed and its address reused costs at
@@ -254,6 +263,24 @@ static uint64_t next_periods(const main_peek *p, uint64_t periods)
     return periods * 2 > sampler.peeks.longest ? sampler.peeks.longest : periods * 2;
 }
 
+/* The sampler thread, without the GIL: whether the main thread, found at p's
+ * instruction, stays there through SPREAD_STILL_READS more reads, on its CPU
+ * at least half the time. */
+static int stands_still(const main_peek *p)
+{
+    uint64_t wall0 = clock_wall_ns();
+    for (int i = 0; i < SPREAD_STILL_READS; i++) {
+        pyframe_position at;
+        if (pyframe_peek_leaf(sampler.main_ts, &at) != PYFRAME_PEEK_OPCODE || at.frame != p->at.frame ||
+            at.code != p->at.code || at.lasti != p->at.lasti) {
+            return 0;
+        }
+    }
+    uint64_t cpu = clock_thread_cpu_ns(sampler.main_tid);
+    return p->cpu_ns != CLOCK_UNAVAILABLE && cpu != CLOCK_UNAVAILABLE &&
+           2 * delta(cpu, p->cpu_ns) >= delta(clock_wall_ns(), wall0);
+}
+
 /* The sampler thread, without the GIL: where the main thread stands now, a
  * peek standing for `periods` periods of the grid; the periods the next one
  * stands for. */
@@ -287,6 +314,9 @@ uint64_t spread_peek(uint64_t periods)
     p.first_ns = p.last_ns = clock_wall_ns();
     p.count = 1;
     p.periods = periods;
+    /* ring.run: the latest peek, written by this thread only (next_periods). */
+    int still = p.state == PEEK_RUNNING && p.standing == STANDING_PYTHON && ring.run_periods > 0 &&
+                same_place(&ring.run, &p) && stands_still(&p);
     ring_lock();
     main_peek *newest = ring.len > 0 ? &ring.ring[(ring.head + ring.len - 1) % SPREAD_RING] : NULL;
     if (newest != NULL && p.state == PEEK_RUNNING && (newest->state == PEEK_BLOCKED || newest->state == PEEK_GIL) &&
@@ -299,7 +329,7 @@ uint64_t spread_peek(uint64_t periods)
         /* The same place again (or no room: the newest takes it) */
         int ran = p.cpu_ns != CLOCK_UNAVAILABLE && newest->cpu_ns != CLOCK_UNAVAILABLE &&
                   2 * delta(p.cpu_ns, newest->cpu_ns) >= delta(p.last_ns, newest->last_ns);
-        newest->stuck = same_place(newest, &p) && p.state == PEEK_RUNNING && ran ? newest->stuck + 1 : 0;
+        newest->stuck = same_place(newest, &p) && p.state == PEEK_RUNNING && ran && still ? newest->stuck + 1 : 0;
         newest->count++;
         newest->periods += periods;
         newest->last_ns = p.last_ns;
