@@ -7,6 +7,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The handlers read and write these atomics: lock-free ones are async-signal-safe. */
@@ -28,6 +30,8 @@ static struct {
     atomic_int received;   /* the termination signal, 0: none yet */
     atomic_int claimed;    /* a thread writes the profile */
     atomic_int crashed;    /* the crash line was written */
+    atomic_int asked;      /* the sampler thread made its request (ending_asked) */
+    atomic_int main_tid;   /* the thread that installed the handlers */
     int child;             /* a child of the program's: no line (its stderr is the program's), no crash handler */
     PyObject *write_profile;
     int atfork_registered;
@@ -85,8 +89,25 @@ static void die_of(int signum)
     raise(signum);
 }
 
+/* Signal-safe (syscall, nanosleep): on the main thread, until the sampler
+ * thread has asked for the profile (ending_asked), at most ENDING_ASK_WAIT_NS.
+ * Bounded, so that nothing waits on a sampler that is not running, or one
+ * held up by a lock the interrupted code holds. */
+static void wait_until_asked(void)
+{
+    if ((int)syscall(SYS_gettid) != atomic_load(&E.main_tid)) {
+        return;
+    }
+    const long step_ns = 20000;
+    for (long waited = 0; waited < ENDING_ASK_WAIT_NS && !atomic_load(&E.asked); waited += step_ns) {
+        struct timespec step = {0, step_ns};
+        nanosleep(&step, NULL);
+    }
+}
+
 /* Signal handler for termination signals.  Signal-safe: atomics, getpid, write,
- * sigaction, pthread_sigmask, raise and sem_post only; errno is saved.  It records the
+ * sigaction, pthread_sigmask, raise, sem_post, syscall and nanosleep only;
+ * errno is saved.  It records the
  * signal and returns (SA_RESTART: the program's system calls go on); the sampler
  * thread acts on it. */
 static void on_termination(int signum)
@@ -105,6 +126,7 @@ static void on_termination(int signum)
         die_of(signum);
     } else {
         wake_post(); /* the sampler thread writes the profile now (sem_post is signal-safe) */
+        wait_until_asked();
     }
     errno = saved_errno;
 }
@@ -171,6 +193,8 @@ static void restore_in_child(void)
     restore(E.crash, N_CRASH, on_crash);
     atomic_store(&E.received, 0);
     atomic_store(&E.claimed, 0);
+    atomic_store(&E.asked, 0);
+    atomic_store(&E.main_tid, 0);
 }
 
 int ending_install(PyObject *write_profile, int child)
@@ -188,6 +212,8 @@ int ending_install(PyObject *write_profile, int child)
     atomic_store(&E.received, 0);
     atomic_store(&E.claimed, 0);
     atomic_store(&E.crashed, 0);
+    atomic_store(&E.asked, 0);
+    atomic_store(&E.main_tid, (int)syscall(SYS_gettid));
     for (int i = 0; i < N_TERMINATION; i++) {
         handled_signal *h = &E.termination[i];
         struct sigaction now;
@@ -244,6 +270,11 @@ void ending_reinstall(int signum)
     if (install(h, on_termination, SA_RESTART) == 0 && was_installed) {
         h->previous = previous; /* what to put back at the end stays what was there first */
     }
+}
+
+void ending_asked(void)
+{
+    atomic_store(&E.asked, 1);
 }
 
 int ending_signal(void)

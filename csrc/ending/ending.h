@@ -49,6 +49,16 @@ void ending_uninstall(void);
  * signal gets our handler again.  Other signals are left alone. */
 void ending_reinstall(int signum);
 
+/* The sampler thread, once a termination signal is recorded: a request waits
+ * for the main thread's next bytecode boundary (sampler.c, answer_request).
+ * The handler, run on the thread that installed it (the main thread), waits
+ * for this before it returns, up to ENDING_ASK_WAIT_NS: the program's next
+ * lines do not run.  Without it, signal.raise_signal(SIGTERM) returned and
+ * the line after it printed before the request was made (bare, the process
+ * dies inside the call). */
+void ending_asked(void);
+#define ENDING_ASK_WAIT_NS 5000000L
+
 /* Any thread, signal-safe: the termination signal received, or 0. */
 int ending_signal(void);
 /* Any thread: a termination signal was received and no thread writes its profile yet. */

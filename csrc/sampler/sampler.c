@@ -498,7 +498,13 @@ static void sample_until_stopped(void)
         }
         if (!atomic_load(&sampler.request_pending)) {
             make_request();
+            if (ending && atomic_load(&sampler.request_pending)) {
+                ending_asked(); /* the main thread, held in the handler, goes on to answer it */
+            }
             continue;
+        }
+        if (ending) {
+            ending_asked(); /* a request waits already */
         }
         if (!ending) {
             second_look();

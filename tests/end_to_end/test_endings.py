@@ -156,6 +156,35 @@ def test_termination_signal_writes_the_profile_then_kills(tmp_path, run_pyromete
     assert busy_samples(profile, prog) >= 5
 
 
+RAISED_THEN_MORE = """
+import os, signal, sys
+busy(0.2)
+print("before", flush=True)
+if sys.argv[1] == "raise_signal":
+    signal.raise_signal(signal.SIGTERM)
+else:
+    os.kill(os.getpid(), signal.SIGTERM)
+print("after", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["raise_signal", "kill"])
+def test_a_signal_the_program_sends_itself_stops_it_there(tmp_path, run_pyrometer, run_bare, how):
+    """Bare, a process that sends itself SIGTERM dies inside the call; the line
+    after it never runs.  Profiled, the handler only records the signal and
+    the profile is written at the main thread's next bytecode boundary, once
+    the sampler thread has asked for it: the handler now waits for that
+    request (ending.c, wait_until_asked).  Before, the next line ran and
+    printed "after" in 3 of 3 runs on 3.12."""
+    bare = run_bare(BUSY + RAISED_THEN_MORE, args=[how])
+    assert (bare.returncode, bare.stdout) == (-signal.SIGTERM, "before\n")
+    for _ in range(3):
+        proc, out, prog = profiled(run_pyrometer, tmp_path, RAISED_THEN_MORE, args=[how])
+        assert (proc.returncode, proc.stdout) == (bare.returncode, bare.stdout), proc.stderr
+        profile = load(out)
+        assert profile["ended_by"] == "SIGTERM" and profile["exit_status"] == 128 + signal.SIGTERM
+
+
 RAISED_LAST = """
 import os, signal, subprocess, sys
 if sys.argv[1] == "itself":
