@@ -61,8 +61,13 @@
  * did reads its innermost position again (pyframe_peek_leaf, a few us apart,
  * hundreds of a loop's instructions) before it counts as still there: a loop
  * whose instruction takes a fraction f of its time passes all of them about
- * f^3 of the time, one instruction's C work always. */
-#define SPREAD_STILL_READS 3
+ * f^(reads+1) of the time, one instruction's C work always, and it takes
+ * SPREAD_STUCK - 1 such peeks in a row.  With 3 reads, FOR_ITER of `for i in
+ * range(n): pass` (f about 0.6 on 3.10) passed often enough to make 5-6 peeks
+ * native in 2 of 12 runs (the line 0.8-3.3% native); with 8, 0.00-0.25% in 32
+ * runs on 3.10-3.13.  The reads stop at the first move, so a loop pays one or
+ * two of them; a long instruction all of them. */
+#define SPREAD_STILL_READS 8
 /* Instructions where an answer measured one instruction's native work (the
  * code object and the instruction; code 0: a free slot), kept for the run:
  * compared only, never followed (a code freed and its address reused costs at
