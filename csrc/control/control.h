@@ -1,4 +1,6 @@
 /* control: whether the program is profiled right now (pause and resume).
+ * The measuring core's side; src/pyrometer/core/control.py is the program's
+ * (pyrometer.start()/stop()), which calls in here.
  *
  * Two things decide it, both changed only with the GIL held:
  *  - the program's own count (pyrometer.start() adds one, pyrometer.stop() takes

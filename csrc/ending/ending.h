@@ -1,5 +1,7 @@
 /* ending: a run that does not end by returning still ends with its profile, or
- * with a line that says why there is none.
+ * with a line that says why there is none.  Signals, here; the ends Python
+ * sees (exec, os._exit, a termination signal's default put back), in
+ * src/pyrometer/run/endings.py.
  *
  * Termination signals (SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM) that
  * have their default disposition when profiling starts get a handler that only

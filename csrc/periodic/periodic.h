@@ -1,4 +1,6 @@
 /* periodic: --profile-interval, driven from the sampler.
+ * The measuring core's side (when a report is due, the send, the bounds);
+ * src/pyrometer/run/periodic.py makes the payload and runs the writer process.
  *
  * A profile written every N seconds needs the GIL (the aggregates are read into
  * Python data), and a Python thread of its own can wait seconds for it: CPython's
