@@ -350,10 +350,7 @@ static PyObject *collect_records(const sampler_totals *units)
         if (where == NULL) {
             continue;
         }
-        PyObject *cpu = cpu_sums_record(&rec->cpu, units);
-        PyObject *item = cpu == NULL ? NULL
-                                     : Py_BuildValue("(OiOiN)", where->filename, lineno, where->qualname,
-                                                     where->firstlineno, cpu);
+        PyObject *item = records_cpu_line(where, lineno, cpu_sums_record(&rec->cpu, units));
         if (item == NULL || PyList_Append(records, item) != 0) {
             Py_XDECREF(item);
             Py_DECREF(records);
@@ -366,8 +363,8 @@ static PyObject *collect_records(const sampler_totals *units)
 
 /* The call stacks (stacks.h) as
  *   {"frames": [(filename, qualname, first line, line)],
- *    "nodes": [(parent id, frame index, CPU sums or None)],  the index is the id;
- *                                                             the root's parent and frame are -1
+ *    "nodes": [_core.StackNode(parent id, frame index, CPU sums or None)],
+ *             the index is the id; the root's parent and frame are -1
  *    "other": CPU sums, "cap": ..., "max_depth": ...}
  * with the CPU sums as cpu_sums_record makes them (None: nothing charged, a prefix
  * of other stacks).  The memory and GPU sides give theirs by the same ids. */
@@ -414,7 +411,7 @@ static PyObject *collect_stacks(const sampler_totals *units)
         }
         PyObject *cpu = memcmp(sums, &nothing, sizeof nothing) == 0 ? (Py_INCREF(Py_None), Py_None)
                                                                     : cpu_sums_record(sums, units);
-        PyObject *item = cpu == NULL ? NULL : Py_BuildValue("(lnN)", parent, frame, cpu);
+        PyObject *item = records_stack_node(parent, frame, cpu);
         if (item == NULL || PyList_Append(nodes, item) != 0) {
             Py_XDECREF(item);
             goto done;

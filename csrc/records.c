@@ -198,16 +198,35 @@ static int put(PyObject *dict, const char *name, PyObject *value)
     return rc;
 }
 
+/* Records of Python objects (a place and its sums), not of a C struct: their
+ * fields' names. */
+static const char *const CPU_LINE[] = {"filename", "lineno", "qualname", "first_lineno", "cpu"};
+static const char *const GPU_LINE[] = {"filename", "lineno", "qualname", "first_lineno", "gpu"};
+/* A call stack's node: its parent's id (-1: the root), its frame's index in
+ * the stacks' "frames" (-1: the root), its CPU sums (None: nothing charged,
+ * a prefix of other stacks); a node's id is its index. */
+static const char *const STACK_NODE[] = {"parent", "frame", "cpu"};
+
 /* The named records (struct sequences: tuples, fast to make, with a name
  * for each field), one type per table, made once per process (the
- * collections are made in the main interpreter only). */
-typedef enum { RECORD_CPU_SUMS, RECORD_MEMORY_STACK_SUMS, RECORD_GPU_LINE_SUMS, RECORD_KINDS } record_kind;
+ * collections are made in the main interpreter only): of a C struct's
+ * fields (fields), or of objects (names). */
+typedef enum {
+    RECORD_CPU_SUMS,
+    RECORD_MEMORY_STACK_SUMS,
+    RECORD_GPU_LINE_SUMS,
+    RECORD_CPU_LINE,
+    RECORD_GPU_LINE,
+    RECORD_STACK_NODE,
+    RECORD_KINDS
+} record_kind;
 
 static struct {
     const char *name, *doc;
     const record_field *fields;
     size_t n;
     PyTypeObject *type;
+    const char *const *names;
 } record_types[RECORD_KINDS] = {
     [RECORD_CPU_SUMS] = {"pyrometer._core.CpuSums",
                          "A record's CPU sums: each kind's time (ns), its samples, and each kind's sampling "
@@ -218,6 +237,14 @@ static struct {
     [RECORD_GPU_LINE_SUMS] = {"pyrometer._core.GpuLineSums",
                               "A line's GPU sums: NVML's busy time and memory, then the kernel tier's launches.",
                               GPU_LINE_SUMS, COUNT(GPU_LINE_SUMS), NULL},
+    [RECORD_CPU_LINE] = {"pyrometer._core.CpuLine", "A line's place and its CPU sums (a CpuSums).", NULL,
+                         COUNT(CPU_LINE), NULL, CPU_LINE},
+    [RECORD_GPU_LINE] = {"pyrometer._core.GpuLine", "A line's place and its GPU sums (a GpuLineSums).", NULL,
+                         COUNT(GPU_LINE), NULL, GPU_LINE},
+    [RECORD_STACK_NODE] = {"pyrometer._core.StackNode",
+                           "A call stack's node: its parent's id and its frame's index (-1: the root), and its "
+                           "CPU sums (a CpuSums, or None).",
+                           NULL, COUNT(STACK_NODE), NULL, STACK_NODE},
 };
 
 static int make_record_types(void)
@@ -233,7 +260,7 @@ static int make_record_types(void)
             return -1;
         }
         for (size_t i = 0; i < record_types[k].n; i++) {
-            members[k][i].name = record_types[k].fields[i].name;
+            members[k][i].name = record_types[k].names != NULL ? record_types[k].names[i] : record_types[k].fields[i].name;
             members[k][i].doc = NULL;
         }
         members[k][record_types[k].n].name = NULL;
@@ -265,6 +292,47 @@ static PyObject *fields_record(record_kind kind, const void *record)
 PyObject *records_cpu_sums(const cpu_sums_figures *figures)
 {
     return fields_record(RECORD_CPU_SUMS, figures);
+}
+
+/* A record of objects, taking the references to items (NULL: an error
+ * already set, and the others are released); NULL with an exception set. */
+static PyObject *objects_record(record_kind kind, PyObject **items)
+{
+    PyObject *out = NULL;
+    int complete = 1;
+    for (size_t i = 0; i < record_types[kind].n; i++) {
+        complete &= items[i] != NULL;
+    }
+    if (complete) {
+        out = PyStructSequence_New(record_types[kind].type);
+    }
+    for (size_t i = 0; i < record_types[kind].n; i++) {
+        if (out != NULL) {
+            PyStructSequence_SetItem(out, (Py_ssize_t)i, items[i]);
+        } else {
+            Py_XDECREF(items[i]);
+        }
+    }
+    return out;
+}
+
+/* A line's place and its sums (records_cpu_line, gpu_line). */
+static PyObject *line_place_record(record_kind kind, const site *where, int lineno, PyObject *sums)
+{
+    PyObject *items[] = {Py_NewRef(where->filename), PyLong_FromLong(lineno), Py_NewRef(where->qualname),
+                         PyLong_FromLong(where->firstlineno), sums};
+    return objects_record(kind, items);
+}
+
+PyObject *records_cpu_line(const site *where, int lineno, PyObject *cpu)
+{
+    return line_place_record(RECORD_CPU_LINE, where, lineno, cpu);
+}
+
+PyObject *records_stack_node(long parent, Py_ssize_t frame, PyObject *cpu)
+{
+    PyObject *items[] = {PyLong_FromLong(parent), PyLong_FromSsize_t(frame), cpu};
+    return objects_record(RECORD_STACK_NODE, items);
 }
 
 static PyObject *timeline_list(const mem_series *s)
@@ -362,10 +430,7 @@ static PyObject *fields_dict(const record_field *fields, size_t n, const void *r
 static PyObject *gpu_line(const gpu_line_record *r)
 {
     const site *where = sites_get(r->site);
-    PyObject *sums = fields_record(RECORD_GPU_LINE_SUMS, r);
-    return sums != NULL ? Py_BuildValue("(OiOiN)", where->filename, r->lineno, where->qualname, where->firstlineno,
-                                        sums)
-                        : NULL;
+    return line_place_record(RECORD_GPU_LINE, where, r->lineno, fields_record(RECORD_GPU_LINE_SUMS, r));
 }
 
 static int next_notice(size_t *cursor, PyObject **out)

@@ -10,6 +10,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "profile/sites.h"
+
 /* The memory part of a collection (GIL held): None when memory was never
  * profiled; NULL with an exception set. */
 PyObject *records_memory(void);
@@ -29,6 +31,11 @@ typedef struct {
 /* The sums as a _core.CpuSums (GIL held, records_add_names done); NULL with
  * an exception set. */
 PyObject *records_cpu_sums(const cpu_sums_figures *figures);
+/* A line's place and its CPU sums as a _core.CpuLine, a stack node as a
+ * _core.StackNode (cpu: a CpuSums or None); each takes the reference to cpu
+ * (NULL: an error already set).  NULL with an exception set. */
+PyObject *records_cpu_line(const site *where, int lineno, PyObject *cpu);
+PyObject *records_stack_node(long parent, Py_ssize_t frame, PyObject *cpu);
 /* Adds the tables' names and the record types to the module; -1 with an
  * exception set. */
 int records_add_names(PyObject *module);

@@ -25,6 +25,11 @@ def test_the_sums_are_records_named_as_the_core_names_them():
     assert _core.CpuSums.__match_args__ == _core.CPU_SUMS
     assert _core.MemoryStackSums.__match_args__ == _core.MEMORY_STACK_SUMS
     assert _core.GpuLineSums.__match_args__ == _core.GPU_LINE_SUMS
+    # The records of a place and its sums, and the stack node (model/build.py,
+    # model/stacks.py and the merge read these names).
+    assert _core.CpuLine.__match_args__ == ("filename", "lineno", "qualname", "first_lineno", "cpu")
+    assert _core.GpuLine.__match_args__ == ("filename", "lineno", "qualname", "first_lineno", "gpu")
+    assert _core.StackNode.__match_args__ == ("parent", "frame", "cpu")
     # The names the model reads (model/build.py, model/stacks.py, the merge).
     assert {"memory_peak_bytes", "kernel_ns", "busy_ns", "memory_sum_bytes"} <= set(_core.GPU_LINE_SUMS)
     assert set(_core.MEMORY_STACK_SUMS) == {"alloc_bytes", "python_bytes", "free_bytes", "copy_bytes",
@@ -62,9 +67,14 @@ def test_records_hold_the_cpu_sums():
     the loop calls sum() and thread_time()) where the loop ran, and its
     sample count a whole number."""
     raw = _run_collection()
-    mine = [cpu for filename, _, _, _, cpu in raw["records"] if filename == __file__]
+    mine = [r.cpu for r in raw["records"] if r.filename == __file__]
     assert mine, raw["records"]
-    assert all(isinstance(cpu, _core.CpuSums) for _, _, _, _, cpu in raw["records"])
+    assert all(isinstance(r, _core.CpuLine) and isinstance(r.cpu, _core.CpuSums) for r in raw["records"])
+    nodes = raw["stacks"]["nodes"] if raw.get("stacks") else []
+    assert nodes, "no call stacks collected"
+    assert all(isinstance(n, _core.StackNode) for n in nodes) and (nodes[0].parent, nodes[0].frame) == (-1, -1)
+    assert all(n.cpu is None or isinstance(n.cpu, _core.CpuSums) for n in nodes)
+    assert all(0 <= n.parent < i and 0 <= n.frame < len(raw["stacks"]["frames"]) for i, n in enumerate(nodes) if i)
     assert isinstance(raw["unattributed"], _core.CpuSums)
     on_cpu = sum(cpu.python_ns + cpu.native_ns for cpu in mine) * 1e-9
     assert 0.15 < on_cpu < 0.6, mine
@@ -82,9 +92,13 @@ def test_a_document_carries_the_records_by_marshal_and_json():
                     json.loads(json.dumps(document.plain(raw)))):
         back = document.named(carried)
         assert back["records"] == raw["records"] and back["unattributed"] == raw["unattributed"]
-        assert all(isinstance(cpu, _core.CpuSums) for *_, cpu in back["records"])
+        assert all(isinstance(r, _core.CpuLine) and isinstance(r.cpu, _core.CpuSums) for r in back["records"])
         if raw.get("stacks"):
             assert back["stacks"]["nodes"] == raw["stacks"]["nodes"]
+            assert all(isinstance(n, _core.StackNode) for n in back["stacks"]["nodes"])
+        other = dict(carried, document=dict(carried["document"], stack_node=["frame", "parent", "cpu"]))
+        with pytest.raises(ValueError):
+            document.named(other)
         other = dict(carried, document=dict(carried["document"], cpu_sums=carried["document"]["cpu_sums"][:-1]))
         with pytest.raises(ValueError):
             document.named(other)

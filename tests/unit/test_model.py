@@ -23,8 +23,8 @@ SOURCE = "def work():\n    a = 1\n    b = 2\n    return a + b\n\nwork()\n"
 
 
 def raw_doc(records: list, unattributed=None, **fields) -> dict:
-    """A collection with these CPU records (filename, lineno, qualname,
-    first line, CpuSums) and nothing else measured."""
+    """A collection with these CPU records (CpuLine: filename, lineno,
+    qualname, first line, CpuSums) and nothing else measured."""
     raw = {"records": records, "unattributed": unattributed or document.cpu_sums(), "memory": None, "gpu": None,
            "start_wall_ns": 0, "stop_wall_ns": int(NS), "snapshots": 100, "main_snapshots": 100, "spreads": 0,
            "spread_peeks": 0, "threads_seen": 1, "process_cpu_ns": int(NS), "sampler_cpu_ns": 0,
@@ -35,8 +35,8 @@ def raw_doc(records: list, unattributed=None, **fields) -> dict:
     return raw
 
 
-def line(lineno: int, **sums) -> tuple:
-    return (PROGRAM, lineno, "work", 1, document.cpu_sums(**sums))
+def line(lineno: int, **sums):
+    return document.cpu_line(PROGRAM, lineno, "work", 1, document.cpu_sums(**sums))
 
 
 def build(raw: dict, **kw) -> dict:
@@ -97,7 +97,7 @@ def test_a_merge_adds_the_processes_records_by_line():
     merger = children.Merger(top, 0.0)
     merger.add(json.loads(json.dumps({"raw": child, "start_time": 0.0})))
     merged = merger.result()
-    by_line = {lineno: cpu for _, lineno, _, _, cpu in merged["records"]}
+    by_line = {r.lineno: r.cpu for r in merged["records"]}
     assert by_line[2].python_ns == pytest.approx(0.5 * NS) and by_line[2].samples == 5
     assert by_line[3].native_ns == pytest.approx(0.5 * NS)
     assert merged["unattributed"].native_ns == pytest.approx(0.1 * NS)
@@ -111,7 +111,7 @@ def test_a_child_written_in_another_layout_is_not_merged():
     child["document"] = dict(child["document"], format=document.FORMAT + 1)
     with pytest.raises(ValueError):
         merger.add({"raw": child})
-    assert merger.result()["records"][0][4].python_ns == 1.0  # nothing of it added
+    assert merger.result()["records"][0].cpu.python_ns == 1.0  # nothing of it added
 
 
 def test_the_merge_lists_a_child_it_could_not_read_and_goes_on(tmp_path: Path):
@@ -127,7 +127,7 @@ def test_the_merge_lists_a_child_it_could_not_read_and_goes_on(tmp_path: Path):
     assert count == 3 and [r["pid"] for r in table] == [1, 11, 12]
     assert table[1]["profiled"] and not table[2]["profiled"] and "not merged" in table[2]["note"]
     assert any("could not be merged" in n for n in notes)
-    assert raw["records"][0][4].python_ns == pytest.approx(0.3 * NS)
+    assert raw["records"][0].cpu.python_ns == pytest.approx(0.3 * NS)
 
 
 # ---- the process table --------------------------------------------------------------

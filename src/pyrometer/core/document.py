@@ -3,10 +3,12 @@ with @profile's functions added by focus.py), in the one form every transport
 carries, in process, in a periodic report (marshal), in a child's file (JSON)
 and in a merge of them.  One writer, `plain`, and one reader, `named`.
 
-In process the sums the core hands over are named records, tuples with a
-name for each field (csrc/records.c's tables): `_core.CpuSums` for each
-line, stack node and the unattributed time, `_core.MemoryStackSums` for each
-call stack's bytes, `_core.GpuLineSums` for each line's GPU figures.  The
+In process the records the core hands over are named records, tuples with
+a name for each field (csrc/records.c's tables): `_core.CpuLine` for each
+line's place and its `_core.CpuSums`, `_core.StackNode` for each call
+stack's node (its parent, its frame and its CpuSums), a CpuSums for the
+unattributed time, `_core.MemoryStackSums` for each call stack's bytes,
+`_core.GpuLine` for each line's place and its `_core.GpuLineSums`.  The
 model, the merge and the call stacks read them by those names only.  marshal
 cannot carry such a record and JSON makes it a list, so a document carries
 them as plain tuples, with the field names it was written with and its
@@ -21,8 +23,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 # The layout of a document; one more whenever a reader of the old one would
-# read it wrongly.
-FORMAT = 1
+# read it wrongly (2: lines and stack nodes named records too).
+FORMAT = 2
 
 
 def _record(kind: str, figures: dict[str, float]) -> Any:
@@ -46,6 +48,25 @@ def memory_stack_sums(**figures: float) -> Any:
     return _record("MemoryStackSums", figures)
 
 
+def cpu_line(filename: str, lineno: int, qualname: str, first_lineno: int, cpu: Any) -> Any:
+    """A CpuLine record: a line's place and its CpuSums."""
+    from .. import _core
+    return _core.CpuLine((filename, lineno, qualname, first_lineno, cpu))
+
+
+def gpu_line(filename: str, lineno: int, qualname: str, first_lineno: int, gpu: Any) -> Any:
+    """A GpuLine record: a line's place and its GpuLineSums."""
+    from .. import _core
+    return _core.GpuLine((filename, lineno, qualname, first_lineno, gpu))
+
+
+def stack_node(parent: int, frame: int, cpu: Any) -> Any:
+    """A StackNode record (parent and frame -1: the root; cpu None: nothing
+    charged there)."""
+    from .. import _core
+    return _core.StackNode((parent, frame, cpu))
+
+
 def add(a: Any, b: Any, largest: tuple[str, ...] = ()) -> Any:
     """Two records of one kind added field by field; the fields named in
     largest take the larger of the two (a peak)."""
@@ -53,37 +74,42 @@ def add(a: Any, b: Any, largest: tuple[str, ...] = ()) -> Any:
                     for name, x, y in zip(a.__match_args__, a, b, strict=True)])
 
 
-def _convert(raw: dict[str, Any], cpu, memory_stack, gpu_line) -> dict[str, Any]:
-    """raw with every named record made by the function for its kind (a
-    shallow copy; the parts it changes are new)."""
+def _convert(raw: dict[str, Any], make: dict[str, Any]) -> dict[str, Any]:
+    """raw with every record made by the function for its kind (make: the
+    record types' names in _core -> a function of a sequence), records inside
+    records first (a shallow copy; the parts it changes are new)."""
+    def cpu(sums):
+        return make["CpuSums"](sums)
+
     out = dict(raw)
-    out["records"] = [(filename, lineno, qualname, first, cpu(sums))
-                      for filename, lineno, qualname, first, sums in raw["records"]]
+    out["records"] = [make["CpuLine"]((*place, cpu(sums))) for *place, sums in raw["records"]]
     out["unattributed"] = cpu(raw["unattributed"])
     stacks = raw.get("stacks")
     if stacks:
-        out["stacks"] = dict(stacks, nodes=[(parent, frame, None if sums is None else cpu(sums))
+        out["stacks"] = dict(stacks, nodes=[make["StackNode"]((parent, frame, None if sums is None else cpu(sums)))
                                             for parent, frame, sums in stacks["nodes"]],
                              other=cpu(stacks["other"]))
     memory = raw.get("memory")
     if memory and "stacks" in memory:
+        memory_stack = make["MemoryStackSums"]
         out["memory"] = dict(memory, stacks=[(stack_id, memory_stack(sums)) for stack_id, sums in memory["stacks"]],
                              other_stacks=memory_stack(memory["other_stacks"]))
     gpu = raw.get("gpu")
     if gpu and gpu.get("lines"):
-        out["gpu"] = dict(gpu, lines=[(filename, lineno, qualname, first, gpu_line(sums))
-                                      for filename, lineno, qualname, first, sums in gpu["lines"]])
+        out["gpu"] = dict(gpu, lines=[make["GpuLine"]((*place, make["GpuLineSums"](sums)))
+                                      for *place, sums in gpu["lines"]])
     return out
 
 
 # What each kind of record is called in a document's header: its fields' names.
-_KINDS = (("cpu_sums", "CpuSums"), ("memory_stack_sums", "MemoryStackSums"), ("gpu_line_sums", "GpuLineSums"))
+_KINDS = (("cpu_sums", "CpuSums"), ("memory_stack_sums", "MemoryStackSums"), ("gpu_line_sums", "GpuLineSums"),
+          ("cpu_line", "CpuLine"), ("gpu_line", "GpuLine"), ("stack_node", "StackNode"))
 
 
 def plain(raw: dict[str, Any]) -> dict[str, Any]:
     """The document of an in-process collection: what marshal and JSON carry."""
     from .. import _core
-    out = _convert(raw, tuple, tuple, tuple)
+    out = _convert(raw, {kind: tuple for _, kind in _KINDS})
     out["document"] = {"format": FORMAT,
                        **{key: list(getattr(_core, kind).__match_args__) for key, kind in _KINDS}}
     return out
@@ -101,7 +127,7 @@ def named(doc: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"a raw profile of another layout ({header!r}; this pyrometer writes format "
                              f"{FORMAT})")
         doc = {k: v for k, v in doc.items() if k != "document"}
-        return _convert(doc, _core.CpuSums, _core.MemoryStackSums, _core.GpuLineSums)
+        return _convert(doc, {kind: getattr(_core, kind) for _, kind in _KINDS})
     if not isinstance(doc["unattributed"], _core.CpuSums):
         raise ValueError("a raw profile without its document header")
     return doc  # a collection in process: its records are named already

@@ -518,9 +518,9 @@ class _Figures:
         self.elapsed = elapsed
         self.lines: dict[str, dict[int, _Sums]] = defaultdict(lambda: defaultdict(_Sums))
         self.functions: dict[str, dict[tuple[str, int], _Sums]] = defaultdict(lambda: defaultdict(_Sums))
-        for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
-            self.lines[filename][lineno].add(cpu)
-            self.functions[filename][(qualname, firstlineno)].add(cpu)
+        for r in raw["records"]:  # _core.CpuLine
+            self.lines[r.filename][r.lineno].add(r.cpu)
+            self.functions[r.filename][(r.qualname, r.first_lineno)].add(r.cpu)
         self._add_memory(raw.get("memory"))
         self._add_gpu(raw, options)
         self.unattributed = _Sums()
@@ -558,10 +558,10 @@ class _Figures:
         self.gpu_total = 0.0
         self.gpu_kernels = self.gpu_top.get("gpu_kernel_tier") == "on"
         if self.gpu_used:
-            for filename, lineno, qualname, firstlineno, sums in raw["gpu"]["lines"]:
-                self.gpu_lines[filename][lineno].add(sums)
-                self.gpu_functions[filename][(qualname, firstlineno)].add(sums)
-                self.lines[filename]  # a file with GPU samples only is still reported
+            for r in raw["gpu"]["lines"]:  # _core.GpuLine
+                self.gpu_lines[r.filename][r.lineno].add(r.gpu)
+                self.gpu_functions[r.filename][(r.qualname, r.first_lineno)].add(r.gpu)
+                self.lines[r.filename]  # a file with GPU samples only is still reported
             # The denominator of GPU percentages: all busy time charged, to lines or not.
             self.gpu_total = sum(g.busy for per in self.gpu_lines.values() for g in per.values()) \
                 + raw["gpu"]["unattributed_busy_ns"] * NS

@@ -2,7 +2,8 @@
 `call_stacks` field (docs/profile-schema.md), and the sums of several processes'
 stacks (children.Merger).
 
-The C core gives its stacks by id ("nodes": parent id, frame index, CPU sums),
+The C core gives its stacks by id ("nodes": _core.StackNode records, a
+parent id, a frame index and CPU sums, each at its id),
 and the memory and GPU sides theirs by the same ids.  Here a stack is its path
 of frames, each frame its four keys (file, function, first line, line), so that
 processes' stacks add up whatever their ids.
@@ -77,11 +78,11 @@ class StackSums:
         self.max_depth = max(self.max_depth, int(table["max_depth"]))
         frame_index = [self._frame(f) for f in table["frames"]]
         paths: list[tuple] = []
-        for parent, frame, cpu in table["nodes"]:
-            path = () if parent < 0 else paths[parent] + (frame_index[frame],)
+        for node in table["nodes"]:
+            path = () if node.parent < 0 else paths[node.parent] + (frame_index[node.frame],)
             paths.append(path)
-            if cpu is not None:
-                _add(self._sums(path), _cpu_vector(cpu))
+            if node.cpu is not None:
+                _add(self._sums(path), _cpu_vector(node.cpu))
         _add(self.other, _cpu_vector(table["other"]))
 
         def by_id(stack_id: int) -> list:
@@ -120,19 +121,21 @@ class StackSums:
         if not self.present:
             return
         ids: dict[tuple, int] = {(): 0}
-        nodes: list[list] = [[-1, -1, None]]
+        places: list[tuple[int, int]] = [(-1, -1)]  # each node's parent and frame
         for path in sorted(self.stacks, key=len):
             for depth in range(1, len(path) + 1):
                 prefix = path[:depth]
                 if prefix not in ids:
-                    ids[prefix] = len(nodes)
-                    nodes.append([ids[prefix[:-1]], prefix[-1], None])
+                    ids[prefix] = len(places)
+                    places.append((ids[prefix[:-1]], prefix[-1]))
+        cpu: list = [None] * len(places)
         memory_stacks, gpu_stacks = [], []
         for path, sums in self.stacks.items():
             stack_id = ids[path]
-            nodes[stack_id][2] = _cpu_sums(sums)
+            cpu[stack_id] = _cpu_sums(sums)
             memory_stacks.append((stack_id, _memory_sums(sums)))
             gpu_stacks.append((stack_id, sums[_GPU]))
+        nodes = [document.stack_node(parent, frame, sums) for (parent, frame), sums in zip(places, cpu)]
         raw["stacks"] = {"frames": list(self.frame_keys), "nodes": nodes, "other": _cpu_sums(self.other),
                          "cap": self.cap, "max_depth": self.max_depth}
         if raw.get("memory"):

@@ -591,6 +591,11 @@ _LINE_SUMMED = ("alloc_bytes", "python_bytes", "free_bytes", "churn_bytes", "win
                 "copy_samples", "net_bytes", "watched", "watched_freed", "watched_evicted")
 
 
+def _place(line) -> tuple:
+    """A _core.CpuLine's or GpuLine's place, the key its sums add up by."""
+    return line.filename, line.lineno, line.qualname, line.first_lineno
+
+
 class Merger:
     """The top's raw aggregates with its children's added, one child at a time:
     sums keyed by line and function, so that memory follows distinct lines."""
@@ -600,8 +605,8 @@ class Merger:
         self.raw = raw = document.named(raw)
         self.start_time = start_time
         self.records: dict[tuple, Any] = {}  # a line's place -> its CPU sums (_core.CpuSums)
-        for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
-            self._add_cpu((filename, lineno, qualname, firstlineno), cpu)
+        for r in raw["records"]:
+            self._add_cpu(r)
         self.unattributed = raw["unattributed"]
         # @profile's functions, of every process: a child may decorate its own.
         self.focus: dict[tuple, int] = {}
@@ -610,8 +615,8 @@ class Merger:
         self.gpu_lines: dict[tuple, list] = {}
         gpu = raw.get("gpu")
         if gpu is not None and gpu["status"] == "ok":
-            for filename, lineno, qualname, firstlineno, sums in gpu["lines"]:
-                self.gpu_lines[(filename, lineno, qualname, firstlineno)] = sums
+            for r in gpu["lines"]:
+                self.gpu_lines[_place(r)] = r.gpu
             raw["gpu"] = dict(gpu, devices=[dict(d) for d in gpu["devices"]])
         self.mem_lines: dict[tuple, dict[str, Any]] = {}
         if self.memory:
@@ -621,9 +626,11 @@ class Merger:
         self.stacks = StackSums()
         self.stacks.add_raw(raw)
 
-    def _add_cpu(self, key: tuple, cpu) -> None:
+    def _add_cpu(self, line) -> None:
+        """A _core.CpuLine's sums added to its line's."""
+        key = _place(line)
         sums = self.records.get(key)
-        self.records[key] = cpu if sums is None else document.add(sums, cpu)
+        self.records[key] = line.cpu if sums is None else document.add(sums, line.cpu)
 
     def _add_focus(self, raw: dict[str, Any]) -> None:
         for filename, qualname, first, last in raw.get("profiled_functions", []):
@@ -651,8 +658,8 @@ class Merger:
         stacks = StackSums()
         stacks.add_raw(raw)  # likewise: read whole before it is added
         self.stacks.merge(stacks)
-        for filename, lineno, qualname, firstlineno, cpu in raw["records"]:
-            self._add_cpu((filename, lineno, qualname, firstlineno), cpu)
+        for r in raw["records"]:
+            self._add_cpu(r)
         self.unattributed = document.add(self.unattributed, raw["unattributed"])
         for name in _SCALARS_SUMMED:
             self.raw[name] = self.raw.get(name, 0) + raw.get(name, 0)
@@ -685,12 +692,12 @@ class Merger:
                                           unattributed_busy_ns=0.0, peak_memory_bytes=0, kernels=None)
         if gpu["status"] != "ok":
             return
-        for filename, lineno, qualname, firstlineno, theirs in gpu["lines"]:
-            key = (filename, lineno, qualname, firstlineno)
+        for r in gpu["lines"]:
+            key = _place(r)
             sums = self.gpu_lines.get(key)
             # Sums add up, except the peak, the largest of any process.
-            self.gpu_lines[key] = theirs if sums is None else document.add(sums, theirs,
-                                                                           largest=("memory_peak_bytes",))
+            self.gpu_lines[key] = r.gpu if sums is None else document.add(sums, r.gpu,
+                                                                          largest=("memory_peak_bytes",))
         names = {d["name"]: d for d in mine["devices"]}
         for d in gpu["devices"]:
             have = names.get(d["name"])
@@ -712,8 +719,8 @@ class Merger:
     def result(self) -> dict[str, Any]:
         raw = dict(self.raw)
         if raw.get("gpu") is not None and raw["gpu"]["status"] == "ok":
-            raw["gpu"] = dict(raw["gpu"], lines=[(*key, sums) for key, sums in self.gpu_lines.items()])
-        raw["records"] = [(*key, sums) for key, sums in self.records.items()]
+            raw["gpu"] = dict(raw["gpu"], lines=[document.gpu_line(*key, sums) for key, sums in self.gpu_lines.items()])
+        raw["records"] = [document.cpu_line(*key, sums) for key, sums in self.records.items()]
         raw["unattributed"] = self.unattributed
         raw["profiled_functions"] = [[*key, last] for key, last in self.focus.items()]
         if self.memory:
