@@ -139,6 +139,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command's parser; its groups are added in the order --help lists them."""
     from ._version import __version__
     p = _Parser(
         prog="pyrometer",
@@ -148,7 +149,32 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=True,
     )
     p.add_argument("--version", action="version", version=f"pyrometer {__version__}")
-    out = p.add_argument_group("output")
+    _add_output_options(p)
+    add_export_options(p)
+    _add_what_to_profile(p)
+    _add_sampling_options(p)
+    _add_pause_options(p)
+    _add_not_yet_options(p)
+    p.epilog = EPILOG
+    return p
+
+
+# What --help says after the options: how the program is given, and the other commands.
+EPILOG = ("The program is started as python starts it: a script, a directory or zip "
+          "archive with a __main__.py, -m MODULE, -c CODE, or - for a script on standard "
+          "input. Everything after it is passed to the program unchanged. Use -- to end "
+          "pyrometer's options explicitly.\n\n"
+          "other commands:\n"
+          "  pyrometer view PROFILE.json    a saved profile as a report, or an export\n"
+          "  pyrometer diff BEFORE AFTER    what changed between two saved profiles\n"
+          "  pyrometer top PROG [args...]   a live view of the lines busy now (--live)\n"
+          "  pyrometer attach PID           profile a running program for a while (3.14+)\n"
+          "  pyrometer kernel install       a Jupyter kernel with memory profiling\n"
+          "  pytest --pyrometer             each test profiled (the pytest plugin)")
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    out = parser.add_argument_group("output")
     out.add_argument("--outfile", metavar="FILE", default=None,
                      help="write the report to FILE (default: standard output for the text "
                           "report, pyrometer-profile.json for --json, pyrometer-profile.html "
@@ -182,13 +208,22 @@ def build_parser() -> argparse.ArgumentParser:
                      help="percent of run time at which a line counts as significant (0 to 100)")
     out.add_argument("--quiet", action="store_true",
                      help="do not say on standard error where the report was written")
-    add_export_options(p)
-    what = p.add_argument_group("what to profile")
+
+
+def _add_what_to_profile(parser: argparse.ArgumentParser) -> None:
+    """-m and -c, what is measured, and which processes and files are reported."""
+    what = parser.add_argument_group("what to profile")
     what.add_argument("-m", dest="module", metavar="MODULE", default=None,
                       help="run a library module as the program, like python -m; "
                            "what follows is the module's argv")
     what.add_argument("-c", dest="command", metavar="CODE", default=None,
                       help="run CODE as the program, like python -c; what follows is its argv")
+    _add_measured(what)
+    _add_processes_and_files(what)
+
+
+def _add_measured(what: argparse._ArgumentGroup) -> None:
+    """What is measured: memory, the GPU, its kernels, leaks."""
     what.add_argument("--cpu-only", action="store_true",
                       help="profile CPU time only (no memory, copy or leak profiling)")
     what.add_argument("--memory", dest="memory_on", action="store_true",
@@ -208,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="do not trace GPU kernels (the default)")
     what.add_argument("--no-leak-detector", dest="leak_detector", action="store_false",
                       help="with memory profiling: do not report leaks (leaks are reported by default)")
+
+
+def _add_processes_and_files(what: argparse._ArgumentGroup) -> None:
+    """Which processes are profiled and which files reported."""
     what.add_argument("--no-children", dest="children", action="store_false",
                       help="profile the first process only, not its child processes (fork, "
                            "multiprocessing, subprocess of Python), which are profiled and merged "
@@ -221,7 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--profile-exclude", metavar="SUBSTRINGS", type=_substrings, default=[],
                       help="never report files whose path contains one of these comma-separated "
                            "substrings (default: none excluded)")
-    how = p.add_argument_group("sampling")
+
+
+def _add_sampling_options(parser: argparse.ArgumentParser) -> None:
+    how = parser.add_argument_group("sampling")
     how.add_argument("--cpu-sampling-rate", metavar="SECONDS", default=OPTION_DEFAULTS["cpu_sampling_rate"],
                      type=_sampling_rate,
                      help=f"mean time between CPU samples, in seconds, from {CPU_SAMPLING_RATE_MIN:g} "
@@ -235,7 +277,10 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--force-version", action="store_true",
                      help="run on a CPython version pyrometer has not been tested on, where this "
                           "installation was built for it anyway (see the README)")
-    control = p.add_argument_group("pause and resume")
+
+
+def _add_pause_options(parser: argparse.ArgumentParser) -> None:
+    control = parser.add_argument_group("pause and resume")
     control.add_argument("--off", action="store_true",
                          help="start paused: only regions the program marks with pyrometer.start() / "
                               "pyrometer.profiling() are profiled; with --pid N: pause that running program")
@@ -246,7 +291,13 @@ def build_parser() -> argparse.ArgumentParser:
                               "processes, to pause (--off) or resume (--on); with --live (pyrometer "
                               "top): to show live, from the snapshots it writes (--profile-interval "
                               "with --json)")
-    later = p.add_argument_group("not available yet (accepted, then refused with a message)") if NOT_YET else None
+
+
+def _add_not_yet_options(parser: argparse.ArgumentParser) -> None:
+    """NOT_YET's options, in a group of their own; none while there are none."""
+    if not NOT_YET:
+        return
+    later = parser.add_argument_group("not available yet (accepted, then refused with a message)")
     for flag in NOT_YET:
         if flag in NOT_YET_WITH_VALUE:
             later.add_argument(flag, metavar="N", default=None, dest=flag.strip("-").replace("-", "_"),
@@ -254,18 +305,6 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             later.add_argument(flag, action="store_true", dest=flag.strip("-").replace("-", "_"),
                                help=f"{NOT_YET[flag]} (not available yet)")
-    p.epilog = ("The program is started as python starts it: a script, a directory or zip "
-                "archive with a __main__.py, -m MODULE, -c CODE, or - for a script on standard "
-                "input. Everything after it is passed to the program unchanged. Use -- to end "
-                "pyrometer's options explicitly.\n\n"
-                "other commands:\n"
-                "  pyrometer view PROFILE.json    a saved profile as a report, or an export\n"
-                "  pyrometer diff BEFORE AFTER    what changed between two saved profiles\n"
-                "  pyrometer top PROG [args...]   a live view of the lines busy now (--live)\n"
-                "  pyrometer attach PID           profile a running program for a while (3.14+)\n"
-                "  pyrometer kernel install       a Jupyter kernel with memory profiling\n"
-                "  pytest --pyrometer             each test profiled (the pytest plugin)")
-    return p
 
 
 # ---- exports of the call stacks (docs/exports.md), for the run and for pyrometer view ----

@@ -41,7 +41,10 @@ import tempfile
 import time
 
 from ..installed import PACKAGE_DIR
+from ..messages import error, say, unwritable
 from ..options import UsageError
+from ..render.output import export_paths, report_path, where_written, write_exports, write_report
+from .attached import CONTROL, ERROR, OUT, PROFILE, STARTED, STOP
 
 ATTACH_TIMEOUT = 30.0   # seconds for the program's main thread to run the script
 PROFILE_TIMEOUT = 120.0  # seconds for the program to write the profile once told to stop
@@ -298,8 +301,6 @@ def _interrupted(signum, frame):
 
 
 def command(argv: list[str]) -> int:
-    from ..messages import error, say, unwritable
-    from ..render.output import export_paths, report_path, where_written, write_exports, write_report
     try:
         pid, duration, options = parse(argv)
         if options is None:
@@ -310,137 +311,198 @@ def command(argv: list[str]) -> int:
         return error(str(e))
     if problem is not None:
         return error(problem)
-    problem = refusal(pid)
-    if problem is not None:
-        return error(problem)
-    fmt = options.format
-    path = report_path(fmt, options.outfile, stdout_shared=False)
-    shown = path
-    if path is not None:
-        problem = unwritable(path)
+    run = _AttachedRun(pid, duration, options, exports)
+    status = run.check()
+    if status is not None:
+        return status
+    return run.run()
+
+
+class _AttachedRun:
+    """One window on a running program: where its report goes, the run
+    directory (the script, the FIFO, and OUT, where the program writes), and
+    the steps from the script to the report.  A step that cannot go on says
+    why on stderr and gives the exit status; None lets the next one go."""
+
+    def __init__(self, pid: int, duration: float | None, options, exports) -> None:
+        self.pid, self.duration, self.options, self.exports = pid, duration, options, exports
+        self.fmt = options.format
+        self.path = self.shown = None  # shown: as the user gave it, for the line that says where it went
+        self.run_dir = self.script = self.out = None
+        self.control = None  # the FIFO's writing end: held open for the window
+        self.keep_run_dir = False  # left to the script, which the program may still run
+        self.data = None  # the profile, as the program wrote it
+
+    def check(self) -> int | None:
+        """What is refused before anything is made: the process (refusal), then
+        the report's file."""
+        problem = refusal(self.pid)
         if problem is not None:
             return error(problem)
-        path = os.path.abspath(path)
-    import sysconfig
-    from .attached import CONTROL, ERROR, OUT, PROFILE, STARTED, STOP
-    built_for = [sys.implementation.cache_tag, bool(sysconfig.get_config_var("Py_GIL_DISABLED"))]
-    settings = {name: getattr(options, name) for name in SETTINGS}
-    # The run directory is this command's (0700; 0755 when root attaches to
-    # another user's program, which then reads the script and owns only the
-    # FIFO and OUT, where it writes).
-    run_dir = tempfile.mkdtemp(prefix="pyrometer-attach-")
-    theirs = _uid_of(pid)
-    other_user = os.geteuid() == 0 and theirs not in (None, 0)
-    script = os.path.join(run_dir, "attach.py")
-    out = os.path.join(run_dir, OUT)
-    keep_run_dir = False
-    previous_term = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, _interrupted)
-    try:
-        os.mkdir(out, 0o700)
-        os.mkfifo(os.path.join(run_dir, CONTROL), 0o600)
-        if other_user:
-            os.chmod(run_dir, 0o755)
-            os.chown(out, theirs, -1)
-            os.chown(os.path.join(run_dir, CONTROL), theirs, -1)
-        code = LOADER.format(run_dir=run_dir, package=PACKAGE_DIR,
-                             settings=settings, built_for=built_for)
-        _write_script(script, code)
+        self.path = self.shown = report_path(self.fmt, self.options.outfile, stdout_shared=False)
+        if self.path is not None:
+            problem = unwritable(self.path)
+            if problem is not None:
+                return error(problem)
+            self.path = os.path.abspath(self.path)
+        return None
+
+    def run(self) -> int:
+        """The window and its report; the run directory is removed on every way
+        out but one (_wait_for_start), and SIGTERM is an interruption meanwhile."""
+        self.run_dir = tempfile.mkdtemp(prefix="pyrometer-attach-")
+        self.script = os.path.join(self.run_dir, "attach.py")
+        self.out = os.path.join(self.run_dir, OUT)
+        previous_term = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, _interrupted)
         try:
-            sys.remote_exec(pid, script)
+            return self._attach_and_profile()
+        finally:
+            signal.signal(signal.SIGTERM, previous_term)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            if not self.keep_run_dir:
+                import shutil
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _attach_and_profile(self) -> int:
+        self._prepare_run_dir()
+        for step in (self._run_script, self._wait_for_start, self._begin_window):
+            status = step()
+            if status is not None:
+                return status
+        self._hold_window()
+        self._end_window()
+        status = self._wait_for_profile()
+        if status is not None:
+            return status
+        return self._report()
+
+    def _prepare_run_dir(self) -> None:
+        """OUT, the FIFO and the script.  The run directory is this command's
+        (0700; 0755 when root attaches to another user's program, which then
+        reads the script and owns only the FIFO and OUT, where it writes)."""
+        import sysconfig
+        theirs = _uid_of(self.pid)
+        fifo = os.path.join(self.run_dir, CONTROL)
+        os.mkdir(self.out, 0o700)
+        os.mkfifo(fifo, 0o600)
+        if os.geteuid() == 0 and theirs not in (None, 0):
+            os.chmod(self.run_dir, 0o755)
+            os.chown(self.out, theirs, -1)
+            os.chown(fifo, theirs, -1)
+        built_for = [sys.implementation.cache_tag, bool(sysconfig.get_config_var("Py_GIL_DISABLED"))]
+        settings = {name: getattr(self.options, name) for name in SETTINGS}
+        _write_script(self.script, LOADER.format(run_dir=self.run_dir, package=PACKAGE_DIR,
+                                                 settings=settings, built_for=built_for))
+
+    def _run_script(self) -> int | None:
+        """Has the program's main thread run the script, when it next runs Python."""
+        try:
+            sys.remote_exec(self.pid, self.script)
         except (OSError, RuntimeError, ValueError) as e:
             v = sys.version_info
-            return error(f"cannot attach to process {pid}: {e} (attaching needs a CPython "
+            return error(f"cannot attach to process {self.pid}: {e} (attaching needs a CPython "
                           f"{v.major}.{v.minor} process, as this pyrometer's)", 1)
-        # 1. The program's main thread runs the script.
-        started, why = False, None
+        return None
+
+    def _wait_for_start(self) -> int | None:
+        """Until the profile starts in the program (`started`), or why it did not:
+        its `error`, its end, ATTACH_TIMEOUT or an interruption.  In the last two
+        it may still run the script later: the script then only removes the run
+        directory, which is left to it."""
+        pid = self.pid
         deadline = time.monotonic() + ATTACH_TIMEOUT
         try:
             while time.monotonic() < deadline:
-                written = _read(os.path.join(out, ERROR))
+                written = _read(os.path.join(self.out, ERROR))
                 if written is not None:
                     return error(f"cannot profile process {pid}: {written.decode('utf-8', 'replace').strip()}", 1)
-                if _read(os.path.join(out, STARTED)) is not None:
-                    started = True
-                    break
+                if _read(os.path.join(self.out, STARTED)) is not None:
+                    return None
                 if not _alive(pid):
                     return error(f"process {pid} ended before pyrometer could attach", 1)
                 time.sleep(0.02)
-            else:
-                why = (f"process {pid} did not run pyrometer's attach script within {ATTACH_TIMEOUT:g} s: "
-                       f"its main thread runs no Python code (blocked in a call?); sys.remote_exec runs "
-                       f"code in the main thread only")
+            why = (f"process {pid} did not run pyrometer's attach script within {ATTACH_TIMEOUT:g} s: "
+                   f"its main thread runs no Python code (blocked in a call?); sys.remote_exec runs "
+                   f"code in the main thread only")
         except (KeyboardInterrupt, _Interrupted):
             why = f"interrupted before process {pid} ran pyrometer's attach script"
-        if not started:
-            # It may still run it later: then it only removes the run directory.
-            _write_script(script, CLEANUP.format(run_dir=run_dir))
-            keep_run_dir = True
-            return error(why, 1)
+        _write_script(self.script, CLEANUP.format(run_dir=self.run_dir))
+        self.keep_run_dir = True
+        return error(why, 1)
+
+    def _begin_window(self) -> int | None:
+        """`go` on the FIFO, whose writing end is then held for the window."""
         try:
-            control = os.open(os.path.join(run_dir, CONTROL), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            os.write(control, b"go\n")
+            self.control = os.open(os.path.join(self.run_dir, CONTROL),
+                                   os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            os.write(self.control, b"go\n")
         except OSError:
-            return error(f"process {pid} stopped waiting for pyrometer before the window began "
+            return error(f"process {self.pid} stopped waiting for pyrometer before the window began "
                           f"(the command was held up): nothing was profiled", 1)
-        if not options.quiet:
-            say(f"pyrometer: attached to process {pid}; profiling "
-                + (f"for {duration:g} s" if duration else "until Ctrl-C"))
-        # 2. The window.
+        if not self.options.quiet:
+            say(f"pyrometer: attached to process {self.pid}; profiling "
+                + (f"for {self.duration:g} s" if self.duration else "until Ctrl-C"))
+        return None
+
+    def _hold_window(self) -> None:
+        """Until the duration is over, Ctrl-C (or SIGTERM), or the program's end."""
+        duration = self.duration
         ends = time.monotonic() + duration if duration else None
         try:
-            while _alive(pid) and (ends is None or time.monotonic() < ends):
+            while _alive(self.pid) and (ends is None or time.monotonic() < ends):
                 time.sleep(min(0.05, max(0.0, ends - time.monotonic())) if ends else 0.05)
         except (KeyboardInterrupt, _Interrupted):
             pass
+
+    def _end_window(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # while the profile is made: never half-done
         # The window ends now: a pause command (control.h) takes effect at the
         # moment it arrives, where the STOP below is acted on only once the
         # program's attach thread gets the GIL, which threads running Python
         # held from it for up to 8.5 s of a 1.5 s window.
-        _pause(pid)
+        _pause(self.pid)
         try:
-            os.write(control, STOP)
+            os.write(self.control, STOP)
         except OSError:
             pass  # the program has gone
-        os.close(control)
-        # 3. The profile, from the program.
+        os.close(self.control)
+
+    def _wait_for_profile(self) -> int | None:
+        """Until the program has written its profile (self.data), or why it has not."""
+        pid = self.pid
         deadline = time.monotonic() + PROFILE_TIMEOUT
-        data = None
         try:
             while time.monotonic() < deadline:
-                data = _read(os.path.join(out, PROFILE))
-                if data is not None:
-                    break
-                written = _read(os.path.join(out, ERROR))
+                self.data = _read(os.path.join(self.out, PROFILE))
+                if self.data is not None:
+                    return None
+                written = _read(os.path.join(self.out, ERROR))
                 if written is not None:
                     return error(f"process {pid}: {written.decode('utf-8', 'replace').strip()}", 1)
-                if not _alive(pid) and _read(os.path.join(out, PROFILE)) is None:
+                if not _alive(pid) and _read(os.path.join(self.out, PROFILE)) is None:
                     return error(f"process {pid} ended during the window without writing its profile "
                                   f"(killed by a signal?)", 1)
                 time.sleep(0.02)
         except _Interrupted:
             return error(f"interrupted while process {pid} wrote its profile (it is profiled no more)", 1)
-        if data is None:
-            return error(f"process {pid} did not write its profile within {PROFILE_TIMEOUT:g} s", 1)
+        return error(f"process {pid} did not write its profile within {PROFILE_TIMEOUT:g} s", 1)
+
+    def _report(self) -> int:
+        """The profile rendered as a run's would be: the exports, then the report."""
         from .. import model
+        pid, options = self.pid, self.options
         try:
-            profile = model.loads(data, f"process {pid}'s profile")
+            profile = model.loads(self.data, f"process {pid}'s profile")
         except model.ProfileError as e:
             return error(str(e), 1)
-        if exports and not write_exports(profile, exports, options.collapsed_metric, options.quiet,
-                                         f"process {pid}'s profile"):
+        if self.exports and not write_exports(profile, self.exports, options.collapsed_metric, options.quiet,
+                                              f"process {pid}'s profile"):
             return 1
         try:
-            opened = write_report(profile, fmt, path, web=options.web)
+            opened = write_report(profile, self.fmt, self.path, web=options.web)
         except OSError as e:
             return error(f"cannot write the report: {e}", 1)
-        if path is not None and not options.quiet:
-            say(where_written(fmt, shown, path, opened=opened))
+        if self.path is not None and not options.quiet:
+            say(where_written(self.fmt, self.shown, self.path, opened=opened))
         return 0
-    finally:
-        signal.signal(signal.SIGTERM, previous_term)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        if not keep_run_dir:
-            import shutil
-            shutil.rmtree(run_dir, ignore_errors=True)
