@@ -260,7 +260,8 @@ static int make_record_types(void)
             return -1;
         }
         for (size_t i = 0; i < record_types[k].n; i++) {
-            members[k][i].name = record_types[k].names != NULL ? record_types[k].names[i] : record_types[k].fields[i].name;
+            members[k][i].name =
+                record_types[k].names != NULL ? record_types[k].names[i] : record_types[k].fields[i].name;
             members[k][i].doc = NULL;
         }
         members[k][record_types[k].n].name = NULL;
