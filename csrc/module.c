@@ -287,7 +287,6 @@ static PyObject *core_stop(PyObject *module, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:stop", keywords, &keep_thread)) {
         return NULL;
     }
-    sampler_charge_last_window();
     gpu_stop();
     mem_profile_stop();
     sampler_stop(keep_thread);

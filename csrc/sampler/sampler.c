@@ -945,14 +945,6 @@ static void stop_spread(void)
     PyErr_Restore(type, value, traceback);
 }
 
-void sampler_charge_last_window(void)
-{
-    if (sampler.active && !sampler.paused && !sampler.suspended_for_fork && getpid() == sampler.owner_pid &&
-        !ending_signal()) {
-        snapshot(TAKEN_BY_SAMPLER); /* not an answer: the stop is no bytecode boundary of the program's */
-    }
-}
-
 void sampler_stop(int keep_thread)
 {
     wait_for_other_join();

@@ -69,13 +69,6 @@ typedef struct {
 
 /* Called with the GIL held, on the main thread.  0, or -1 with an exception set. */
 int sampler_start(const sampler_options *options);
-/* GIL held, before the run's collectors stop: the windows still open (the
- * time since each thread's last snapshot) charged as a snapshot charges
- * them, the main thread's over the peeks made in it.  Without it, the run's
- * last window was dropped: a program's last 30 ms line read 0-30 ms (0 in 1
- * run of 5), and the lines' times fell short of the run's by up to an
- * interval.  Not while paused (a pause charged its windows already). */
-void sampler_charge_last_window(void);
 /* Stops the sampler thread and joins it; GIL held (released while joining).
  * keep_thread: the thread is parked instead, and the next sampler_start in
  * this process wakes it (pytest --pyrometer starts once per test); a fork

@@ -936,31 +936,6 @@ def test_tight_loops_are_python(profile_program):
         assert line["n_cpu_native_sec"] <= 0.02 * cpu(line), f"{marker}\n{info}"
 
 
-LAST_LINE = """
-import time
-t0 = time.perf_counter()
-while time.perf_counter() - t0 < 0.3: pass  # @first
-t0 = time.perf_counter()
-while time.perf_counter() - t0 < 0.01: pass  # @last
-"""
-
-
-def test_the_last_window_is_charged(profile_program):
-    """The run's last window, from the last snapshot to the stop, is charged
-    like any other (sampler_charge_last_window): it was dropped, and a
-    program's last 10 ms line read 0-9.5 ms (0 in 5 runs of 8), its 300 ms
-    line before it 290-300; now 9.5-10.7 and 299-301 in 8 runs.  Tolerances:
-    the last line within 20% of its 10 ms, the first within 3%, and the two
-    lines' time within 3% of the run's."""
-    run = profile_program(LAST_LINE, options=["--cpu-only"])
-    info = run.describe("# @first", "# @last") + f"\n  total {run.profile['total_time_sec']:.4f}s"
-    print(info)
-    first, last = total_with_waits(run.line("# @first")), total_with_waits(run.line("# @last"))
-    assert 0.008 <= last <= 0.012, info
-    assert 0.291 <= first <= 0.309, info
-    assert first + last >= 0.97 * run.profile["total_time_sec"], info
-
-
 PYTHON_LOOP = """
 import time
 t0 = time.perf_counter(); acc = 0
