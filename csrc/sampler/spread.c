@@ -66,7 +66,9 @@
  * range(n): pass` (f about 0.6 on 3.10) passed often enough to make 5-6 peeks
  * native in 2 of 12 runs (the line 0.8-3.3% native); with 8, 0.00-0.25% in 32
  * runs on 3.10-3.13.  The reads stop at the first move, so a loop pays one or
- * two of them; a long instruction all of them. */
+ * two of them (the sampler thread's CPU per peek the same, 43-56 us, 4 runs
+ * alternated with 3 reads); a long instruction all of them: a `big * 3` of a
+ * 2M-element list, 55-64 us per peek with 3, 73-86 with 8. */
 #define SPREAD_STILL_READS 8
 /* Instructions where an answer measured one instruction's native work (the
  * code object and the instruction; code 0: a free slot), kept for the run:
