@@ -282,11 +282,13 @@ static PyObject *core_start(PyObject *module, PyObject *args, PyObject *kwargs)
 static PyObject *core_stop(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     (void)module;
-    static char *keywords[] = {"keep_thread", NULL};
+    static char *keywords[] = {"keep_thread", "asked", NULL};
     int keep_thread = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:stop", keywords, &keep_thread)) {
+    unsigned long long asked = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|pK:stop", keywords, &keep_thread, &asked)) {
         return NULL;
     }
+    sampler_charge_last_window((uint64_t)asked);
     gpu_stop();
     mem_profile_stop();
     sampler_stop(keep_thread);

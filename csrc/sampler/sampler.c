@@ -909,6 +909,7 @@ int sampler_start(const sampler_options *options)
     /* Paused from the start: --off, a command given to the run before this
      * process started, or a fork of a paused process (control_begin). */
     sampler.paused = !control_wanted();
+    sampler.closed = 0;
     sampler.paused_since_ns = sampler.last_wall_ns;
     paused_set(sampler.paused);
     if (!sampler.fork_guarded && forks_register(stop_for_fork, start_after_fork) != 0) {
@@ -937,12 +938,29 @@ static void stop_spread(void)
     PyErr_Fetch(&type, &value, &traceback);
     own_work_begin();
     int collecting = PyGC_Disable();
-    spread_flush(0.0);
+    spread_flush(0.0, NULL);
     if (collecting) {
         PyGC_Enable();
     }
     own_work_end();
     PyErr_Restore(type, value, traceback);
+}
+
+void sampler_charge_last_window(uint64_t asked_ns)
+{
+    if (!sampler.active || sampler.suspended_for_fork || getpid() != sampler.owner_pid || ending_signal()) {
+        return;
+    }
+    take_commands(); /* a pause that came before the stop ends the run's time there (pyrometer attach) */
+    if (!sampler.paused) {
+        command_time asked = {asked_ns != 0 ? asked_ns : clock_wall_ns(), CLOCK_UNAVAILABLE, CLOCK_UNAVAILABLE};
+        snapshot_in(TAKEN_BY_SAMPLER, SNAPSHOT_CHARGE, &asked); /* not an answer: no bytecode boundary of the program's */
+    }
+    /* What runs from here is the stop's: no snapshot charges it, not the
+     * main thread's answer on the way, nor the sampler thread taking the GIL
+     * while the stop waits for it to end (one found the line that called the
+     * stop, in 1 of 15 in-process stops). */
+    sampler.closed = 1;
 }
 
 void sampler_stop(int keep_thread)

@@ -17,6 +17,9 @@ static void snapshot_unsuspended(enum snapshot_source source, enum snapshot_mode
  * stood on: 1 MB over 100 large functions in the test. */
 void snapshot_in(enum snapshot_source source, enum snapshot_mode mode, const command_time *at)
 {
+    if (sampler.closed) {
+        return; /* the stop's own path (sampler_charge_last_window) */
+    }
     own_work_begin();
     /* No garbage collection inside a snapshot: registering a code object
      * allocates tracked objects (a weak reference, its callback, a site's key),
@@ -171,7 +174,7 @@ static location charge_window(const snapshot_walk *w, PyThreadState *ts, thread_
 {
     const command_time *at = w->at;
     if (ts == sampler.main_ts && w->mode != SNAPSHOT_CHARGE) {
-        spread_flush(w->core_fraction); /* the time carried before the pause is charged, not the pause's */
+        spread_flush(w->core_fraction, NULL); /* the time carried before the pause is charged, not the pause's */
     }
     if (w->mode == SNAPSHOT_REBASE) {
         return w->main_location; /* not charged: only the baselines move */
@@ -192,8 +195,12 @@ static location charge_window(const snapshot_walk *w, PyThreadState *ts, thread_
     if (ts == sampler.main_ts && sampler.peeks.period_ns > 0) {
         pyframe_position long_op;
         int measured = w->source == ANSWERED_BY_MAIN && long_op_answered(cpu, &long_op);
-        if (charge_main_spread(ts, t, w->now, wall, used, runq, w->core_fraction, measured ? &long_op : NULL,
+        uint64_t until = at != NULL && at->wall_ns < w->now ? at->wall_ns : w->now; /* the stop's: SNAPSHOT_CHARGE */
+        if (charge_main_spread(ts, t, until, wall, used, runq, w->core_fraction, measured ? &long_op : NULL,
                                atomic_load(&sampler.request_wall_ns), &spread)) {
+            if (at != NULL) {
+                spread_flush(w->core_fraction, &spread); /* the run's last window: nothing is carried past it */
+            }
             return spread; /* over the peeks made in the window (spread.c) */
         }
     }

@@ -652,7 +652,8 @@ static int long_op_confirmed(const pyframe_position *at, uint64_t t0)
 }
 
 /* The main thread's window [t->last_wall_ns, now] (wall, of which `used` on a
- * CPU and `runq` waiting for one), spread over the peeks made in it, with
+ * CPU and `runq` waiting for one), spread over the peeks made in it before
+ * `until` (now, or when the run's stop was asked for), with
  * those of the windows before it not spread yet: until SPREAD_MIN_PEEKS peeks
  * are held, the windows' time is carried.  Divided among two or three peeks,
  * a window's time kept the single look's bias (its ends are where the thread
@@ -663,11 +664,11 @@ static int long_op_confirmed(const pyframe_position *at, uint64_t t0)
  * peek there (LONG_OPS) where the peeks bear it out (long_op_confirmed).  *where: the place of the latest peek spread, or where the
  * thread stands (for the GPU's time line and the CPU of threads without
  * Python state).  Returns 1: the window is taken (charged or carried). */
-int charge_main_spread(PyThreadState *ts, const thread_track *t, uint64_t now, uint64_t wall, uint64_t used,
+int charge_main_spread(PyThreadState *ts, const thread_track *t, uint64_t until, uint64_t wall, uint64_t used,
                        uint64_t runq, double core_fraction, const pyframe_position *long_op, uint64_t long_op_t0,
                        location *where)
 {
-    int n = take_peeks(n_held > 0 || carry.wall > 0 ? 0 : t->last_wall_ns, now, held + n_held,
+    int n = take_peeks(n_held > 0 || carry.wall > 0 ? 0 : t->last_wall_ns, until, held + n_held,
                        SPREAD_PLACES - n_held);
     for (int i = n_held; i < n_held + n; i++) {
         held_peeks += held[i].count;
@@ -699,9 +700,12 @@ int charge_main_spread(PyThreadState *ts, const thread_track *t, uint64_t now, u
 }
 
 /* GIL held: the time carried and the peeks held, spread now (the run stops,
- * or profiling pauses): over the held peeks, or, with none, where the main
- * thread stands (with no main thread left, where the last peek was). */
-void spread_flush(double core_fraction)
+ * or profiling pauses): over the held peeks, or, with none, where the last
+ * peek was (the main thread stands in the stop's or the pause's own path:
+ * located, that is the line that called it), or with none yet, where it
+ * stands.  *where (may be NULL): the place charged last, left alone when
+ * nothing was charged. */
+void spread_flush(double core_fraction, location *where)
 {
     if (carry.wall == 0 && n_held == 0) {
         return;
@@ -710,21 +714,19 @@ void spread_flush(double core_fraction)
     for (PyThreadState *o = PyInterpreterState_ThreadHead(sampler.interp); o != NULL; o = PyThreadState_Next(o)) {
         ts = o == sampler.main_ts ? o : ts; /* it may be gone: stopped from another thread */
     }
-    if (ts == NULL) {
-        if (prev.have) {
-            charge(&prev.at, carry.wall, carry.used, carry.runq, core_fraction);
-        }
-        carry.wall = carry.used = carry.runq = 0;
-        n_held = 0;
-        held_peeks = 0;
-        return;
+    location at;
+    if (ts != NULL && n_held > 0) {
+        spread_held(ts, core_fraction, &at);
+    } else if (prev.have || ts != NULL) {
+        at = prev.have ? prev.at : locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL);
+        charge(&at, carry.wall, carry.used, carry.runq, core_fraction);
+    } else {
+        where = NULL; /* no main thread, no peek: nowhere to charge it */
     }
-    location where;
-    if (n_held > 0) {
-        spread_held(ts, core_fraction, &where);
-        return;
-    }
-    location here = locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL);
-    charge(&here, carry.wall, carry.used, carry.runq, core_fraction);
     carry.wall = carry.used = carry.runq = 0;
+    n_held = 0;
+    held_peeks = 0;
+    if (where != NULL) {
+        *where = at;
+    }
 }

@@ -45,7 +45,9 @@ enum standing { STANDING_UNKNOWN, STANDING_PYTHON, STANDING_IN_CALL };
 enum snapshot_source { ANSWERED_BY_MAIN, TAKEN_BY_SAMPLER };
 
 /* What a snapshot does with the windows it closes (pause and resume, control.h):
- *  - CHARGE: charges them, as always;
+ *  - CHARGE: charges them, as always (with a command_time: the run's stop,
+ *    asked for then; the main thread's peeks after it are the stop's, not
+ *    the program's: sampler_charge_last_window);
  *  - PAUSE: charges them, except the main thread's, whose time is estimated by
  *    the requests it answered (charge_main_answer): its window cut by the pause
  *    holds no request, so it is dropped, not charged to where the pause finds it
@@ -237,6 +239,7 @@ typedef struct {
     uint64_t sampler_cpu_base_ns;     /* a kept thread's CPU clock when this run started */
     int64_t untracked_carry; /* signed: clock-reading noise cancels out over windows */
     int paused;              /* profiling paused (control.h); GIL held */
+    int closed;              /* the run's last window charged: no snapshot after it; GIL held */
     uint64_t paused_since_ns;
     uint64_t process_cpu_at_pause_ns; /* the process CPU clock when the pause began */
     sampler_totals totals;
@@ -297,8 +300,8 @@ location charge_main_away(PyThreadState *ts, uint64_t cpu, uint64_t wall, uint64
 uint64_t spread_peek(uint64_t periods);
 void spread_reset(void);
 void spread_drop_until(uint64_t until);
-void spread_flush(double core_fraction);
-int charge_main_spread(PyThreadState *ts, const thread_track *t, uint64_t now, uint64_t wall, uint64_t used,
+void spread_flush(double core_fraction, location *where);
+int charge_main_spread(PyThreadState *ts, const thread_track *t, uint64_t until, uint64_t wall, uint64_t used,
                        uint64_t runq, double core_fraction, const pyframe_position *long_op, uint64_t long_op_t0,
                        location *where);
 

@@ -225,12 +225,13 @@ class _ProfiledRun:
         gc_aside.set_aside()  # the last step before the program's first line
 
     def stop(self) -> None:
+        asked_ns = time.monotonic_ns()  # the program's end: Session.stop
         if self.run_dir is not None:
             from .run import children
             children.stop_profiling_forks()
         if self.endings is not None:
             self.endings.uninstall()
-        self.session.stop()  # the writer, driven by the sampler, is stopped when the profile is written
+        self.session.stop(asked_ns=asked_ns)  # the writer, driven by the sampler, is stopped when the profile is written
 
     def run(self) -> int:
         """The program, profiled; its exit status (or its death, by the signal

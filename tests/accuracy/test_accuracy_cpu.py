@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from conftest import program_env
+
 pytestmark = pytest.mark.accuracy
 
 
@@ -934,6 +936,67 @@ def test_tight_loops_are_python(profile_program):
         line = run.line(marker)
         assert cpu(line) > 0.3, info
         assert line["n_cpu_native_sec"] <= 0.02 * cpu(line), f"{marker}\n{info}"
+
+
+LAST_LINE = """
+import time
+t0 = time.perf_counter()
+while time.perf_counter() - t0 < 0.3: pass  # @first
+t0 = time.perf_counter()
+while time.perf_counter() - t0 < 0.01: pass  # @last
+"""
+
+
+def test_the_last_window_is_charged(profile_program):
+    """The run's last window, from the last snapshot to the stop, is charged
+    like any other (sampler_charge_last_window): it was dropped, and a
+    program's last 10 ms line read 0-9.5 ms (0 in 5 runs of 8), its 300 ms
+    line before it 290-300; then 9.5-10.7 and 299-301 in 8 runs.  Tolerances:
+    the last line within 20% of its 10 ms, the first within 3%, and the two
+    lines' time within 3% of the run's."""
+    run = profile_program(LAST_LINE, options=["--cpu-only"])
+    info = run.describe("# @first", "# @last") + f"\n  total {run.profile['total_time_sec']:.4f}s"
+    print(info)
+    first, last = total_with_waits(run.line("# @first")), total_with_waits(run.line("# @last"))
+    assert 0.008 <= last <= 0.012, info
+    assert 0.291 <= first <= 0.309, info
+    assert first + last >= 0.97 * run.profile["total_time_sec"], info
+
+
+IN_PROCESS_STOP = """
+import json, sys, time
+from pyrometer.integrations.inprocess import InProcessRun, default_options
+runs = []
+for _ in range(5):
+    run = InProcessRun(default_options(memory=False), "t", program_directory=sys.argv[1])
+    run.start()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.1: pass  # @spin
+    raw = run.collect()  # @stop
+    profile = run.build(raw)
+    lines = {l["line"].split("# @")[-1]: [l["n_cpu_python_sec"] + l["n_cpu_native_sec"] + l["n_sys_sec"]
+                                          + l["n_gil_wait_sec"] + l["n_cpu_wait_sec"], l["n_samples"]]
+             for f in profile["files"].values() for l in f["lines"] if "# @" in l["line"]}
+    runs.append(lines)
+print(json.dumps(runs))
+"""
+
+
+def test_an_in_process_stop_is_not_the_calling_lines(tmp_path, groundtruth_dir):
+    """In process, the last window ends where the stop was asked for
+    (Session.stop's asked_ns): the peeks after it find the stop's own path,
+    pyrometer's frames, located at the line that called it.  Charging the last
+    window over them gave `raw = run.collect()` time (and once figures without
+    a sample).  Five stops in one process: the stop line gets nothing, the
+    0.1 s spin line within 10% of its time."""
+    script = tmp_path / "stops.py"
+    script.write_text(IN_PROCESS_STOP)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                          env=program_env(groundtruth_dir), timeout=120)
+    assert done.returncode == 0, done.stderr
+    for lines in json.loads(done.stdout):
+        assert lines.get("stop", [0, 0]) == [0, 0], lines
+        assert 0.09 <= lines["spin"][0] <= 0.11, lines
 
 
 PYTHON_LOOP = """

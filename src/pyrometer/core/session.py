@@ -201,12 +201,16 @@ class Session:
         start_core(s, exclude=_installation_directories(), own=own_prefixes(), program_codes=self.program_codes,
                    control_file=self.control_file)
 
-    def stop(self, keep_thread: bool = False) -> None:
+    def stop(self, keep_thread: bool = False, asked_ns: int | None = None) -> None:
         """keep_thread: the sampler's thread is parked for the next run in
         this process instead of ended (_core.stop; the pytest plugin, which
-        ends it with _core.end_kept_thread() after the last test)."""
+        ends it with _core.end_kept_thread() after the last test).  asked_ns:
+        when the stop was asked for (time.monotonic_ns(), the core's clock;
+        None: now), where the run's last window ends: what runs after it is
+        the stop's own path, not the program's."""
+        asked_ns = time.monotonic_ns() if asked_ns is None else asked_ns
         if _core.running():
-            _core.stop(keep_thread=keep_thread)
+            _core.stop(keep_thread=keep_thread, asked=asked_ns)
             self.elapsed = time.perf_counter() - self.t0
 
     def elapsed_now(self) -> float:
