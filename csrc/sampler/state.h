@@ -48,10 +48,11 @@ enum snapshot_source { ANSWERED_BY_MAIN, TAKEN_BY_SAMPLER };
  *  - CHARGE: charges them, as always (with a command_time: the run's stop,
  *    asked for then; the main thread's peeks after it are the stop's, not
  *    the program's: sampler_charge_last_window);
- *  - PAUSE: charges them, except the main thread's, whose time is estimated by
- *    the requests it answered (charge_main_answer): its window cut by the pause
- *    holds no request, so it is dropped, not charged to where the pause finds it
- *    (pyrometer.stop(): the line that calls it);
+ *  - PAUSE: charges them; the main thread's, for the program's own pause, over
+ *    the peeks made before it (not to where the pause finds it: pyrometer.stop(),
+ *    the line that calls it), and for a pause from outside as if answered when
+ *    the command came (charge_main_answer), or not at all without a request
+ *    made before it;
  *  - REBASE: charges nothing and starts every window afresh: the time since the
  *    pause, which no sample may see. */
 enum snapshot_mode { SNAPSHOT_CHARGE, SNAPSHOT_PAUSE, SNAPSHOT_REBASE };

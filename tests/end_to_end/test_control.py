@@ -116,6 +116,32 @@ def test_nested_and_repeated_calls_are_counted(profile_program):
         assert charged(run.line(marker)) < 0.02, f"{marker}\n  {info}"
 
 
+SHORT_REGIONS = """
+import time, pyrometer
+import _groundtruth as gt
+
+cpu = 0.0
+for i in range(60):
+    with pyrometer.profiling():
+        t0, t1 = gt.spin_gil(5)  # REGION
+        cpu += t1 - t0
+    gt.spin_gil(5)  # BETWEEN
+print(cpu)
+"""
+
+
+def test_a_regions_last_window_is_charged(profile_program):
+    """A region's end is the program's own pause: the main thread's window
+    up to it is spread over the peeks made in it.  It was dropped, and 60
+    regions of 5 ms read 0.06-0.09 s of their 0.30 (a region shorter than a
+    window had nothing).  Within 10% of the spins' CPU; outside, nothing."""
+    run = profile_program(SHORT_REGIONS, ["--off", "--cpu-only"])
+    truth = float(run.proc.stdout.split()[-1])
+    info = run.describe("REGION", "BETWEEN") + f"\n  truth {truth:.4f}s"
+    assert cpu(run.line("REGION")) == pytest.approx(truth, rel=0.1), info
+    assert charged(run.line("BETWEEN")) < 0.01, info
+
+
 def test_stop_pauses_a_run_started_on(profile_program):
     run = profile_program("""
         import pyrometer, _groundtruth as gt
