@@ -67,25 +67,26 @@ with open(sys.argv[1], "w") as out:
 
 
 def test_the_stated_time_interval_holds_the_truth(profile_program, tmp_path):
-    """Two runs, six lines each: each line's share of all the time (its five
-    kinds) against the program's own timing of that line's part, as a share
-    of the run's time (total_time_sec, the main thread's: the program has one
-    thread).  A 95% interval holds the truth 95 times in 100, and the
-    successive differences overstate a stratified sample's variance.  The
-    sleep line has a bias no sampling error covers (a known limit,
-    docs/how-it-works.md "Each time figure's error"): 0.2-1.3 points under
-    the truth on this 2-core virtual machine, 0.3-2.4 points over it on CI's,
-    so it is held to its bias's bound, its interval plus 2 points, and left
-    out of the count.  The other lines' intervals hold the truth less often
-    than they state (a known limit, issue 45): 7-10 of 10 in six runs on
-    3.12, 5-6 in three on 3.10, where the hashing and counting lines read up
-    to 1.4 points off beside intervals of +-0.4-0.6.  So what is held is what
-    a precise profile passes and a broken one fails: every line within its
-    interval plus 1.5 points (the error's bound), at least 4 of the ten
-    intervals holding the truth (an interval of no width, or one ten times
-    too narrow, holds none), and each interval under 2 points."""
+    """Three runs, six lines each: each line's share of all the time (its
+    five kinds) against the program's own timing of that line's part, as a
+    share of the run's time (total_time_sec, the main thread's: the program
+    has one thread).  A 95% interval holds the truth 95 times in 100, and the
+    successive differences overstate a stratified sample's variance.
+    Measured on this 2-core virtual machine, 3.12, with the run's last window
+    charged (sampler_charge_last_window): 28 of 30 intervals of the five
+    non-sleep lines held the truth in six runs (79 of 80 in 16 runs on
+    3.10-3.13 before it), the misses py_big +0.53 beside +-0.39 and
+    short_hash +0.45 beside +-0.40.  The sleep line reads 0.17-0.31 points
+    under its truth here (inside its interval in 6 of 6 runs), but read
+    0.3-2.4 points over it on CI's machine before the last window was
+    charged, a bias no sampling error covers (docs/how-it-works.md "Each
+    time figure's error"): it is held to its interval plus 2 points and left
+    out of the count.  So: at least 12 of the 15 other intervals hold the
+    truth (80%: with 93% coverage a run fails 1 time in 30, before reruns),
+    every line within its interval plus 1 point, and each interval under 2
+    points (one of no width holds none)."""
     cases = []
-    for run_no in range(2):
+    for run_no in range(3):
         truth_file = tmp_path / f"truth{run_no}.json"
         run = profile_program(INTERLEAVED, options=["--cpu-only"], args=[str(truth_file)])
         truth = json.loads(truth_file.read_text())
@@ -99,7 +100,7 @@ def test_the_stated_time_interval_holds_the_truth(profile_program, tmp_path):
     print(report)
     others = [case for case in cases if case[0] != "sleep"]
     inside = sum(abs(s - t) <= err for _, s, t, err in others)
-    assert inside >= 4, f"{inside} of {len(others)} intervals (the sleep line's aside) hold the truth:\n  {report}"
-    assert all(abs(s - t) <= err + 1.5 for _, s, t, err in others), report
+    assert inside >= 12, f"{inside} of {len(others)} intervals (the sleep line's aside) hold the truth:\n  {report}"
+    assert all(abs(s - t) <= err + 1.0 for _, s, t, err in others), report
     assert all(abs(s - t) <= err + 2.0 for n, s, t, err in cases if n == "sleep"), report
     assert all(0 < err < 2.0 for *_, err in cases), report
