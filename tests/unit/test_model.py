@@ -12,7 +12,7 @@ import pytest
 
 from pyrometer import model
 from pyrometer.core import document
-from pyrometer.model import processes
+from pyrometer.model import processes, stacks
 from pyrometer.model.diff import compare
 from pyrometer.run import children
 from pyrometer.settings import Options
@@ -128,6 +128,75 @@ def test_the_merge_lists_a_child_it_could_not_read_and_goes_on(tmp_path: Path):
     assert table[1]["profiled"] and not table[2]["profiled"] and "not merged" in table[2]["note"]
     assert any("could not be merged" in n for n in notes)
     assert raw["records"][0].cpu.python_ns == pytest.approx(0.3 * NS)
+
+
+# ---- the call stacks ----------------------------------------------------------------
+
+# main() (its def at line 5) calling work() (its def at line 1) from line 6.
+MAIN, WORK = (PROGRAM, "main", 5, 6), (PROGRAM, "work", 1, 2)
+# The figures of main -> work in stack_doc, each its own, and of the stacks past the cap.
+WORK_FIGURES = {"python_sec": 1.0, "native_sec": 2.0, "system_sec": 3.0, "gil_wait_sec": 4.0, "cpu_wait_sec": 5.0,
+                "samples": 6, "malloc_bytes": 900, "python_malloc_bytes": 500, "free_bytes": 600, "copy_bytes": 50,
+                "gpu_sec": 7.0}
+OTHER_FIGURES = {"python_sec": 10.0, "native_sec": 0.0, "system_sec": 0.0, "gil_wait_sec": 0.0, "cpu_wait_sec": 0.0,
+                 "samples": 11, "malloc_bytes": 9, "python_malloc_bytes": 0, "free_bytes": 0, "copy_bytes": 4,
+                 "gpu_sec": 8.0}
+
+
+def stack_doc() -> dict:
+    """A collection whose one charged stack, main -> work, has every figure
+    different: the CPU sums the stacks keep and others they do not, bytes with
+    churn in them (100), GPU time; and the bucket past the cap its own."""
+    work = document.cpu_sums(python_ns=1 * NS, native_ns=2 * NS, system_ns=3 * NS, gil_wait_ns=4 * NS,
+                             cpu_wait_ns=5 * NS, samples=6, busy_ns=70 * NS, loop_idle_ns=80 * NS, await_ns=90 * NS,
+                             python_var=100, time_var=110)
+    table = {"frames": [MAIN, WORK], "cap": 20000, "max_depth": 128,
+             "nodes": [document.stack_node(-1, -1, None), document.stack_node(0, 0, None),
+                       document.stack_node(1, 1, work)],
+             "other": document.cpu_sums(python_ns=10 * NS, samples=11, busy_ns=12 * NS)}
+    bytes_of_work = document.memory_stack_sums(alloc_bytes=1000, python_bytes=600, free_bytes=700, copy_bytes=50,
+                                               churn_bytes=100)
+    memory = {"stacks": [(2, bytes_of_work), (stacks.OTHER_ID, document.memory_stack_sums(alloc_bytes=9))],
+              "other_stacks": document.memory_stack_sums(copy_bytes=4)}
+    gpu = {"status": "ok", "stacks": [(2, 7 * NS), (stacks.OTHER_ID, 8 * NS)]}
+    return raw_doc([], stacks=table, memory=memory, gpu=gpu)
+
+
+def figures_of(entry: dict) -> dict:
+    return {name: value for name, value in entry.items() if name != "path"}
+
+
+def test_a_stacks_figures_are_its_records_fields_each_in_its_own_place():
+    profiled = stacks.call_stacks(stack_doc(), memory=True, gpu=True)
+    assert profiled["frames"] == [{"filename": PROGRAM, "function": "main", "first_lineno": 5, "lineno": 6},
+                                  {"filename": PROGRAM, "function": "work", "first_lineno": 1, "lineno": 2}]
+    # main alone was charged nothing: only main -> work is listed, its
+    # figures in the schema's order.
+    [entry] = profiled["stacks"]
+    assert entry["path"] == [0, 1] and list(entry) == ["path", *WORK_FIGURES]
+    assert figures_of(entry) == pytest.approx(WORK_FIGURES)
+    assert profiled["other"] == pytest.approx(OTHER_FIGURES)
+    assert (profiled["cap"], profiled["max_depth"]) == (20000, 128)
+    cpu_only = stacks.call_stacks(stack_doc(), memory=False, gpu=False)
+    assert list(figures_of(cpu_only["stacks"][0])) == [*stacks.TIME_FIGURES, "samples"]
+
+
+def test_merged_stacks_add_up_by_their_frames_and_are_written_back_by_name():
+    """A child's stacks (as its file carries them: the frames lists) add to
+    the same stack; written back (children.Merger) and read again, every
+    figure is twice the one run's, none moved to another."""
+    mine, theirs = stacks.StackSums(), stacks.StackSums()
+    mine.add_raw(stack_doc())
+    theirs.add_raw(document.named(json.loads(json.dumps(document.plain(stack_doc())))))
+    mine.merge(theirs)
+    merged = {"memory": {"lines": []}, "gpu": {"status": "ok"}}
+    mine.to_raw(merged)
+    assert merged["stacks"]["frames"] == [MAIN, WORK]
+    profiled = stacks.call_stacks(merged, memory=True, gpu=True)
+    [entry] = profiled["stacks"]
+    assert entry["path"] == [0, 1]
+    assert figures_of(entry) == pytest.approx({name: 2 * value for name, value in WORK_FIGURES.items()})
+    assert profiled["other"] == pytest.approx({name: 2 * value for name, value in OTHER_FIGURES.items()})
 
 
 # ---- the process table --------------------------------------------------------------
