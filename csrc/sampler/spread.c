@@ -48,15 +48,30 @@
 #define SPREAD_RING 256
 /* Identical running peeks in a row, at an instruction that is not a call, that
  * make it one instruction's native work, each after the first found still
- * there (SPREAD_STILL_READS).  And on its CPU between them, at least half the
- * time: a thread preempted by a busy machine stands still too, waiting for a
- * CPU (a pure-Python loop beside two busy processes read 20% native without
- * this).  Identical peeks alone are not enough: a loop meets its instructions
- * in proportion to their time, not one in seven, and `for i in range(n):
- * pass`, three instructions of which FOR_ITER takes about half the time, was
- * found at FOR_ITER five times in a row often enough to read 8-19% native on
- * 3.11 and 3.12 (`while i < n: i += 1` 1.3-5.2%). */
+ * there while on its CPU (SPREAD_STILL_READS).  Identical peeks alone are not
+ * enough: a loop meets its instructions in proportion to their time, not one
+ * in seven, and `for i in range(n): pass`, three instructions of which
+ * FOR_ITER takes about half the time, was found at FOR_ITER five times in a
+ * row often enough to read 8-19% native on 3.11 and 3.12 (`while i < n: i +=
+ * 1` 1.3-5.2%).  A pure-Python loop beside two busy processes read 20% native
+ * when a peek finding it waiting for a CPU counted as one still there. */
 #define SPREAD_STUCK 5
+/* The same, where the peeks found the thread waiting for a CPU, having run
+ * since the peek before: a busy machine.  The reads a few us apart cannot
+ * tell then (a thread preempted stands still whatever it runs), and the
+ * sampler thread's own wake preempts the main thread on its CPU when the
+ * other CPUs are busy: beside two busy processes, 38 of 38 peeks of a
+ * `big * 3` found it waiting, and the first two of such instructions read
+ * Python (the 4-19% of that line, until answers measured it: LONG_OPS).  A
+ * loop that ran between two peeks is found at one instruction with the
+ * probability of its share of the loop's time (FOR_ITER's 0.6 on 3.10: 12
+ * in a row 0.2%), so it takes this many; not ran since (preempted all the
+ * while), a peek counts neither way. */
+#define SPREAD_STUCK_WAITING 13
+/* What a peek found still there on its CPU counts for, against one found
+ * waiting (count_stuck), and what makes native. */
+#define STUCK_ON_CPU ((SPREAD_STUCK_WAITING - 1) / (SPREAD_STUCK - 1))
+#define STUCK_NATIVE (SPREAD_STUCK_WAITING - 1)
 /* How many times a peek that finds the thread running where the one before
  * did reads its innermost position again (pyframe_peek_leaf, a few us apart,
  * hundreds of a loop's instructions) before it counts as still there: a loop
@@ -127,7 +142,7 @@ typedef struct {
     int native;     /* its kind, were it running */
     uint32_t count; /* peeks merged into it */
     uint64_t periods; /* the periods of the grid they stand for (SPREAD_LONGER_AFTER) */
-    uint32_t stuck; /* of them, after the first, found on a CPU since the one before (SPREAD_STUCK) */
+    uint32_t stuck; /* the evidence of C work of them, after the first (count_stuck) */
 } main_peek;
 
 static struct {
@@ -270,22 +285,49 @@ static uint64_t next_periods(const main_peek *p, uint64_t periods)
     return periods * 2 > sampler.peeks.longest ? sampler.peeks.longest : periods * 2;
 }
 
+/* What the reads of stands_still found. */
+enum stillness { STILL_MOVED, STILL_ON_CPU, STILL_WAITING };
+
 /* The sampler thread, without the GIL: whether the main thread, found at p's
- * instruction, stays there through SPREAD_STILL_READS more reads, on its CPU
- * at least half the time. */
-static int stands_still(const main_peek *p)
+ * instruction, stays there through SPREAD_STILL_READS more reads, and if so
+ * whether it ran meanwhile (on its CPU at least half the time) or waited for
+ * a CPU, which says nothing either way: a thread preempted stands still
+ * whatever it runs. */
+static enum stillness stands_still(const main_peek *p)
 {
     uint64_t wall0 = clock_wall_ns();
     for (int i = 0; i < SPREAD_STILL_READS; i++) {
         pyframe_position at;
         if (pyframe_peek_leaf(sampler.main_ts, &at) != PYFRAME_PEEK_OPCODE || at.frame != p->at.frame ||
             at.code != p->at.code || at.lasti != p->at.lasti) {
-            return 0;
+            return STILL_MOVED;
         }
     }
     uint64_t cpu = clock_thread_cpu_ns(sampler.main_tid);
-    return p->cpu_ns != CLOCK_UNAVAILABLE && cpu != CLOCK_UNAVAILABLE &&
-           2 * delta(cpu, p->cpu_ns) >= delta(clock_wall_ns(), wall0);
+    if (p->cpu_ns == CLOCK_UNAVAILABLE || cpu == CLOCK_UNAVAILABLE) {
+        return STILL_MOVED; /* not known: no evidence of C work */
+    }
+    return 2 * delta(cpu, p->cpu_ns) >= delta(clock_wall_ns(), wall0) ? STILL_ON_CPU : STILL_WAITING;
+}
+
+/* A peek's evidence for one instruction's C work, added to the run of
+ * identical peeks it joins: found still there while on its CPU, STUCK_ON_CPU
+ * (SPREAD_STUCK); waiting for a CPU, one if it ran since the peek before (on
+ * its CPU an eighth of the time at least), none if not
+ * (SPREAD_STUCK_WAITING); the count starts again at anything else. */
+static void count_stuck(main_peek *run, const main_peek *p, enum stillness still)
+{
+    if (!same_place(run, p) || p->state != PEEK_RUNNING || still == STILL_MOVED) {
+        run->stuck = 0;
+    } else if (still == STILL_ON_CPU) {
+        run->stuck += STUCK_ON_CPU;
+    } else if (p->cpu_ns != CLOCK_UNAVAILABLE && run->cpu_ns != CLOCK_UNAVAILABLE &&
+               8 * delta(p->cpu_ns, run->cpu_ns) >= delta(p->last_ns, run->last_ns)) {
+        run->stuck++;
+    }
+    if (run->stuck >= STUCK_NATIVE) {
+        run->native = 1;
+    }
 }
 
 /* The sampler thread, without the GIL: where the main thread stands now, a
@@ -322,8 +364,10 @@ uint64_t spread_peek(uint64_t periods)
     p.count = 1;
     p.periods = periods;
     /* ring.run: the latest peek, written by this thread only (next_periods). */
-    int still = p.state == PEEK_RUNNING && p.standing == STANDING_PYTHON && ring.run_periods > 0 &&
-                same_place(&ring.run, &p) && stands_still(&p);
+    enum stillness still = p.state == PEEK_RUNNING && p.standing == STANDING_PYTHON && ring.run_periods > 0 &&
+                                   same_place(&ring.run, &p)
+                               ? stands_still(&p)
+                               : STILL_MOVED;
     ring_lock();
     main_peek *newest = ring.len > 0 ? &ring.ring[(ring.head + ring.len - 1) % SPREAD_RING] : NULL;
     if (newest != NULL && p.state == PEEK_RUNNING && (newest->state == PEEK_BLOCKED || newest->state == PEEK_GIL) &&
@@ -334,16 +378,11 @@ uint64_t spread_peek(uint64_t periods)
     }
     if (newest != NULL && (same_place(newest, &p) || ring.len == SPREAD_RING)) {
         /* The same place again (or no room: the newest takes it) */
-        int ran = p.cpu_ns != CLOCK_UNAVAILABLE && newest->cpu_ns != CLOCK_UNAVAILABLE &&
-                  2 * delta(p.cpu_ns, newest->cpu_ns) >= delta(p.last_ns, newest->last_ns);
-        newest->stuck = same_place(newest, &p) && p.state == PEEK_RUNNING && ran && still ? newest->stuck + 1 : 0;
+        count_stuck(newest, &p, still);
         newest->count++;
         newest->periods += periods;
         newest->last_ns = p.last_ns;
         newest->cpu_ns = p.cpu_ns;
-        if (newest->stuck + 1 >= SPREAD_STUCK) {
-            newest->native = 1;
-        }
     } else {
         newest = &ring.ring[(ring.head + ring.len) % SPREAD_RING];
         *newest = p;

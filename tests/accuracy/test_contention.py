@@ -60,6 +60,12 @@ def native_loop(end):
         gt.spin_gil(5)
 
 @measured
+def long_instructions(end):
+    big = list(range(2_000_000))
+    while time.perf_counter() < end:
+        found = -1 in big  # one instruction of C work (10-20 ms of CPU), not a call
+
+@measured
 def short_work(seconds):
     s = 0
     end = time.perf_counter() + seconds
@@ -93,11 +99,11 @@ if case.startswith("gil"):
     in_threads(*[(python_loop, (end,))] * int(case[3:]))
 elif case == "native":
     in_threads((python_loop, (end,)), (native_loop, (end,)))
-elif case == "busy":
+elif case.startswith("busy"):
     others = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() + 1)]
     try:
         time.sleep(0.2)
-        python_loop(time.perf_counter() + DUR)
+        (long_instructions if case == "busy_native" else python_loop)(time.perf_counter() + DUR)
     finally:
         for p in others: p.kill()
         for p in others: p.wait()
@@ -213,6 +219,19 @@ def test_a_busy_machine_is_cpu_wait(profile_program, tmp_path):
     assert lines + unattributed == pytest.approx(p["total_time_sec"], rel=1e-6), (lines, unattributed)
     assert sum(p["cpu_time_sec"].values()) == pytest.approx(p["total_time_sec"], rel=1e-6), p["cpu_time_sec"]
     assert p["verdict"]["evidence"]["total_time_sec"] == pytest.approx(p["total_time_sec"], rel=1e-6)
+
+
+def test_long_instructions_on_a_busy_machine_are_native(profile_program, tmp_path):
+    """One instruction's C work that is not a call (`-1 in big`, a list),
+    beside more busy processes than cores: native CPU and CPU wait.  The
+    sampler thread's wake preempts the main thread on its CPU there, so
+    every peek found it waiting (38 of 38 in one such instruction) and the
+    reads that tell C work from a loop could not (count_stuck): the first
+    instructions read Python until answers measured them, 6-15% of the line
+    (the bundled example's `sum(sorted(data * 20))` 21-46%)."""
+    truth = tmp_path / "truth.json"
+    run = profile_program(PROGRAM, options=["--cpu-only"], args=["busy_native", str(truth)])
+    check(run, truth, {"long_instructions": "native"}, threads_beside=0)
 
 
 def test_blocked_threads_are_system_time(profile_program, tmp_path):
