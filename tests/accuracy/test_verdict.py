@@ -383,6 +383,21 @@ def test_waiting_for_other_threads_is_overlapped():
                                  "(join, queues, locks, child processes).")
 
 
+def test_one_thread_waits_for_nothing_else():
+    """One thread in one process, no native threads: what it waited for in
+    system calls overlaps nothing, even where its lines add up to more than
+    the wall time (a busy machine's clocks), so nothing is left out; with
+    native threads' CPU beside it (a BLAS pool it waits for), the overlap
+    is counted."""
+    alone = _run(python=0.5, native=0.6, system=0.4, elapsed=1.3)
+    v = verdict.decide(alone, [])
+    assert v["evidence"]["overlapped_wait_sec"] == 0.0 and "Not counted" not in v["summary"], v
+    pool = dict(alone, untracked_native_sec=0.5)
+    assert verdict.decide(pool, [])["evidence"]["overlapped_wait_sec"] == pytest.approx(0.2)
+    children = dict(alone, process_count=2)
+    assert verdict.decide(children, [])["evidence"]["overlapped_wait_sec"] == pytest.approx(0.2)
+
+
 def test_memory_rules():
     mb = 1 << 20
     churn = _run(native=1.0, memory=True)
