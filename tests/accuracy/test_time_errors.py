@@ -82,7 +82,7 @@ def test_the_stated_time_interval_holds_the_truth(profile_program, tmp_path):
     charged, a bias no sampling error covers (docs/how-it-works.md "Each
     time figure's error"): it is held to its interval plus 2 points and left
     out of the count.  So: at least 12 of the 15 other intervals hold the
-    truth (80%: with 93% coverage a run fails 1 time in 30, before reruns),
+    truth (80%: with 93% coverage a run fails 1 time in 57, before reruns),
     every line within its interval plus 1 point, and each interval under 2
     points (one of no width holds none)."""
     cases = []
