@@ -189,27 +189,26 @@ static location charge_window(const snapshot_walk *w, PyThreadState *ts, thread_
             return charge_main_answer(ts, t, at->wall_ns, at->main_cpu_ns, fresh ? at->main_runq_ns : runq_before,
                                       at->main_runq_ns, w->core_fraction);
         }
-        if (at == NULL && sampler.peeks.period_ns > 0) {
-            /* The program's own pause (pyrometer.stop(), a profiled
-             * region's end): its window up to the call, over the peeks made
-             * in it, nothing carried past the pause.  Dropped, 60 regions of
-             * 5 ms under --off read 0.06-0.09 s of their 0.30. */
-            location spread;
-            (void)charge_main_spread(ts, t, w->now, wall, used, runq, w->core_fraction, NULL, 0, &spread);
-            spread_flush(w->core_fraction, &spread);
-            return spread;
+        if (at != NULL || sampler.peeks.period_ns == 0) {
+            return locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL); /* dropped; for the untracked time */
         }
-        return locate(ts, 0, 0, 0, STANDING_UNKNOWN, NULL); /* for the untracked time */
+        /* The program's own pause (pyrometer.stop(), a profiled region's
+         * end): spread below, as the run's stop is.  Dropped, 60 regions of
+         * 5 ms under --off read 0.06-0.09 s of their 0.30. */
     }
     location spread;
     if (ts == sampler.main_ts && sampler.peeks.period_ns > 0) {
         pyframe_position long_op;
         int measured = w->source == ANSWERED_BY_MAIN && long_op_answered(cpu, &long_op);
-        uint64_t until = at != NULL && at->wall_ns < w->now ? at->wall_ns : w->now; /* the stop's: SNAPSHOT_CHARGE */
+        /* The last window before the program's own pause, or before the
+         * run's stop (asked for at `at`: the peeks after it are the stop's
+         * own path): nothing is carried past it. */
+        int last = w->mode == SNAPSHOT_PAUSE || at != NULL;
+        uint64_t until = at != NULL && at->wall_ns < w->now ? at->wall_ns : w->now;
         if (charge_main_spread(ts, t, until, wall, used, runq, w->core_fraction, measured ? &long_op : NULL,
                                atomic_load(&sampler.request_wall_ns), &spread)) {
-            if (at != NULL) {
-                spread_flush(w->core_fraction, &spread); /* the run's last window: nothing is carried past it */
+            if (last) {
+                spread_flush(w->core_fraction, &spread);
             }
             return spread; /* over the peeks made in the window (spread.c) */
         }

@@ -20,7 +20,6 @@ from __future__ import annotations
 import linecache
 import os
 import sys
-import time
 import types
 from typing import Any, Callable, NamedTuple
 
@@ -128,7 +127,7 @@ class InProcessRun:
     def collect(self, keep_thread: bool = False) -> dict[str, Any]:
         """Stop; the core's raw aggregates (children.Merger adds several up).
         keep_thread: Session.stop's."""
-        self.session.stop(keep_thread, asked_ns=time.monotonic_ns())
+        self.session.stop(keep_thread)  # asked now: Session.stop's default
         return self.session.collect()
 
     def build(self, raw: dict[str, Any], error: BaseException | None = None, listing: str = "whole") -> dict[str, Any]:
