@@ -18,9 +18,9 @@ How (attached.py is the part inside the program):
    `error` file with the reason), holds the FIFO's writing end for the window,
    then writes `stop`; the program's thread stops the profile, detaches the
    memory library (every loaded object's allocator slots put back), writes
-   the profile into the run directory and ends.  The command renders it as a
-   run's report would be (text, --json, --html/--web, exports) and removes the
-   run directory.  If the command dies, its end of the FIFO closes and the
+   the window's raw collection into the run directory and ends.  The command
+   builds the profile and renders it as a run's report would be (text,
+   --json, --html/--web, exports) and removes the run directory.  If the command dies, its end of the FIFO closes and the
    program ends the window by itself; if the program exits first, its atexit
    hook writes the profile.
 
@@ -44,7 +44,7 @@ from ..installed import PACKAGE_DIR
 from ..messages import error, say, unwritable
 from ..options import UsageError
 from ..render.output import export_paths, report_path, where_written, write_exports, write_report
-from .attached import CONTROL, ERROR, OUT, PROFILE, STARTED, STOP
+from .attached import CONTROL, ERROR, OUT, PROFILE, STARTED, STOP, window_profile
 
 ATTACH_TIMEOUT = 30.0   # seconds for the program's main thread to run the script
 PROFILE_TIMEOUT = 120.0  # seconds for the program to write the profile once told to stop
@@ -490,12 +490,11 @@ class _AttachedRun:
 
     def _report(self) -> int:
         """The profile rendered as a run's would be: the exports, then the report."""
-        from .. import model
         pid, options = self.pid, self.options
         try:
-            profile = model.loads(self.data, f"process {pid}'s profile")
-        except model.ProfileError as e:
-            return error(str(e), 1)
+            profile = window_profile(self.data)
+        except ValueError as e:
+            return error(f"process {pid}'s profile: {e}", 1)
         if self.exports and not write_exports(profile, self.exports, options.collapsed_metric, options.quiet,
                                               f"process {pid}'s profile"):
             return 1

@@ -12,6 +12,14 @@ to the run directory, detaches the memory library (every object's allocator
 calls put back as they were) and ends.  If the program exits first, an atexit
 hook does the same.
 
+The program's part does as little as it can once told to stop: the attach
+thread needs the GIL for each step, which threads running Python keep from it
+(3.15, the main thread calling os.path.exists between 1 ms loops beside a
+thread spinning in Python: the profile built in the program took 1-85 s, the
+whole end of a 1.5 s window 2-105 s).  It writes the window's raw collection
+(window_data, pickled: the core's records are tuples of types of its own) and
+the command builds and renders the profile (window_profile).
+
 Nothing here may write to the program's standard streams or raise into its
 main thread: whatever goes wrong is written to the run directory's `out/error`
 file, in one line, for the command to say (a Ctrl-C meant for the program that
@@ -23,13 +31,14 @@ a preloaded one) stays as it was.
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import threading
 
 # The run directory's files (attach.py makes the directory, the FIFO and OUT).
 CONTROL = "control"   # FIFO: the command holds its writing end open for the window
 OUT = "out"           # the folder the program writes into (its user's, when root attaches)
-PROFILE = "profile.json"
+PROFILE = "window.pickle"  # window_data: what the command builds the profile of
 ERROR = "error"
 STARTED = "started"
 STOP = b"stop\n"
@@ -135,31 +144,9 @@ class _Attached:
                 if why is None:
                     self.run.session.stop()
                 else:
-                    from ..render import report
-                    raw = self.run.collect()
-                    # The command paused the program as the window ended (a
-                    # signal, control.h: at that moment, whenever this thread
-                    # gets the GIL after it); that tail is not the window's.
-                    # And the window is the core's, from the moment it began
-                    # sampling: starting it here may wait long for the GIL
-                    # (threads running Python), which the session's clock
-                    # counts (both clocks are CLOCK_MONOTONIC).
-                    tail = raw.get("paused_at_end_ns", 0)
-                    raw["paused_ns"] = max(0, raw.get("paused_ns", 0) - tail)
-                    session = self.run.session
-                    began, ended = raw["start_wall_ns"] * 1e-9, (raw["stop_wall_ns"] - tail) * 1e-9
-                    if tail and raw.get("process_cpu_at_pause_ns"):
-                        raw["process_cpu_ns"] = raw["process_cpu_at_pause_ns"]
-                    if session.t0 <= began < ended:
-                        session.start_time += began - session.t0
-                        session.elapsed = ended - began
-                    else:
-                        session.elapsed = max(0.0, session.elapsed - tail * 1e-9)
-                    profile = self.run.build(raw)
-                    notices = profile.setdefault("notices", [])
-                    notices.append(f"attached to pid {os.getpid()} for {self.run.session.elapsed:.1f} s; {why}")
+                    data = window_data(self.run, self.run.collect(), why)
                     _detach_memory()
-                    _write_file(self.run_dir, PROFILE, report(profile, "json").encode("utf-8"))
+                    _write_file(self.run_dir, PROFILE, data)
             except BaseException as e:  # never into the program
                 _fail(self.run_dir, f"the profile could not be made: {type(e).__name__}: {e}")
             finally:
@@ -174,6 +161,61 @@ class _Attached:
                     shutil.rmtree(self.run_dir, ignore_errors=True)
 
     current = None
+
+
+def window_data(run, raw: dict, why: str) -> bytes:
+    """The program's part of the profile: the window's raw collection and
+    what the command builds the profile with (window_profile)."""
+    # The command paused the program as the window ended (a signal,
+    # control.h: at that moment, whenever this thread gets the GIL after it);
+    # that tail is not the window's.  And the window is the core's, from the
+    # moment it began sampling: starting it here may wait long for the GIL
+    # (threads running Python), which the session's clock counts (both clocks
+    # are CLOCK_MONOTONIC).
+    tail = raw.get("paused_at_end_ns", 0)
+    raw["paused_ns"] = max(0, raw.get("paused_ns", 0) - tail)
+    session = run.session
+    began, ended = raw["start_wall_ns"] * 1e-9, (raw["stop_wall_ns"] - tail) * 1e-9
+    if tail and raw.get("process_cpu_at_pause_ns"):
+        raw["process_cpu_ns"] = raw["process_cpu_at_pause_ns"]
+    if session.t0 <= began < ended:
+        session.start_time += began - session.t0
+        session.elapsed = ended - began
+    else:
+        session.elapsed = max(0.0, session.elapsed - tail * 1e-9)
+    from .inprocess import process_row, program_sources
+    notices = list(run.notices) + [f"attached to pid {os.getpid()} for {session.elapsed:.1f} s; {why}"]
+    built_with = {"program": run.program, "options": run.options.as_profile_options(), "elapsed": session.elapsed,
+                  "start_time": session.start_time, "notices": notices,
+                  "sources": program_sources(run.program_prefixes), "process": process_row(raw, session.elapsed)}
+    return pickle.dumps({"raw": raw, "built_with": built_with}, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class _WindowLoader(pickle.Unpickler):
+    """Loads what window_data wrote and nothing else: the core's record types
+    are the only classes it names.  The command may be root, attached to
+    another user's program, which writes the file: a pickle naming any other
+    class is refused (pickle's own advice for data not trusted)."""
+
+    def find_class(self, module: str, name: str):
+        from .. import _core
+        record = getattr(_core, name, None) if module == _core.__name__ else None
+        if isinstance(record, type) and issubclass(record, tuple) and record.__module__ == module:
+            return record  # a record type (records.c): made from its fields, nothing run
+        raise pickle.UnpicklingError(f"{module}.{name} is not a profile's")
+
+
+def window_profile(data: bytes) -> dict:
+    """The profile of an attached window, from what its program wrote
+    (window_data); ValueError when that is no window's data."""
+    import io
+    from .inprocess import build_profile
+    try:
+        window = _WindowLoader(io.BytesIO(data)).load()
+        raw, built_with = window["raw"], window["built_with"]
+    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"not an attached window's data ({type(e).__name__}: {e})") from None
+    return build_profile(raw, **built_with)
 
 
 def begin(run_dir: str, settings: dict) -> None:
@@ -205,6 +247,7 @@ def _begin(run_dir: str, settings: dict) -> None:
         _fail(run_dir, "pyrometer attach is already profiling this program")
         return
     from .inprocess import AlreadyProfiling, CannotProfile, InProcessRun
+    from ..model import processes  # noqa: F401 (window_data's: no module read while the window ends)
     from ..settings import Options
     options = Options(children=False)
     for name, value in settings.items():

@@ -133,14 +133,25 @@ class InProcessRun:
     def build(self, raw: dict[str, Any], error: BaseException | None = None, listing: str = "whole") -> dict[str, Any]:
         """The profile of raw, collected by this run or merged from several
         (listing: model.build's)."""
-        from .. import model
         notices = list(self.notices)
         if error is not None:
             notices.append(f"the code raised {type(error).__name__}: {error}"[:300])
-        return model.build(raw, program=self.program, argv=[self.program], options=self.options.as_profile_options(),
-                           elapsed=self.session.elapsed, start_time=self.session.start_time, exit_status=None,
-                           ended_by="exit", notices=notices, sources=program_sources(self.program_prefixes),
-                           processes=[process_row(raw, self.session.elapsed)], process_count=1, listing=listing)
+        return build_profile(raw, program=self.program, options=self.options.as_profile_options(),
+                             elapsed=self.session.elapsed, start_time=self.session.start_time, notices=notices,
+                             sources=program_sources(self.program_prefixes),
+                             process=process_row(raw, self.session.elapsed), listing=listing)
+
+
+def build_profile(raw: dict[str, Any], *, program: str, options: dict[str, Any], elapsed: float, start_time: float,
+                  notices: list[str], sources: dict[str, str], process: dict[str, Any],
+                  listing: str = "whole") -> dict[str, Any]:
+    """The profile of an in-process run's raw aggregates, built where it ran
+    or, for an attached window, in the command (attached.window_profile).
+    options: Options.as_profile_options(); process: its row (process_row)."""
+    from .. import model
+    return model.build(raw, program=program, argv=[program], options=options, elapsed=elapsed,
+                       start_time=start_time, exit_status=None, ended_by="exit", notices=notices, sources=sources,
+                       processes=[process], process_count=1, listing=listing)
 
 
 def process_row(raw: dict[str, Any], elapsed: float, started_by: str = "in-process") -> dict[str, Any]:
