@@ -142,6 +142,7 @@ typedef struct {
     int native;     /* its kind, were it running */
     uint32_t count; /* peeks merged into it */
     uint64_t periods; /* the periods of the grid they stand for (SPREAD_LONGER_AFTER) */
+    uint64_t queued;  /* of them, those of running peeks that found it off its CPU (queued_at) */
     uint32_t stuck; /* the evidence of C work of them, after the first (count_stuck) */
 } main_peek;
 
@@ -330,6 +331,25 @@ static void count_stuck(main_peek *run, const main_peek *p, enum stillness still
     }
 }
 
+/* Whether a thread the kernel says is running (on a CPU or waiting for one)
+ * was off its CPU at a peek: its CPU clock, read before and after the state's
+ * read (some us apart), did not move.  The clock of a thread on a CPU is read
+ * to the nanosecond (the kernel brings its runtime up to date), so a thread
+ * on its CPU moves it by the gap; one in the run queue not at all.  Why: the
+ * window's CPU time went to every peek that found the thread running, and a
+ * thread that gives up the GIL in a call (`os.path.exists`) then waits for a
+ * CPU when it is woken with the GIL, on a busy machine: its call's line was
+ * found "running" as often as its Python loop's and took their CPU (0.27-0.30
+ * s native of the 0.05-0.07 s its calls used in a 1.5 s window, the Python
+ * loop beside it short by as much, 3.15 beside a busy process).  Not where
+ * it ran half the time since the peek before (spread_peek): preempted just
+ * now, by the sampler thread's own wake most often on a busy machine, it was
+ * running there. */
+static int queued_at(uint64_t cpu_before, uint64_t cpu_after)
+{
+    return cpu_before != CLOCK_UNAVAILABLE && cpu_after != CLOCK_UNAVAILABLE && cpu_after == cpu_before;
+}
+
 /* The sampler thread, without the GIL: where the main thread stands now, a
  * peek standing for `periods` periods of the grid; the periods the next one
  * stands for. */
@@ -345,6 +365,7 @@ uint64_t spread_peek(uint64_t periods)
     if (p.standing == STANDING_UNKNOWN) {
         return 1; /* a torn read: no peek (the others share the window) */
     }
+    uint64_t cpu_before = clock_thread_cpu_ns(sampler.main_tid);
     switch (thread_state_in(&sampler.main_wait, sampler.main_tid, sampler.gil_start, sampler.gil_size)) {
     case THREAD_STATE_RUNNING:
         p.state = PEEK_RUNNING;
@@ -364,6 +385,9 @@ uint64_t spread_peek(uint64_t periods)
     p.count = 1;
     p.periods = periods;
     /* ring.run: the latest peek, written by this thread only (next_periods). */
+    int ran_since = ring.run_periods > 0 && ring.run.cpu_ns != CLOCK_UNAVAILABLE && p.cpu_ns != CLOCK_UNAVAILABLE &&
+                    2 * delta(p.cpu_ns, ring.run.cpu_ns) >= delta(p.last_ns, ring.run.last_ns);
+    p.queued = p.state == PEEK_RUNNING && queued_at(cpu_before, p.cpu_ns) && !ran_since ? periods : 0;
     enum stillness still = p.state == PEEK_RUNNING && p.standing == STANDING_PYTHON && ring.run_periods > 0 &&
                                    same_place(&ring.run, &p)
                                ? stands_still(&p)
@@ -375,12 +399,14 @@ uint64_t spread_peek(uint64_t periods)
         p.cpu_ns != CLOCK_UNAVAILABLE && newest->cpu_ns != CLOCK_UNAVAILABLE &&
         delta(p.cpu_ns, newest->cpu_ns) < SPREAD_WOKEN_CPU_NS) {
         p.state = newest->state; /* just woken (SPREAD_WOKEN_CPU_NS) */
+        p.queued = 0;
     }
     if (newest != NULL && (same_place(newest, &p) || ring.len == SPREAD_RING)) {
         /* The same place again (or no room: the newest takes it) */
         count_stuck(newest, &p, still);
         newest->count++;
         newest->periods += periods;
+        newest->queued += p.queued;
         newest->last_ns = p.last_ns;
         newest->cpu_ns = p.cpu_ns;
     } else {
@@ -409,6 +435,7 @@ static int take_peeks(uint64_t since, uint64_t until, main_peek *out, int max)
         } else if (oldest->last_ns > since && n > 0) {
             out[n - 1].count += oldest->count; /* more places than kept apart: the last takes them */
             out[n - 1].periods += oldest->periods;
+            out[n - 1].queued += oldest->queued; /* counted where it is a running one's */
         }
         ring.head = (ring.head + 1) % SPREAD_RING;
         ring.len--;
@@ -615,7 +642,7 @@ static void spread_held(PyThreadState *ts, double core_fraction, location *where
     uint64_t wall = carry.wall, used = carry.used, runq = carry.runq;
     carry.wall = carry.used = carry.runq = 0;
     uint64_t off = wall - used - runq;
-    uint64_t running = 0, blocked = 0, all = 0, made = 0;
+    uint64_t running = 0, queued = 0, blocked = 0, all = 0, made = 0;
     for (int i = 0; i < n_held; i++) {
         main_peek *p = &held[i];
         if (p->standing == STANDING_PYTHON && p->at.code != 0 && long_op_known(p->at.code, p->at.lasti)) {
@@ -624,12 +651,17 @@ static void spread_held(PyThreadState *ts, double core_fraction, location *where
         all += p->periods;
         made += p->count;
         running += p->state == PEEK_RUNNING ? p->periods : 0;
+        queued += p->state == PEEK_RUNNING ? p->queued : 0;
         blocked += p->state == PEEK_GIL || p->state == PEEK_BLOCKED ? p->periods : 0;
     }
-    /* Where no peek saw the state a clock measured (a window of one peek,
-     * or a kernel without the syscall file), every peek shares it. */
-    share cpu = {used, 0, running > 0 ? running : all, 0};
-    share wait = {runq, 0, running > 0 ? running : all, 0};
+    /* The CPU to the running peeks that found the thread on its CPU, the
+     * run-queue wait to those that found it off (queued_at).  Where no peek
+     * saw the state a clock measured (a window of one peek, or a kernel
+     * without the syscall file), every peek shares it; every running one
+     * where none was on its CPU (or off it). */
+    uint64_t on_cpu = running - queued;
+    share cpu = {used, 0, on_cpu > 0 ? on_cpu : running > 0 ? running : all, 0};
+    share wait = {runq, 0, queued > 0 ? queued : running > 0 ? running : all, 0};
     share away = {off, 0, blocked > 0 ? blocked : all, 0};
     location locs[SPREAD_PLACES];
     locate_held(ts, locs);
@@ -643,8 +675,9 @@ static void spread_held(PyThreadState *ts, double core_fraction, location *where
         const main_peek *p = &held[i];
         int on = running == 0 || p->state == PEEK_RUNNING;
         int away_here = blocked == 0 || p->state == PEEK_GIL || p->state == PEEK_BLOCKED;
-        uint64_t c = on ? share_of(&cpu, p->periods) : 0;
-        uint64_t q = on ? share_of(&wait, p->periods) : 0;
+        uint64_t p_queued = p->state == PEEK_RUNNING ? p->queued : 0;
+        uint64_t c = on ? share_of(&cpu, on_cpu > 0 ? p->periods - p_queued : p->periods) : 0;
+        uint64_t q = on ? share_of(&wait, queued > 0 ? p_queued : p->periods) : 0;
         uint64_t o = away_here ? share_of(&away, p->periods) : 0;
         charge_part(locs[i], p, c, q, o, core_fraction);
         uint64_t at = timeline ? realtime_of(p->last_ns, mono_now, real_now) : 0;

@@ -241,3 +241,58 @@ def test_blocked_threads_are_system_time(profile_program, tmp_path):
     run = profile_program(PROGRAM, options=["--cpu-only"], args=["blocked", str(truth)])
     check(run, truth, {"on_lock": "blocked", "on_pipe": "blocked", "in_sleep": "blocked", "on_child": "blocked"},
           threads_beside=4)
+
+
+HANDED_OVER = r'''
+import json, os, subprocess, sys, threading, time
+out = sys.argv[1]
+others = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() - 1)]
+truth = {"call": 0.0, "loop": 0.0}
+try:
+    time.sleep(0.2)
+    end = time.perf_counter() + 2.0
+    def spinning():
+        while time.perf_counter() < end:
+            sum(i * i for i in range(2000))
+    spinner = threading.Thread(target=spinning)
+    spinner.start()
+    s = 0
+    while time.perf_counter() < end:
+        c0 = time.thread_time()  # the thread's CPU clock: read without letting the GIL go
+        os.path.exists("/nonexistent")  # CALL_LINE
+        c1 = time.thread_time()
+        for i in range(20000):  # LOOP_HEAD
+            s += i % 7  # LOOP_LINE
+        truth["call"] += c1 - c0
+        truth["loop"] += time.thread_time() - c1
+    spinner.join()
+finally:
+    for p in others: p.kill()
+    for p in others: p.wait()
+with open(out, "w") as f:
+    json.dump(truth, f)
+'''
+
+
+def test_a_call_that_hands_the_gil_over_on_a_busy_machine(profile_program, tmp_path):
+    """The main thread calls os.path.exists between 1 ms loops, beside a
+    thread spinning in Python and a busy process: the call lets the GIL go,
+    the spinner takes it, and the main thread, handed it back, waits for a
+    CPU.  Found "running" in the call as often as in its loop, the call's
+    line took the loop's CPU: 0.16-0.23 s of the 0.015-0.018 s it used, the
+    loop 0.66-0.77 of its own (3.12; the window's CPU was spread over every
+    peek that found the thread running, queued for a CPU or not).  Now the
+    CPU goes to the peeks that found it on its CPU (spread.c, queued_at):
+    0.04-0.09 s on the call's line, the loop 0.87-0.94 of its CPU (3.10,
+    3.12, 3.15).  Measured against each part's CPU clock: its run-queue and
+    GIL waits need schedstat, a read that lets the GIL go and so moves the
+    handover."""
+    truth_file = tmp_path / "truth.json"
+    run = profile_program(HANDED_OVER, options=["--cpu-only"], args=[str(truth_file)])
+    truth = json.loads(truth_file.read_text())
+    cpu = {name: sum(run.line(m)["n_cpu_python_sec"] + run.line(m)["n_cpu_native_sec"] for m in markers)
+           for name, markers in (("call", ["CALL_LINE"]), ("loop", ["LOOP_HEAD", "LOOP_LINE"]))}
+    info = f"reported CPU {cpu}, truth {truth}\n  {run.describe('CALL_LINE', 'LOOP_HEAD', 'LOOP_LINE')}"
+    print(info)
+    assert cpu["call"] <= truth["call"] + 0.15 * truth["loop"], info
+    assert cpu["loop"] >= 0.8 * truth["loop"], info
